@@ -1,0 +1,87 @@
+// A generative request as the batcher sees it: lengths, progress, and the KV blocks it holds.
+
+/** Receives a sequence's changes of state (the request actor, the client stream, the report). */
+export interface SequenceListener {
+  scheduled(seq: Sequence, t: number): void;
+  preempted(seq: Sequence, t: number): void;
+  /** `n` new tokens were produced at time t (first token included). */
+  tokens(seq: Sequence, n: number, t: number): void;
+  finished(seq: Sequence, t: number): void;
+}
+
+/** One sequence in a replica's continuous batch. */
+export interface Sequence {
+  readonly id: string;
+  /** Priority class rank: 0 is the highest. */
+  readonly priority: number;
+  /** Arrival order (ties broken by admission order), for FIFO within a class. */
+  readonly order: number;
+  readonly promptTokens: number;
+  /** Output tokens this request will produce (the simulated model stops here); never above maxTokens. */
+  readonly outputTokens: number;
+  readonly maxTokens: number;
+  /** Output length the router and ledger assume (maxTokens, or a prediction when configured). */
+  readonly estOutputTokens: number;
+  readonly receivedAt: number;
+  /** Tokens already streamed to the client; survive preemption and resumption. */
+  generated: number;
+  /** Tokens whose KV is in this replica's cache. */
+  computed: number;
+  /** Tokens to prefill in this residency (prompt plus what was streamed before it was scheduled). */
+  prefillGoal: number;
+  blocks: number;
+  running: boolean;
+  /** Admission to running order, to preempt the newest first. */
+  runOrder: number;
+  firstTokenAt: number;
+  lastTokenAt: number;
+  /** True once withdrawn (cancelled or expired): results for it are ignored. */
+  gone: boolean;
+  readonly listener: SequenceListener;
+  /** Free-form caller data (request actor, stream). */
+  readonly tag: unknown;
+}
+
+/** Fields a caller gives to create a sequence. */
+export interface SequenceSpec {
+  id: string;
+  priority: number;
+  order: number;
+  promptTokens: number;
+  outputTokens: number;
+  maxTokens: number;
+  estOutputTokens?: number;
+  receivedAt: number;
+  /** Tokens the client already has (a resumed request re-prefills them). */
+  generated?: number;
+  listener: SequenceListener;
+  tag?: unknown;
+}
+
+/** Creates a waiting sequence from its spec. */
+export function createSequence(spec: SequenceSpec): Sequence {
+  return {
+    id: spec.id,
+    priority: spec.priority,
+    order: spec.order,
+    promptTokens: spec.promptTokens,
+    outputTokens: Math.min(spec.outputTokens, spec.maxTokens),
+    maxTokens: spec.maxTokens,
+    estOutputTokens: spec.estOutputTokens ?? spec.maxTokens,
+    receivedAt: spec.receivedAt,
+    generated: spec.generated ?? 0,
+    computed: 0,
+    prefillGoal: 0,
+    blocks: 0,
+    running: false,
+    runOrder: 0,
+    firstTokenAt: -1,
+    lastTokenAt: -1,
+    gone: false,
+    listener: spec.listener,
+    tag: spec.tag,
+  };
+}
+
+/** Tokens that must be in cache before the next token can be produced (prompt plus what was streamed). */
+export const prefillTarget = (s: Sequence): number => s.promptTokens + s.generated;

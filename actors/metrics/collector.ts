@@ -1,0 +1,87 @@
+// Collects what happened to every request and token, and turns it into the report's latency summaries.
+import { createLogHistogram, summarize, type LogHistogram, type Summary } from './histogram.ts';
+
+/** What a finished request contributes to the report. */
+export interface RequestRecord {
+  id: string;
+  model: string;
+  priority: string;
+  outcome: string;
+  code: string | null;
+  receivedAt: number;
+  firstScheduledAt: number;
+  firstTokenAt: number;
+  finishedAt: number;
+  tokens: number;
+  budgetMs: number;
+  resumes: number;
+  preemptions: number;
+}
+
+/** Per-model latency summaries. */
+export interface LatencyReport {
+  ttftMs: Summary;
+  tpotMs: Summary;
+  tbtMs: Summary;
+  e2eMs: Summary;
+  queueWaitMs: Summary;
+}
+
+/** The collector of one run. */
+export interface Collector {
+  record(r: RequestRecord): void;
+  tbt(model: string, ms: number): void;
+  outcomes(): Record<string, number>;
+  latency(model?: string): LatencyReport;
+  outputTokens(): number;
+  readonly records: readonly RequestRecord[];
+  /** Requests whose queue wait exceeded their budget (must be 0). */
+  overBudget(): number;
+}
+
+/** Creates an empty collector. */
+export function createCollector(): Collector {
+  const records: RequestRecord[] = [];
+  const tbts = new Map<string, LogHistogram>();
+  const all = createLogHistogram();
+  let outTokens = 0;
+  const latency = (model?: string): LatencyReport => {
+    const rs = model ? records.filter((r) => r.model === model) : records;
+    const done = rs.filter((r) => r.outcome === 'done');
+    return {
+      ttftMs: summarize(done.map((r) => r.firstTokenAt - r.receivedAt)),
+      tpotMs: summarize(done.filter((r) => r.tokens > 1).map((r) => (r.finishedAt - r.firstTokenAt) / (r.tokens - 1))),
+      tbtMs: (model ? tbts.get(model) : all)?.summary() ?? summarize([]),
+      e2eMs: summarize(done.map((r) => r.finishedAt - r.receivedAt)),
+      queueWaitMs: summarize(rs.filter((r) => r.firstScheduledAt >= 0).map((r) => r.firstScheduledAt - r.receivedAt)),
+    };
+  };
+  return {
+    records,
+    record: (r) => {
+      records.push(r);
+      if (r.outcome === 'done' || r.outcome === 'failed' || r.outcome === 'cancelled') outTokens += r.tokens;
+    },
+    tbt: (model, ms) => {
+      let h = tbts.get(model);
+      if (!h) {
+        h = createLogHistogram();
+        tbts.set(model, h);
+      }
+      h.add(ms);
+      all.add(ms);
+    },
+    outcomes: () => {
+      const out: Record<string, number> = {};
+      for (const r of records) {
+        const k = r.outcome === 'done' ? 'done' : (r.code ?? r.outcome);
+        out[k] = (out[k] ?? 0) + 1;
+      }
+      return Object.fromEntries(Object.entries(out).sort(([a], [b]) => a.localeCompare(b)));
+    },
+    latency,
+    outputTokens: () => outTokens,
+    overBudget: () =>
+      records.filter((r) => r.firstScheduledAt >= 0 && r.firstScheduledAt - r.receivedAt > r.budgetMs + 1e-6).length,
+  };
+}

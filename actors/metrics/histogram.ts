@@ -1,0 +1,69 @@
+// Latency summaries: exact percentiles for per-request samples, a log-bucketed histogram for per-token ones.
+
+/** p50/p90/p99 (and mean, max) of a set of samples, in the samples' unit. */
+export interface Summary {
+  count: number;
+  mean: number;
+  p50: number;
+  p90: number;
+  p99: number;
+  max: number;
+}
+
+const round = (x: number): number => Math.round(x * 100) / 100;
+
+/** Summarises samples exactly (nearest-rank percentiles); sorts a copy. */
+export function summarize(samples: readonly number[]): Summary {
+  const n = samples.length;
+  if (n === 0) return { count: 0, mean: 0, p50: 0, p90: 0, p99: 0, max: 0 };
+  const s = Float64Array.from(samples).sort();
+  let sum = 0;
+  for (let i = 0; i < n; i++) sum += s[i]!;
+  const at = (q: number): number => s[Math.min(n - 1, Math.max(0, Math.ceil(q * n) - 1))]!;
+  return { count: n, mean: round(sum / n), p50: round(at(0.5)), p90: round(at(0.9)), p99: round(at(0.99)), max: round(s[n - 1]!) };
+}
+
+/** A histogram with 1 % relative precision for many samples (time between tokens). */
+export interface LogHistogram {
+  add(x: number): void;
+  summary(): Summary;
+  readonly count: number;
+}
+
+const GROWTH = Math.log(1.01);
+
+/** Creates an empty log histogram; samples at or below 1e-3 land in the first bucket. */
+export function createLogHistogram(): LogHistogram {
+  const buckets = new Map<number, number>();
+  let count = 0;
+  let sum = 0;
+  let max = 0;
+  const bucketOf = (x: number): number => (x <= 1e-3 ? -1000 : Math.floor(Math.log(x) / GROWTH));
+  const valueOf = (b: number): number => (b === -1000 ? 0 : Math.exp((b + 0.5) * GROWTH));
+  return {
+    add: (x) => {
+      const b = bucketOf(x);
+      buckets.set(b, (buckets.get(b) ?? 0) + 1);
+      count++;
+      sum += x;
+      if (x > max) max = x;
+    },
+    get count() {
+      return count;
+    },
+    summary: () => {
+      if (count === 0) return { count: 0, mean: 0, p50: 0, p90: 0, p99: 0, max: 0 };
+      const keys = [...buckets.keys()].sort((a, b) => a - b);
+      const at = (q: number): number => {
+        const rank = Math.max(1, Math.ceil(q * count));
+        let seen = 0;
+        for (const k of keys) {
+          seen += buckets.get(k)!;
+          if (seen >= rank) return Math.min(max, valueOf(k));
+        }
+        return max;
+      };
+      return { count, mean: round(sum / count), p50: round(at(0.5)), p90: round(at(0.9)), p99: round(at(0.99)), max: round(max) };
+    },
+  };
+}

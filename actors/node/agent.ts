@@ -1,0 +1,134 @@
+// A node agent: the worker process that owns GPUs, runs their actors, and executes steps with an executor.
+import { createActor, type ActorRefFrom } from 'xstate';
+import { gpuMachine } from '../../machines/gpu.machine.ts';
+import { createCostModel, type CostModel, type StepShape } from '../gpu/cost-model.ts';
+import { gpuProfile, modelProfile } from '../gpu/profiles.ts';
+import type { Executor } from '../gpu/executor.ts';
+import type { Msg, Runtime } from '../runtime/system.ts';
+import type { NodeMessage } from '../../transport/protocol.ts';
+
+/** Per-GPU execution state the node keeps beside the GPU actor. */
+interface GpuSlot {
+  actor: ActorRefFrom<typeof gpuMachine>;
+  cost: CostModel | null;
+  slowdown: number;
+  hung: boolean;
+}
+
+/** A running node agent. */
+export interface NodeAgent {
+  readonly id: string;
+  readonly gpus: readonly number[];
+  gpuState(gpu: number): string;
+  busyMs(gpu: number): number;
+  stop(): void;
+}
+
+/** Options of a node agent. */
+export interface NodeAgentOptions {
+  id?: string;
+  gpus: readonly number[];
+  executor: Executor;
+  repairMs?: number;
+  probeMs?: number;
+}
+
+const shapeOf = (m: Extract<NodeMessage, { type: 'step.execute' }>): StepShape => ({
+  prefill: m.shape.prefill.map(([tokens, cached]) => ({ tokens: tokens ?? 0, cached: cached ?? 0 })),
+  decodeBatch: m.shape.decodeBatch,
+  decodeContext: m.shape.decodeContext,
+});
+
+/** Starts a node agent on `runtime`: one GPU actor per device, registered as `gpu.<n>`, and the `node` inbox. */
+export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAgent {
+  const id = opts.id ?? 'node';
+  const slots = new Map<number, GpuSlot>();
+  const costs = new Map<string, CostModel>();
+  const shapes = new Map<string, StepShape>();
+  const { clock, send } = runtime;
+
+  for (const g of opts.gpus) {
+    const machine = gpuMachine.provide({
+      actions: {
+        startStep: ({ self }, p) => {
+          const slot = slots.get(g)!;
+          const shape = shapes.get(p.replica);
+          if (!slot.cost || !shape || slot.hung) return;
+          opts.executor.start(
+            { gpu: g, replica: p.replica, epoch: p.epoch, step: p.step, shape, cost: slot.cost, slowdown: slot.slowdown },
+            () => self.send({ type: 'step.finished', step: p.step }),
+          );
+        },
+        abortStep: () => opts.executor.abort(g),
+        probe: ({ self }) => {
+          clock.setTimeout(() => self.send({ type: 'gpu.probed' }), opts.probeMs ?? 0);
+        },
+      },
+    });
+    const actor = createActor(machine, { input: { index: g, repairMs: opts.repairMs }, clock, id: `gpu.${g}` });
+    slots.set(g, { actor, cost: null, slowdown: 1, hung: false });
+    runtime.register(`gpu.${g}`, (msg) => onGpuMessage(g, msg));
+    runtime.supervise(`gpu.${g}`, actor);
+  }
+
+  const onGpuMessage = (g: number, msg: Msg): void => {
+    const slot = slots.get(g);
+    if (!slot) return;
+    const m = msg as NodeMessage;
+    if (m.type === 'gpu.assign') {
+      const key = `${m.model}|${m.gpuType}|${m.tp}`;
+      let cost = costs.get(key);
+      if (!cost) {
+        cost = createCostModel(modelProfile(m.model), gpuProfile(m.gpuType), m.tp);
+        costs.set(key, cost);
+      }
+      slot.cost = cost;
+      slot.slowdown = m.slowdown ?? 1;
+      slot.actor.send({ type: 'gpu.assign', replica: m.replica, epoch: m.epoch, loadMs: m.loadMs, unloadMs: m.unloadMs });
+    } else if (m.type === 'gpu.release') {
+      slot.actor.send({ type: 'gpu.release', replica: m.replica, epoch: m.epoch });
+    } else if (m.type === 'gpu.inject') {
+      inject(g, m.fault, m.factor);
+    }
+  };
+
+  const inject = (g: number, fault: 'fault' | 'hang' | 'straggle' | 'repair', factor?: number): void => {
+    const slot = slots.get(g);
+    if (!slot) return;
+    if (fault === 'fault') slot.actor.send({ type: 'gpu.fault', code: 'xid_79' });
+    else if (fault === 'hang') slot.hung = true;
+    else if (fault === 'straggle') slot.slowdown = factor ?? 2;
+    else if (fault === 'repair') {
+      slot.hung = false;
+      slot.slowdown = 1;
+      slot.actor.send({ type: 'gpu.repair' });
+    }
+  };
+
+  runtime.register(id, (msg) => {
+    const m = msg as NodeMessage;
+    if (m.type === 'step.execute') {
+      shapes.set(m.replica, shapeOf(m));
+      for (const g of m.gpus) slots.get(g)?.actor.send({ type: 'step.execute', replica: m.replica, epoch: m.epoch, step: m.step });
+    } else if (m.type === 'gpu.inject') {
+      inject(m.gpu, m.fault, m.factor);
+    }
+  });
+
+  for (const { actor } of slots.values()) actor.start();
+  for (const { actor } of slots.values()) actor.send({ type: 'gpu.register' });
+
+  return {
+    id,
+    gpus: opts.gpus,
+    gpuState: (g) => JSON.stringify(slots.get(g)?.actor.getSnapshot().value ?? 'unknown'),
+    busyMs: (g) => opts.executor.busyMs(g),
+    stop: () => {
+      for (const [g, { actor }] of slots) {
+        actor.stop();
+        runtime.unregister(`gpu.${g}`);
+      }
+      runtime.unregister(id);
+    },
+  };
+}

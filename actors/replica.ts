@@ -1,0 +1,167 @@
+// A replica actor: the pure replica machine, provided with a continuous batcher and the runtime's messaging.
+import { createActor, type ActorRefFrom } from 'xstate';
+import { replicaMachine } from '../machines/replica.machine.ts';
+import { createContinuousBatcher, type ContinuousBatcher, type ContinuousLimits, type StepPlan } from './batcher/continuous.ts';
+import type { CostModel } from './gpu/cost-model.ts';
+import type { Runtime } from './runtime/system.ts';
+import type { Sequence } from './batcher/sequence.ts';
+
+/** What a replica is, as the router and placement see it. */
+export interface ReplicaHandle {
+  readonly id: string;
+  readonly model: string;
+  readonly version: string;
+  readonly gpus: readonly number[];
+  readonly epoch: number;
+  readonly cost: CostModel;
+  readonly batcher: ContinuousBatcher;
+  readonly actor: ActorRefFrom<typeof replicaMachine>;
+  /** The machine's state as a dotted path (`ready.busy`). */
+  state(): string;
+  /** True when the replica takes new work (`ready`, tag `accepting` or `stepping` in ready). */
+  accepting(): boolean;
+  /** Hands a sequence to the batcher and wakes the iteration loop. */
+  enqueue(seq: Sequence, atHead?: boolean): void;
+  /** Stats of completed steps. */
+  readonly steps: { count: number; batchSizeSum: number; tokens: number; predictedMs: number; busyMs: number };
+}
+
+/** Options of a replica. */
+export interface ReplicaOptions {
+  id: string;
+  model: string;
+  version: string;
+  gpus: readonly number[];
+  epoch: number;
+  gpuType: string;
+  modelProfile: string;
+  cost: CostModel;
+  limits: Omit<ContinuousLimits, 'blocksTotal'> & { blocksTotal?: number };
+  /** Extra slowdown applied to step times on the node (co-location interference). */
+  slowdown?: number;
+  /** Called with every sequence the replica gives up (failure, drain deadline): resume elsewhere or fail. */
+  onInterrupted(seqs: Sequence[], reason: string): void;
+  /** Called after each applied step (invariant checks, metrics). */
+  onStep?(replica: ReplicaHandle, plan: StepPlan): void;
+}
+
+/** Creates and starts a replica actor registered as its system id. */
+export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandle {
+  const batcher = createContinuousBatcher({ ...o.limits, blocksTotal: o.limits.blocksTotal ?? o.cost.kvBlocks(o.limits.blockTokens) });
+  const loadMs = o.cost.loadS() * 1000;
+  const unloadMs = 1000;
+  let inflight: StepPlan | null = null;
+  const steps = { count: 0, batchSizeSum: 0, tokens: 0, predictedMs: 0, busyMs: 0 };
+  let handle: ReplicaHandle;
+
+  const machine = replicaMachine.provide({
+    guards: {
+      hasWork: () => batcher.hasWork(),
+      isSaturated: () => batcher.saturated(),
+    },
+    actions: {
+      assignGpus: ({ context }) => {
+        for (const g of context.gpus) {
+          runtime.send(`gpu.${g}`, {
+            type: 'gpu.assign',
+            gpu: g,
+            replica: context.id,
+            epoch: context.gpuEpoch,
+            model: o.modelProfile,
+            gpuType: o.gpuType,
+            tp: context.gpus.length,
+            loadMs,
+            unloadMs,
+            ...(o.slowdown && o.slowdown > 1 ? { slowdown: o.slowdown } : {}),
+          });
+        }
+      },
+      dispatchStep: ({ context, self }) => {
+        const plan = batcher.plan(runtime.clock.now());
+        inflight = plan;
+        if (!plan) {
+          self.send({ type: 'step.empty', epoch: context.epoch });
+          return;
+        }
+        runtime.send('node', {
+          type: 'step.execute',
+          replica: context.id,
+          epoch: context.epoch,
+          step: context.step,
+          gpus: [...context.gpus],
+          shape: {
+            prefill: plan.shape.prefill.map((c) => [c.tokens, c.cached]),
+            decodeBatch: plan.shape.decodeBatch,
+            decodeContext: plan.shape.decodeContext,
+          },
+        });
+      },
+      completeStep: () => {
+        const plan = inflight;
+        inflight = null;
+        if (plan) {
+          batcher.complete(plan, runtime.clock.now());
+          steps.count++;
+          steps.batchSizeSum += plan.entries.length;
+          steps.tokens += plan.tokens;
+          o.onStep?.(handle, plan);
+        }
+      },
+      abortStep: () => {
+        inflight = null;
+      },
+      interruptAll: () => {
+        const seqs = batcher.evictAll();
+        if (seqs.length > 0) o.onInterrupted(seqs, 'replica_failed');
+      },
+      releaseGpus: ({ context }) => {
+        for (const g of context.gpus) {
+          if (context.failedGpus.includes(g)) continue;
+          runtime.send(`gpu.${g}`, { type: 'gpu.release', gpu: g, replica: context.id, epoch: context.gpuEpoch });
+        }
+      },
+    },
+  });
+  const actor = createActor(machine, {
+    input: { id: o.id, model: o.model, version: o.version, gpus: o.gpus, epoch: o.epoch, loadMs, unloadMs },
+    clock: runtime.clock,
+    id: o.id,
+  });
+  handle = {
+    id: o.id,
+    model: o.model,
+    version: o.version,
+    gpus: o.gpus,
+    get epoch() {
+      return actor.getSnapshot().context.epoch;
+    },
+    cost: o.cost,
+    batcher,
+    actor,
+    state: () => stateName(actor.getSnapshot().value),
+    accepting: () => actor.getSnapshot().hasTag('accepting'),
+    enqueue: (seq, atHead) => {
+      batcher.enqueue(seq, atHead);
+      actor.send({ type: 'work.available' });
+    },
+    steps,
+  };
+  runtime.register(o.id, (msg) => {
+    // A request leaving (cancelled, expired) is the batcher's business, not a change of the replica's state.
+    if (msg.type === 'request.withdraw') batcher.withdraw(msg['id'] as string);
+    else actor.send(msg as never);
+  });
+  runtime.supervise(o.id, actor);
+  actor.start();
+  return handle;
+}
+
+/** A state value as a dotted path. */
+export function stateName(v: unknown): string {
+  if (typeof v === 'string') return v;
+  if (v && typeof v === 'object') {
+    const [k, child] = Object.entries(v)[0] ?? ['?', null];
+    return child ? `${k}.${stateName(child)}` : k;
+  }
+  return String(v);
+}

@@ -1,0 +1,126 @@
+// Time for the whole runtime: injected, so the same actors run on the wall clock or in virtual time.
+
+/** A timer handle returned by a clock. */
+export type TimerId = number;
+
+/** The clock every actor, timer and `after` delay uses (a superset of XState's `Clock`). */
+export interface Clock {
+  /** Milliseconds since the clock's epoch. */
+  now(): number;
+  setTimeout(fn: () => void, ms: number): TimerId;
+  clearTimeout(id: TimerId): void;
+}
+
+/** A discrete-event clock: callbacks run in (time, sequence) order and time jumps between them. */
+export interface VirtualClock extends Clock {
+  /** Schedules fn at an absolute virtual time (never earlier than now). */
+  at(timeMs: number, fn: () => void): TimerId;
+  /** Runs events until none remain, `untilMs` is passed, or `stop()` is called; returns events run. */
+  run(untilMs?: number): number;
+  /** Makes the running `run()` return after the current event. */
+  stop(): void;
+  /** Number of pending events. */
+  pending(): number;
+}
+
+interface Entry {
+  t: number;
+  seq: number;
+  fn: (() => void) | null;
+}
+
+/** Creates a virtual clock backed by a binary heap; ties in time run in scheduling order. */
+export function createVirtualClock(startMs = 0): VirtualClock {
+  let now = startMs;
+  let seq = 0;
+  let stopped = false;
+  let live = 0;
+  const heap: Entry[] = [];
+  const byId = new Map<number, Entry>();
+
+  const less = (x: Entry, y: Entry): boolean => x.t < y.t || (x.t === y.t && x.seq < y.seq);
+  const push = (e: Entry): void => {
+    heap.push(e);
+    let i = heap.length - 1;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      const pe = heap[p]!;
+      if (!less(e, pe)) break;
+      heap[i] = pe;
+      i = p;
+    }
+    heap[i] = e;
+  };
+  const pop = (): Entry | undefined => {
+    const top = heap[0];
+    const last = heap.pop();
+    if (top === undefined || last === undefined || heap.length === 0) return top;
+    let i = 0;
+    const n = heap.length;
+    for (;;) {
+      const l = 2 * i + 1;
+      if (l >= n) break;
+      const r = l + 1;
+      const c = r < n && less(heap[r]!, heap[l]!) ? r : l;
+      if (!less(heap[c]!, last)) break;
+      heap[i] = heap[c]!;
+      i = c;
+    }
+    heap[i] = last;
+    return top;
+  };
+  const schedule = (t: number, fn: () => void): TimerId => {
+    const e: Entry = { t: t < now ? now : t, seq: ++seq, fn };
+    push(e);
+    byId.set(e.seq, e);
+    live++;
+    return e.seq;
+  };
+
+  return {
+    now: () => now,
+    setTimeout: (fn, ms) => schedule(now + (ms > 0 ? ms : 0), fn),
+    at: schedule,
+    clearTimeout: (id) => {
+      const e = byId.get(id);
+      if (e && e.fn) {
+        e.fn = null;
+        byId.delete(id);
+        live--;
+      }
+    },
+    stop: () => {
+      stopped = true;
+    },
+    pending: () => live,
+    run: (untilMs = Infinity) => {
+      stopped = false;
+      let count = 0;
+      while (!stopped && heap.length > 0) {
+        const top = heap[0]!;
+        if (top.t > untilMs) break;
+        pop();
+        if (top.fn === null) continue;
+        const fn = top.fn;
+        top.fn = null;
+        byId.delete(top.seq);
+        live--;
+        now = top.t;
+        count++;
+        fn();
+      }
+      if (!stopped && untilMs !== Infinity && now < untilMs) now = untilMs;
+      return count;
+    },
+  };
+}
+
+/** The wall clock for serving: milliseconds from process start, timers from the host. */
+export function createWallClock(): Clock {
+  const origin = performance.now();
+  return {
+    now: () => performance.now() - origin,
+    setTimeout: (fn, ms) => setTimeout(fn, ms) as unknown as TimerId,
+    clearTimeout: (id) => clearTimeout(id as unknown as NodeJS.Timeout),
+  };
+}

@@ -1,0 +1,178 @@
+// `switchyard simulate`: a scenario through request → router → replica → GPU actors in virtual time, with the
+// node agent behind the real codec, and a report that is byte-identical for the same scenario and seed.
+import { createVirtualClock } from '../runtime/clock.ts';
+import { createRng } from '../runtime/rng.ts';
+import { createRuntime } from '../runtime/system.ts';
+import { createCostModelExecutor } from '../gpu/executor.ts';
+import { startNodeAgent } from '../node/agent.ts';
+import { startControlPlane, type ControlPlane } from '../control-plane.ts';
+import { createArrivalStream, type ArrivalStream } from './traffic.ts';
+import { connectSimLink } from '../../transport/sim-link.ts';
+import type { Scenario } from '../config.ts';
+import type { Summary } from '../metrics/histogram.ts';
+import type { DecisionTrace } from '../router/router.ts';
+import type { PlacementEvent } from '../placement/placement.ts';
+
+/** The JSON report of a simulation. */
+export interface SimReport {
+  scenario: string;
+  seed: number;
+  requests: Record<string, number> & { total: number };
+  throughput: { requestsPerS: number; outputTokensPerS: number };
+  ttftMs: Summary;
+  tpotMs: Summary;
+  tbtMs: Summary;
+  e2eMs: Summary;
+  queueWaitMs: Summary;
+  models: Record<string, { requests: Record<string, number>; ttftMs: Summary; tpotMs: Summary; tbtMs: Summary; queueWaitMs: Summary }>;
+  batch: { meanSize: number; steps: number; preemptions: number };
+  gpus: { utilisation: number[]; meanUtilisation: number };
+  placement: PlacementEvent[];
+  invariants: { violations: string[]; overBudget: number; withoutOneOutcome: number };
+  sim: { requests: number; simulatedSeconds: number; wallSeconds?: number; events: number; messages: number };
+  explain?: Record<string, DecisionTrace[]>;
+}
+
+/** Options of a simulation run. */
+export interface SimOptions {
+  seed?: number;
+  /** Include wall time in the report (breaks byte-identity across runs). */
+  wall?: boolean;
+  explain?: string[];
+  /** Called with the control plane before traffic starts (tests, tracing). */
+  onStart?(cp: ControlPlane): void;
+}
+
+/** Runs a scenario to completion in virtual time and returns its report. */
+export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
+  const wallStart = performance.now();
+  const seed = opts.seed ?? scenario.seed;
+  const clock = createVirtualClock();
+  const rng = createRng(seed);
+  const control = createRuntime({ name: 'control', clock, rng: rng.fork('control') });
+  const nodeRt = createRuntime({ name: 'node', clock, rng: rng.fork('node') });
+  const link = connectSimLink(control, nodeRt, clock, rng.fork('link'), { latencyMs: scenario.sim.latencyMs, jitterMs: scenario.sim.jitterMs });
+  const executor = createCostModelExecutor(clock);
+  const gpuList = Array.from({ length: scenario.node.gpus }, (_, i) => i);
+
+  let pendingArrivals = 0;
+  let pendingFaults = 0;
+  const maybeStop = (): void => {
+    if (pendingArrivals === 0 && pendingFaults === 0 && cp.live() === 0 && cp.placement.settled()) clock.stop();
+  };
+  const cp = startControlPlane(control, scenario, {
+    checkInvariants: scenario.sim.checkInvariants,
+    keepTraces: (opts.explain?.length ?? 0) > 0,
+    onIdle: () => maybeStop(),
+  });
+  const agent = startNodeAgent(nodeRt, { gpus: gpuList, executor });
+  opts.onStart?.(cp);
+
+  const trafficRng = rng.fork('traffic');
+  const streams: ArrivalStream[] = scenario.traffic.map((_, i) => createArrivalStream(scenario, i, trafficRng));
+  const pump = (s: ArrivalStream): void => {
+    const a = s.next();
+    if (!a) return;
+    pendingArrivals++;
+    clock.at(origin + a.t, () => {
+      pendingArrivals--;
+      pump(s);
+      cp.submit({
+        model: a.model,
+        ...(a.version ? { version: a.version } : {}),
+        priority: a.priority,
+        promptTokens: a.promptTokens,
+        maxTokens: a.maxTokens,
+        outputTokens: a.outputTokens,
+        ...(a.deadlineMs !== undefined ? { deadlineMs: a.deadlineMs } : {}),
+      });
+      maybeStop();
+    });
+  };
+
+  // Boot: GPUs probe and the initial placement loads; scenario time 0 is when the node is ready to serve.
+  let events = clock.run();
+  const origin = clock.now();
+  if (!cp.placement.settled() || cp.placement.replicas.size === 0) throw new Error('the initial placement did not load');
+  const bootBusy = gpuList.map((g) => agent.busyMs(g));
+  const startFaults = (): void => {
+  for (const f of scenario.faults) {
+    pendingFaults++;
+    clock.at(origin + f.at * 1000, () => {
+      pendingFaults--;
+      nodeRt.send('node', { type: 'gpu.inject', gpu: f.gpu, fault: f.kind === 'crash' ? 'fault' : f.kind, ...(f.factor ? { factor: f.factor } : {}) });
+    });
+    if (f.repairAt !== undefined) {
+      pendingFaults++;
+      clock.at(origin + f.repairAt * 1000, () => {
+        pendingFaults--;
+        nodeRt.send('node', { type: 'gpu.inject', gpu: f.gpu, fault: 'repair' });
+      });
+    }
+  }
+
+  };
+  startFaults();
+  for (const s of streams) pump(s);
+  events += clock.run(origin + scenario.sim.maxSimSeconds * 1000);
+  const simMs = clock.now() - origin;
+  const report = buildReport(scenario, seed, cp, (g) => agent.busyMs(g) - bootBusy[g]!, gpuList, simMs, events, link.stats.messages);
+  if (opts.explain?.length) report.explain = Object.fromEntries(opts.explain.map((id) => [id, cp.explain(id) ?? []]));
+  if (opts.wall) report.sim.wallSeconds = Math.round((performance.now() - wallStart) / 10) / 100;
+  for (const f of [...control.faults, ...nodeRt.faults]) report.invariants.violations.push(`${f.actor}: ${String(f.error)}`);
+  return report;
+}
+
+function buildReport(
+  scenario: Scenario,
+  seed: number,
+  cp: ControlPlane,
+  busyMs: (g: number) => number,
+  gpus: number[],
+  simMs: number,
+  events: number,
+  messages: number,
+): SimReport {
+  const c = cp.collector;
+  const outcomes = c.outcomes();
+  const total = c.records.length;
+  const lat = c.latency();
+  const simS = simMs / 1000;
+  let steps = 0;
+  let sizeSum = 0;
+  let preemptions = 0;
+  for (const r of cp.placement.replicas.values()) {
+    steps += r.steps.count;
+    sizeSum += r.steps.batchSizeSum;
+    preemptions += r.batcher.stats().preemptions;
+  }
+  const util = gpus.map((g) => (simMs > 0 ? Math.round((busyMs(g) / simMs) * 1000) / 1000 : 0));
+  const models: SimReport['models'] = {};
+  for (const m of scenario.models) {
+    const l = c.latency(m.name);
+    const reqs: Record<string, number> = {};
+    for (const r of c.records) if (r.model === m.name) reqs[r.outcome === 'done' ? 'done' : (r.code ?? r.outcome)] = (reqs[r.outcome === 'done' ? 'done' : (r.code ?? r.outcome)] ?? 0) + 1;
+    models[m.name] = { requests: reqs, ttftMs: l.ttftMs, tpotMs: l.tpotMs, tbtMs: l.tbtMs, queueWaitMs: l.queueWaitMs };
+  }
+  const round = (x: number): number => Math.round(x * 1000) / 1000;
+  return {
+    scenario: scenario.name,
+    seed,
+    requests: { total, ...outcomes },
+    throughput: {
+      requestsPerS: simS > 0 ? round((outcomes['done'] ?? 0) / simS) : 0,
+      outputTokensPerS: simS > 0 ? round(c.outputTokens() / simS) : 0,
+    },
+    ttftMs: lat.ttftMs,
+    tpotMs: lat.tpotMs,
+    tbtMs: lat.tbtMs,
+    e2eMs: lat.e2eMs,
+    queueWaitMs: lat.queueWaitMs,
+    models,
+    batch: { meanSize: steps > 0 ? round(sizeSum / steps) : 0, steps, preemptions },
+    gpus: { utilisation: util, meanUtilisation: round(util.reduce((a, b) => a + b, 0) / Math.max(1, util.length)) },
+    placement: cp.placement.events,
+    invariants: { violations: [...cp.violations], overBudget: c.overBudget(), withoutOneOutcome: cp.live() },
+    sim: { requests: total, simulatedSeconds: round(simS), events, messages },
+  };
+}

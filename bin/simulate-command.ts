@@ -1,0 +1,57 @@
+// `switchyard simulate`: runs a scenario and prints a table, or one JSON report with --json.
+import { loadScenario, ConfigError } from '../actors/config.ts';
+import { simulate, type SimReport } from '../actors/sim/simulate.ts';
+import { parseArgs, intFlag } from './args.ts';
+
+/** Runs the simulate command; returns the exit code. */
+export function runSimulateCommand(argv: string[]): number {
+  const args = parseArgs(argv, ['seed', 'explain']);
+  const file = args.positional[0];
+  if (!file) {
+    process.stderr.write('usage: switchyard simulate <scenario.yaml> [--seed N] [--json] [--wall] [--explain req.N]\n');
+    return 2;
+  }
+  let scenario;
+  try {
+    scenario = loadScenario(file);
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      process.stderr.write(`switchyard: invalid scenario ${file}: ${e.message}\n`);
+      return 2;
+    }
+    throw e;
+  }
+  const seed = intFlag(args, 'seed', scenario.seed);
+  const explain = typeof args.flags.get('explain') === 'string' ? [args.flags.get('explain') as string] : [];
+  const t0 = performance.now();
+  const report = simulate(scenario, { seed, wall: args.flags.has('wall'), explain });
+  const wall = (performance.now() - t0) / 1000;
+  process.stderr.write(`simulated ${report.sim.requests} requests, ${report.sim.simulatedSeconds} s in ${wall.toFixed(2)} s wall\n`);
+  if (args.flags.has('json')) process.stdout.write(`${JSON.stringify(report)}\n`);
+  else process.stdout.write(formatReport(report));
+  return report.invariants.violations.length > 0 ? 1 : 0;
+}
+
+/** A human-readable table of a report. */
+export function formatReport(r: SimReport): string {
+  const lines: string[] = [];
+  lines.push(`scenario ${r.scenario}  seed ${r.seed}  simulated ${r.sim.simulatedSeconds} s`);
+  lines.push(`requests ${Object.entries(r.requests).map(([k, v]) => `${k}=${v}`).join('  ')}`);
+  lines.push(`throughput ${r.throughput.requestsPerS} req/s, ${r.throughput.outputTokensPerS} output tok/s`);
+  lines.push('');
+  lines.push('metric            p50        p90        p99        max');
+  for (const [name, s] of [
+    ['TTFT ms', r.ttftMs],
+    ['TPOT ms', r.tpotMs],
+    ['TBT ms', r.tbtMs],
+    ['e2e ms', r.e2eMs],
+    ['queue wait ms', r.queueWaitMs],
+  ] as const) {
+    lines.push(`${name.padEnd(14)} ${[s.p50, s.p90, s.p99, s.max].map((x) => String(x).padStart(10)).join(' ')}`);
+  }
+  lines.push('');
+  lines.push(`batch mean size ${r.batch.meanSize} over ${r.batch.steps} steps, ${r.batch.preemptions} preemptions`);
+  lines.push(`gpu utilisation ${r.gpus.utilisation.map((u) => `${Math.round(u * 100)}%`).join(' ')}`);
+  lines.push(`invariants: ${r.invariants.violations.length} violations, ${r.invariants.overBudget} over budget, ${r.invariants.withoutOneOutcome} without an outcome`);
+  return `${lines.join('\n')}\n`;
+}

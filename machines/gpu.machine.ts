@@ -1,0 +1,212 @@
+// One GPU device: its lifecycle, the replica it belongs to, and the step it is executing.
+import { assign, emit, setup } from 'xstate';
+import type { OutEvent } from './messages.ts';
+
+/** Context of a GPU actor: which replica (and epoch) owns it, and what it is doing. */
+export interface GpuContext {
+  index: number;
+  id: string;
+  replica: string | null;
+  epoch: number;
+  loadMs: number;
+  unloadMs: number;
+  repairMs: number;
+  step: number;
+  faultCode: string | null;
+  /** Where facts about this GPU are reported (the control plane's placement actor). */
+  reportTo: string;
+}
+
+/** Input to create a GPU actor. */
+export interface GpuInput {
+  index: number;
+  reportTo?: string;
+  repairMs?: number;
+}
+
+/** Events a GPU handles: commands from its replica/placement and facts from its executor. */
+export type GpuEvent =
+  | { type: 'gpu.register' }
+  | { type: 'gpu.probed' }
+  | { type: 'gpu.assign'; replica: string; epoch: number; loadMs: number; unloadMs: number }
+  | { type: 'gpu.release'; replica: string; epoch: number }
+  | { type: 'step.execute'; replica: string; epoch: number; step: number }
+  | { type: 'step.finished'; step: number }
+  | { type: 'gpu.fault'; code: string }
+  | { type: 'gpu.repair' };
+
+/** A GPU has no output: it lives as long as its node agent. */
+export type GpuOutput = never;
+
+/** The GPU machine: offline → probing → free → allocated{loading, serving, unloading} → failed → repairing. */
+export const gpuMachine = setup({
+  types: {
+    context: {} as GpuContext,
+    input: {} as GpuInput,
+    events: {} as GpuEvent,
+    emitted: {} as OutEvent,
+  },
+  actions: {
+    /** Starts the step on the executor; the executor answers with `step.finished`. */
+    startStep: (_, _params: { replica: string; epoch: number; step: number }) => {},
+    /** Abandons whatever the executor is running for this GPU. */
+    abortStep: () => {},
+    /** Runs the health probe; answered with `gpu.probed`. */
+    probe: () => {},
+  },
+  delays: {
+    loadTime: ({ context }) => context.loadMs,
+    unloadTime: ({ context }) => context.unloadMs,
+    repairTime: ({ context }) => context.repairMs,
+  },
+  guards: {
+    ownsStep: ({ context, event }) =>
+      event.type === 'step.execute' && event.replica === context.replica && event.epoch === context.epoch,
+    sameOwner: ({ context, event }) =>
+      event.type === 'gpu.release' && event.replica === context.replica && event.epoch === context.epoch,
+    currentStep: ({ context, event }) => event.type === 'step.finished' && event.step === context.step,
+  },
+}).createMachine({
+  id: 'gpu',
+  context: ({ input }) => ({
+    index: input.index,
+    id: `gpu.${input.index}`,
+    replica: null,
+    epoch: 0,
+    loadMs: 0,
+    unloadMs: 0,
+    repairMs: input.repairMs ?? 60_000,
+    step: -1,
+    faultCode: null,
+    reportTo: input.reportTo ?? 'placement',
+  }),
+  initial: 'offline',
+  on: {
+    'gpu.fault': {
+      target: '.failed',
+      actions: [
+        'abortStep',
+        assign({ faultCode: ({ event }) => event.code }),
+        emit(({ context, event }) => ({
+          type: 'out' as const,
+          to: context.reportTo,
+          msg: { type: 'gpu.failed', gpu: context.index, code: event.code, replica: context.replica, epoch: context.epoch },
+        })),
+      ],
+    },
+  },
+  states: {
+    offline: {
+      on: { 'gpu.register': 'probing' },
+    },
+    probing: {
+      entry: 'probe',
+      on: {
+        'gpu.probed': {
+          target: 'free',
+          actions: emit(({ context }) => ({
+            type: 'out' as const,
+            to: context.reportTo,
+            msg: { type: 'gpu.ready', gpu: context.index },
+          })),
+        },
+      },
+    },
+    free: {
+      tags: ['available'],
+      entry: assign({ replica: null, step: -1 }),
+      on: {
+        'gpu.assign': {
+          target: 'allocated',
+          actions: assign({
+            replica: ({ event }) => event.replica,
+            epoch: ({ event }) => event.epoch,
+            loadMs: ({ event }) => event.loadMs,
+            unloadMs: ({ event }) => event.unloadMs,
+          }),
+        },
+      },
+    },
+    allocated: {
+      tags: ['holdsGpu'],
+      initial: 'loading',
+      on: {
+        'gpu.release': { guard: 'sameOwner', target: '.unloading', actions: 'abortStep' },
+      },
+      states: {
+        loading: {
+          after: {
+            loadTime: {
+              target: 'serving',
+              actions: emit(({ context }) => ({
+                type: 'out' as const,
+                to: context.replica ?? context.reportTo,
+                msg: { type: 'gpu.loaded', gpu: context.index, replica: context.replica, epoch: context.epoch },
+              })),
+            },
+          },
+        },
+        serving: {
+          initial: 'idle',
+          states: {
+            idle: {
+              on: {
+                'step.execute': {
+                  guard: 'ownsStep',
+                  target: 'executing',
+                  actions: [
+                    assign({ step: ({ event }) => event.step }),
+                    { type: 'startStep', params: ({ event }) => ({ replica: event.replica, epoch: event.epoch, step: event.step }) },
+                  ],
+                },
+              },
+            },
+            executing: {
+              tags: ['busy'],
+              on: {
+                'step.finished': {
+                  guard: 'currentStep',
+                  target: 'idle',
+                  actions: emit(({ context }) => ({
+                    type: 'out' as const,
+                    to: context.replica ?? context.reportTo,
+                    msg: { type: 'step.completed', gpu: context.index, replica: context.replica, epoch: context.epoch, step: context.step },
+                  })),
+                },
+              },
+            },
+          },
+        },
+        unloading: {
+          after: {
+            unloadTime: {
+              target: '#gpu.free',
+              actions: emit(({ context }) => ({
+                type: 'out' as const,
+                to: context.replica ?? context.reportTo,
+                msg: { type: 'gpu.released', gpu: context.index, replica: context.replica, epoch: context.epoch },
+              })),
+            },
+          },
+        },
+      },
+    },
+    failed: {
+      tags: ['unhealthy'],
+      on: {
+        'gpu.fault': {},
+        'gpu.repair': 'repairing',
+      },
+    },
+    repairing: {
+      tags: ['unhealthy'],
+      on: { 'gpu.fault': {} },
+      after: {
+        repairTime: {
+          target: 'probing',
+          actions: assign({ faultCode: null, replica: null, step: -1 }),
+        },
+      },
+    },
+  },
+});

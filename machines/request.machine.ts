@@ -1,0 +1,256 @@
+// One inference request: admission, queueing with a hard budget, execution, and exactly one terminal outcome.
+import { assign, emit, setup } from 'xstate';
+import type { OutEvent } from './messages.ts';
+
+/** Terminal outcomes a request can end with. */
+export type RequestOutcome = 'done' | 'cancelled' | 'expired' | 'rejected' | 'failed';
+
+/** Context of a request actor: budget, where it runs, what it has streamed and how it ended. */
+export interface RequestContext {
+  id: string;
+  model: string;
+  priority: string;
+  receivedAt: number;
+  /** The most a request may wait in a queue before its first token (ms). */
+  queueBudgetMs: number;
+  /** The most a request may wait to resume after an interruption (ms). */
+  resumeBudgetMs: number;
+  /** Resumes left before an interruption ends the request. */
+  resumesLeft: number;
+  replica: string | null;
+  queuedAt: number;
+  scheduledAt: number;
+  firstTokenAt: number;
+  finishedAt: number;
+  tokens: number;
+  resumes: number;
+  preemptions: number;
+  code: string | null;
+  message: string | null;
+  /** The code a requeued request ends with if it cannot resume in time. */
+  requeueCode: string;
+  outcome: RequestOutcome | null;
+}
+
+/** Input to create a request actor. */
+export interface RequestInput {
+  id: string;
+  model: string;
+  priority: string;
+  receivedAt: number;
+  queueBudgetMs: number;
+  resumeBudgetMs?: number;
+  maxResumes?: number;
+}
+
+/** Events a request hears: only changes of state, never individual tokens. */
+export type RequestEvent =
+  | { type: 'request.admitted'; replica: string; t: number }
+  | { type: 'request.rejected'; code: string; message: string; t: number }
+  | { type: 'request.scheduled'; replica: string; t: number }
+  | { type: 'request.prefillStarted'; t: number }
+  | { type: 'request.firstToken'; t: number }
+  | { type: 'request.preempted'; t: number }
+  | { type: 'request.interrupted'; code: string; message: string; tokens: number; t: number }
+  | { type: 'request.requeued'; replica: string; t: number }
+  | { type: 'request.finished'; tokens: number; t: number }
+  | { type: 'request.failed'; code: string; message: string; tokens: number; t: number }
+  | { type: 'request.cancel'; t: number };
+
+/** What a finished request reports. */
+export interface RequestOutput {
+  id: string;
+  outcome: RequestOutcome;
+  code: string | null;
+  tokens: number;
+}
+
+/** The request machine: received → admitted/rejected → queued → scheduled → prefilling → decoding → terminal; requeued on a resumable failure. */
+export const requestMachine = setup({
+  types: {
+    context: {} as RequestContext,
+    input: {} as RequestInput,
+    events: {} as RequestEvent,
+    emitted: {} as OutEvent,
+    output: {} as RequestOutput,
+  },
+  actions: {
+    /** Reports the terminal outcome (to metrics, the client stream and the report). */
+    reportOutcome: () => {},
+    /** Tells the replica (or router) holding it in a queue to forget it. */
+    withdraw: emit(({ context }) => ({
+      type: 'out' as const,
+      to: context.replica ?? 'router',
+      msg: { type: 'request.withdraw', id: context.id },
+    })),
+  },
+  delays: {
+    queueBudget: ({ context }) => Math.max(0, context.receivedAt + context.queueBudgetMs - context.queuedAt),
+    resumeBudget: ({ context }) => context.resumeBudgetMs,
+  },
+  guards: {
+    canResume: ({ context }) => context.resumesLeft > 0,
+  },
+}).createMachine({
+  id: 'request',
+  context: ({ input }) => ({
+    id: input.id,
+    model: input.model,
+    priority: input.priority,
+    receivedAt: input.receivedAt,
+    queueBudgetMs: input.queueBudgetMs,
+    resumeBudgetMs: input.resumeBudgetMs ?? input.queueBudgetMs,
+    resumesLeft: input.maxResumes ?? 1,
+    replica: null,
+    queuedAt: input.receivedAt,
+    scheduledAt: -1,
+    firstTokenAt: -1,
+    finishedAt: -1,
+    tokens: 0,
+    resumes: 0,
+    preemptions: 0,
+    code: null,
+    message: null,
+    requeueCode: 'expired',
+    outcome: null,
+  }),
+  initial: 'received',
+  states: {
+    received: {
+      on: {
+        'request.admitted': {
+          target: 'admitted',
+          actions: assign({ replica: ({ event }) => event.replica, queuedAt: ({ event }) => event.t }),
+        },
+        'request.rejected': {
+          target: 'rejected',
+          actions: assign({
+            code: ({ event }) => event.code,
+            message: ({ event }) => event.message,
+            finishedAt: ({ event }) => event.t,
+          }),
+        },
+      },
+    },
+    admitted: {
+      always: 'queued',
+    },
+    queued: {
+      tags: ['waiting', 'cancellable'],
+      after: {
+        // The budget counts from receipt: the delay is what is left of it when queueing began.
+        queueBudget: {
+          target: 'expired',
+          actions: [assign({ code: 'expired', message: 'waited its whole queue budget' }), 'withdraw'],
+        },
+      },
+      on: {
+        'request.scheduled': {
+          target: 'scheduled',
+          actions: assign({ scheduledAt: ({ event }) => event.t, replica: ({ event }) => event.replica }),
+        },
+        'request.cancel': { target: 'cancelled', actions: [assign({ code: 'cancelled' }), 'withdraw'] },
+        // A request held at the router until a replica was ready has now been handed to one.
+        'request.requeued': { actions: assign({ replica: ({ event }) => event.replica }) },
+      },
+    },
+    scheduled: {
+      tags: ['running', 'cancellable'],
+      on: {
+        'request.prefillStarted': 'prefilling',
+        'request.preempted': {
+          target: 'requeued',
+          actions: assign({ preemptions: ({ context }) => context.preemptions + 1, queuedAt: ({ event }) => event.t, requeueCode: 'expired' }),
+        },
+      },
+    },
+    prefilling: {
+      tags: ['running', 'cancellable'],
+      on: {
+        'request.firstToken': {
+          target: 'decoding',
+          actions: assign({ firstTokenAt: ({ context, event }) => (context.firstTokenAt < 0 ? event.t : context.firstTokenAt) }),
+        },
+        'request.preempted': {
+          target: 'requeued',
+          actions: assign({ preemptions: ({ context }) => context.preemptions + 1, queuedAt: ({ event }) => event.t, requeueCode: 'expired' }),
+        },
+      },
+    },
+    decoding: {
+      tags: ['running', 'cancellable', 'streaming'],
+      on: {
+        'request.finished': {
+          target: 'done',
+          actions: assign({ tokens: ({ event }) => event.tokens, finishedAt: ({ event }) => event.t }),
+        },
+        'request.preempted': {
+          target: 'requeued',
+          actions: assign({ preemptions: ({ context }) => context.preemptions + 1, queuedAt: ({ event }) => event.t, requeueCode: 'expired' }),
+        },
+      },
+    },
+    requeued: {
+      tags: ['waiting', 'cancellable'],
+      after: {
+        resumeBudget: {
+          target: 'failed',
+          actions: [assign({ code: ({ context }) => context.requeueCode, message: 'could not resume within its budget' }), 'withdraw'],
+        },
+      },
+      on: {
+        'request.requeued': { actions: assign({ replica: ({ event }) => event.replica }) },
+        'request.scheduled': {
+          target: 'scheduled',
+          actions: assign({ replica: ({ event }) => event.replica }),
+        },
+        'request.cancel': { target: 'cancelled', actions: [assign({ code: 'cancelled' }), 'withdraw'] },
+      },
+    },
+    done: { type: 'final', tags: ['terminal'], entry: [assign({ outcome: 'done' }), 'reportOutcome'] },
+    cancelled: { type: 'final', tags: ['terminal'], entry: [assign({ outcome: 'cancelled' }), 'reportOutcome'] },
+    expired: { type: 'final', tags: ['terminal'], entry: [assign({ outcome: 'expired' }), 'reportOutcome'] },
+    rejected: { type: 'final', tags: ['terminal'], entry: [assign({ outcome: 'rejected' }), 'reportOutcome'] },
+    failed: { type: 'final', tags: ['terminal'], entry: [assign({ outcome: 'failed' }), 'reportOutcome'] },
+  },
+  on: {
+    // An interruption (replica failed, drained past its deadline) resumes elsewhere if the budget allows, else fails.
+    'request.interrupted': [
+      {
+        guard: 'canResume',
+        target: '.requeued',
+        actions: assign({
+          resumesLeft: ({ context }) => context.resumesLeft - 1,
+          resumes: ({ context }) => context.resumes + 1,
+          tokens: ({ event }) => event.tokens,
+          replica: null,
+          queuedAt: ({ event }) => event.t,
+          requeueCode: ({ event }) => event.code,
+        }),
+      },
+      {
+        target: '.failed',
+        actions: assign({
+          code: ({ event }) => event.code,
+          message: ({ event }) => event.message,
+          tokens: ({ event }) => event.tokens,
+          finishedAt: ({ event }) => event.t,
+        }),
+      },
+    ],
+    'request.failed': {
+      target: '.failed',
+      actions: assign({
+        code: ({ event }) => event.code,
+        message: ({ event }) => event.message,
+        tokens: ({ event }) => event.tokens,
+        finishedAt: ({ event }) => event.t,
+      }),
+    },
+    'request.cancel': {
+      target: '.cancelled',
+      actions: [assign({ code: 'cancelled', finishedAt: ({ event }) => event.t }), 'withdraw'],
+    },
+  },
+  output: ({ context }) => ({ id: context.id, outcome: context.outcome ?? 'failed', code: context.code, tokens: context.tokens }),
+});
