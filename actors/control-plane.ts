@@ -12,6 +12,7 @@ import type { ReplicaHandle } from './replica.ts';
 import { createRegistry } from './router/registry.ts';
 import { createRouter, type DecisionTrace, type Router } from './router/router.ts';
 import type { Runtime } from './runtime/system.ts';
+import { createDeadlineWheel } from './runtime/deadlines.ts';
 
 /** A request as a client submits it. */
 export interface SubmitSpec {
@@ -99,6 +100,7 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
   const held = new Map<string, Live[]>();
   const finishedTraces = new Map<string, DecisionTrace[]>();
   const violations: string[] = [];
+  const deadlines = createDeadlineWheel(clock);
   const modelByName = new Map(scenario.models.map((m) => [m.name, m]));
   const routerRng = runtime.rng.fork('router');
   let order = 0;
@@ -110,6 +112,12 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
         const l = live.get(context.id);
         if (l) finish(l, context);
       },
+      armDeadline: ({ context, self }) => {
+        const at = context.deadlineAt;
+        deadlines.arm(at, () => {
+          if (self.getSnapshot().status === 'active') self.send({ type: 'request.deadline', at });
+        });
+      },
     },
   });
 
@@ -120,8 +128,7 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
       const l = seq.tag as Live;
       if (l.firstScheduledAt < 0) l.firstScheduledAt = t;
       l.awaitingToken = true;
-      l.actor.send({ type: 'request.scheduled', replica: l.actor.getSnapshot().context.replica ?? 'router', t });
-      l.actor.send({ type: 'request.prefillStarted', t });
+      l.actor.send({ type: 'request.scheduled', replica: l.actor.getSnapshot().context.replica ?? 'router', t, prefilling: true });
     },
     preempted: (seq, t) => {
       (seq.tag as Live).actor.send({ type: 'request.preempted', t });

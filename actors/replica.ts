@@ -51,14 +51,11 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
   const loadMs = o.cost.loadS() * 1000;
   const unloadMs = 1000;
   let inflight: StepPlan | null = null;
+  let saturated = false;
   const steps = { count: 0, batchSizeSum: 0, tokens: 0, predictedMs: 0, busyMs: 0 };
   let handle: ReplicaHandle;
 
   const machine = replicaMachine.provide({
-    guards: {
-      hasWork: () => batcher.hasWork(),
-      isSaturated: () => batcher.saturated(),
-    },
     actions: {
       assignGpus: ({ context }) => {
         for (const g of context.gpus) {
@@ -80,8 +77,14 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
         const plan = batcher.plan(runtime.clock.now());
         inflight = plan;
         if (!plan) {
+          saturated = false;
           self.send({ type: 'step.empty', epoch: context.epoch });
           return;
+        }
+        const nowSaturated = batcher.saturated();
+        if (nowSaturated !== saturated) {
+          saturated = nowSaturated;
+          self.send({ type: nowSaturated ? 'work.saturated' : 'work.unsaturated' });
         }
         runtime.send('node', {
           type: 'step.execute',

@@ -1,4 +1,4 @@
-// One GPU device: its lifecycle, the replica it belongs to, and the step it is executing.
+// One GPU device: its lifecycle, health, and the replica (and epoch) it belongs to.
 import { assign, emit, setup } from 'xstate';
 import type { OutEvent } from './messages.ts';
 
@@ -11,7 +11,6 @@ export interface GpuContext {
   loadMs: number;
   unloadMs: number;
   repairMs: number;
-  step: number;
   faultCode: string | null;
   /** Where facts about this GPU are reported (the control plane's placement actor). */
   reportTo: string;
@@ -30,8 +29,6 @@ export type GpuEvent =
   | { type: 'gpu.probed' }
   | { type: 'gpu.assign'; replica: string; epoch: number; loadMs: number; unloadMs: number }
   | { type: 'gpu.release'; replica: string; epoch: number }
-  | { type: 'step.execute'; replica: string; epoch: number; step: number }
-  | { type: 'step.finished'; step: number }
   | { type: 'gpu.fault'; code: string }
   | { type: 'gpu.repair' };
 
@@ -47,8 +44,6 @@ export const gpuMachine = setup({
     emitted: {} as OutEvent,
   },
   actions: {
-    /** Starts the step on the executor; the executor answers with `step.finished`. */
-    startStep: (_, _params: { replica: string; epoch: number; step: number }) => {},
     /** Abandons whatever the executor is running for this GPU. */
     abortStep: () => {},
     /** Runs the health probe; answered with `gpu.probed`. */
@@ -60,11 +55,8 @@ export const gpuMachine = setup({
     repairTime: ({ context }) => context.repairMs,
   },
   guards: {
-    ownsStep: ({ context, event }) =>
-      event.type === 'step.execute' && event.replica === context.replica && event.epoch === context.epoch,
     sameOwner: ({ context, event }) =>
       event.type === 'gpu.release' && event.replica === context.replica && event.epoch === context.epoch,
-    currentStep: ({ context, event }) => event.type === 'step.finished' && event.step === context.step,
   },
 }).createMachine({
   id: 'gpu',
@@ -76,7 +68,6 @@ export const gpuMachine = setup({
     loadMs: 0,
     unloadMs: 0,
     repairMs: input.repairMs ?? 60_000,
-    step: -1,
     faultCode: null,
     reportTo: input.reportTo ?? 'placement',
   }),
@@ -114,7 +105,7 @@ export const gpuMachine = setup({
     },
     free: {
       tags: ['available'],
-      entry: assign({ replica: null, step: -1 }),
+      entry: assign({ replica: null }),
       on: {
         'gpu.assign': {
           target: 'allocated',
@@ -146,36 +137,10 @@ export const gpuMachine = setup({
             },
           },
         },
+        // Steps do not pass through the GPU actor: the node agent runs them on the executor while the GPU is
+        // here and owned by the step's replica and epoch (a per-step event on eight ranks would dominate the hot path).
         serving: {
-          initial: 'idle',
-          states: {
-            idle: {
-              on: {
-                'step.execute': {
-                  guard: 'ownsStep',
-                  target: 'executing',
-                  actions: [
-                    assign({ step: ({ event }) => event.step }),
-                    { type: 'startStep', params: ({ event }) => ({ replica: event.replica, epoch: event.epoch, step: event.step }) },
-                  ],
-                },
-              },
-            },
-            executing: {
-              tags: ['busy'],
-              on: {
-                'step.finished': {
-                  guard: 'currentStep',
-                  target: 'idle',
-                  actions: emit(({ context }) => ({
-                    type: 'out' as const,
-                    to: context.replica ?? context.reportTo,
-                    msg: { type: 'step.completed', gpu: context.index, replica: context.replica, epoch: context.epoch, step: context.step },
-                  })),
-                },
-              },
-            },
-          },
+          tags: ['serving'],
         },
         unloading: {
           after: {
@@ -204,7 +169,7 @@ export const gpuMachine = setup({
       after: {
         repairTime: {
           target: 'probing',
-          actions: assign({ faultCode: null, replica: null, step: -1 }),
+          actions: assign({ faultCode: null, replica: null }),
         },
       },
     },

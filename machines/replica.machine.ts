@@ -41,15 +41,14 @@ export type ReplicaEvent =
   | { type: 'replica.start' }
   | { type: 'gpu.loaded'; gpu: number; epoch: number }
   | { type: 'work.available' }
-  | { type: 'step.completed'; gpu: number; epoch: number; step: number; more?: WorkLeft }
+  | { type: 'step.completed'; gpu: number; epoch: number; step: number }
   | { type: 'step.empty'; epoch: number }
+  | { type: 'work.saturated' }
+  | { type: 'work.unsaturated' }
   | { type: 'replica.drain'; deadlineMs: number }
   | { type: 'gpu.failed'; gpu: number; code: string }
   | { type: 'gpu.released'; gpu: number; epoch: number }
   | { type: 'replica.stop' };
-
-/** What is left after a step: pure tests put it on the completing event; the runtime asks the batcher. */
-export type WorkLeft = 'none' | 'work' | 'saturated';
 
 /** A replica ends stopped; its output says whether it failed. */
 export interface ReplicaOutput {
@@ -70,7 +69,8 @@ export const replicaMachine = setup({
   actions: {
     /** Asks each GPU of the gang to load this replica's weights. */
     assignGpus: () => {},
-    /** Plans the next iteration and sends it to every rank; an empty plan answers `step.empty`. */
+    /** Plans the next iteration and sends it to every rank; an empty plan answers `step.empty`, a change of
+     * saturation (slots or KV full) answers `work.saturated` / `work.unsaturated`. */
     dispatchStep: () => {},
     /** Applies a step every rank reported: tokens, finished sequences, KV blocks. */
     completeStep: () => {},
@@ -120,10 +120,6 @@ export const replicaMachine = setup({
       event.epoch === context.epoch &&
       event.step === context.step &&
       context.pendingRanks === 1,
-    /** The batcher holds work after the step (provided by the runtime; pure default reads the event). */
-    hasWork: ({ event }) => event.type === 'step.completed' && (event.more === 'work' || event.more === 'saturated'),
-    /** The batcher cannot admit its queue head (slots or KV full). */
-    isSaturated: ({ event }) => event.type === 'step.completed' && event.more === 'saturated',
     currentEmpty: ({ context, event }) => event.type === 'step.empty' && event.epoch === context.epoch,
     isStepping: ({ context }) => context.stepping,
     newFailedGpu: ({ context, event }) =>
@@ -189,8 +185,10 @@ export const replicaMachine = setup({
       on: {
         'replica.drain': { target: 'draining', actions: assign({ drainDeadlineMs: ({ event }) => event.deadlineMs }) },
         'replica.stop': { target: 'draining', actions: assign({ drainDeadlineMs: 0 }) },
+        // The last rank's report applies the step and dispatches the next one in the same transition: one actor
+        // event per rank per step, no state re-entry on the hot path.
         'step.completed': [
-          { guard: 'lastRankOfStep', target: '.applying', actions: [assign({ pendingRanks: 0 }), 'completeStep'] },
+          { guard: 'lastRankOfStep', actions: ['completeStep', 'nextStep', 'dispatchStep'] },
           { guard: 'rankOfStep', actions: 'countRank' },
         ],
       },
@@ -198,26 +196,21 @@ export const replicaMachine = setup({
         idle: {
           tags: ['accepting'],
           entry: assign({ stepping: false }),
-          on: { 'work.available': 'busy' },
+          on: { 'work.available': { target: 'busy', actions: ['nextStep', 'dispatchStep'] } },
         },
         busy: {
           tags: ['accepting', 'stepping'],
-          entry: ['nextStep', 'dispatchStep'],
-          on: { 'step.empty': { guard: 'currentEmpty', target: 'idle' } },
+          on: {
+            'step.empty': { guard: 'currentEmpty', target: 'idle' },
+            'work.saturated': 'saturated',
+          },
         },
         saturated: {
           tags: ['stepping'],
-          entry: ['nextStep', 'dispatchStep'],
-          on: { 'step.empty': { guard: 'currentEmpty', target: 'idle' } },
-        },
-        // Every rank reported and the batcher applied the step: decide what runs next without another event.
-        applying: {
-          tags: ['stepping'],
-          always: [
-            { guard: 'isSaturated', target: 'saturated' },
-            { guard: 'hasWork', target: 'busy' },
-            { target: 'idle' },
-          ],
+          on: {
+            'step.empty': { guard: 'currentEmpty', target: 'idle' },
+            'work.unsaturated': 'busy',
+          },
         },
       },
     },
@@ -227,27 +220,20 @@ export const replicaMachine = setup({
       after: {
         drainDeadline: { target: 'unloading', actions: ['abortStep', 'interruptAll'] },
       },
-      on: {
-        'step.completed': [
-          { guard: 'lastRankOfStep', target: '.applying', actions: [assign({ pendingRanks: 0 }), 'completeStep'] },
-          { guard: 'rankOfStep', actions: 'countRank' },
-        ],
-      },
       states: {
         settling: {
-          always: [{ guard: 'isStepping', target: 'awaiting' }, { target: '#replica.unloading' }],
+          always: [{ guard: 'isStepping', target: 'stepping' }, { target: '#replica.unloading' }],
         },
-        awaiting: {
-          tags: ['stepping'],
-        },
+        // Finishes what it holds: steps continue until the batcher is empty (or the deadline passes).
         stepping: {
           tags: ['stepping'],
-          entry: ['nextStep', 'dispatchStep'],
-          on: { 'step.empty': { guard: 'currentEmpty', target: '#replica.unloading' } },
-        },
-        applying: {
-          tags: ['stepping'],
-          always: [{ guard: 'hasWork', target: 'stepping' }, { target: '#replica.unloading' }],
+          on: {
+            'step.completed': [
+              { guard: 'lastRankOfStep', actions: ['completeStep', 'nextStep', 'dispatchStep'] },
+              { guard: 'rankOfStep', actions: 'countRank' },
+            ],
+            'step.empty': { guard: 'currentEmpty', target: '#replica.unloading' },
+          },
         },
       },
     },

@@ -29,6 +29,8 @@ export interface RequestContext {
   message: string | null;
   /** The code a requeued request ends with if it cannot resume in time. */
   requeueCode: string;
+  /** When the current wait ends the request (absolute ms): the queue budget, or the resume budget after an interruption. */
+  deadlineAt: number;
   outcome: RequestOutcome | null;
 }
 
@@ -47,8 +49,9 @@ export interface RequestInput {
 export type RequestEvent =
   | { type: 'request.admitted'; replica: string; t: number }
   | { type: 'request.rejected'; code: string; message: string; t: number }
-  | { type: 'request.scheduled'; replica: string; t: number }
+  | { type: 'request.scheduled'; replica: string; t: number; prefilling?: boolean }
   | { type: 'request.prefillStarted'; t: number }
+  | { type: 'request.deadline'; at: number }
   | { type: 'request.firstToken'; t: number }
   | { type: 'request.preempted'; t: number }
   | { type: 'request.interrupted'; code: string; message: string; tokens: number; t: number }
@@ -77,6 +80,8 @@ export const requestMachine = setup({
   actions: {
     /** Reports the terminal outcome (to metrics, the client stream and the report). */
     reportOutcome: () => {},
+    /** Arms a timer that sends `request.deadline` with `at = context.deadlineAt` (one wheel for all requests). */
+    armDeadline: () => {},
     /** Tells the replica (or router) holding it in a queue to forget it. */
     withdraw: emit(({ context }) => ({
       type: 'out' as const,
@@ -84,12 +89,11 @@ export const requestMachine = setup({
       msg: { type: 'request.withdraw', id: context.id },
     })),
   },
-  delays: {
-    queueBudget: ({ context }) => Math.max(0, context.receivedAt + context.queueBudgetMs - context.queuedAt),
-    resumeBudget: ({ context }) => context.resumeBudgetMs,
-  },
   guards: {
     canResume: ({ context }) => context.resumesLeft > 0,
+    /** The deadline that fired is the current one (an older one may fire after the request moved on). */
+    prefillDispatched: ({ event }) => event.type === 'request.scheduled' && event.prefilling === true,
+    currentDeadline: ({ context, event }) => event.type === 'request.deadline' && event.at === context.deadlineAt,
   },
 }).createMachine({
   id: 'request',
@@ -112,6 +116,7 @@ export const requestMachine = setup({
     code: null,
     message: null,
     requeueCode: 'expired',
+    deadlineAt: input.receivedAt + input.queueBudgetMs,
     outcome: null,
   }),
   initial: 'received',
@@ -137,17 +142,17 @@ export const requestMachine = setup({
     },
     queued: {
       tags: ['waiting', 'cancellable'],
-      after: {
-        // The budget counts from receipt: the delay is what is left of it when queueing began.
-        queueBudget: {
-          target: 'expired',
-          actions: [assign({ code: 'expired', message: 'waited its whole queue budget' }), 'withdraw'],
-        },
-      },
+      // The budget counts from receipt: deadlineAt = receivedAt + queue budget (the smaller of class and client).
+      entry: 'armDeadline',
       on: {
         'request.scheduled': {
           target: 'scheduled',
           actions: assign({ scheduledAt: ({ event }) => event.t, replica: ({ event }) => event.replica }),
+        },
+        'request.deadline': {
+          guard: 'currentDeadline',
+          target: 'expired',
+          actions: [assign({ code: 'expired', message: 'waited its whole queue budget' }), 'withdraw'],
         },
         'request.cancel': { target: 'cancelled', actions: [assign({ code: 'cancelled' }), 'withdraw'] },
         // A request held at the router until a replica was ready has now been handed to one.
@@ -156,6 +161,8 @@ export const requestMachine = setup({
     },
     scheduled: {
       tags: ['running', 'cancellable'],
+      // A batcher that dispatches the first prefill chunk in the same step says so on `request.scheduled`.
+      always: { guard: 'prefillDispatched', target: 'prefilling' },
       on: {
         'request.prefillStarted': 'prefilling',
         'request.preempted': {
@@ -192,17 +199,17 @@ export const requestMachine = setup({
     },
     requeued: {
       tags: ['waiting', 'cancellable'],
-      after: {
-        resumeBudget: {
-          target: 'failed',
-          actions: [assign({ code: ({ context }) => context.requeueCode, message: 'could not resume within its budget' }), 'withdraw'],
-        },
-      },
+      entry: [assign({ deadlineAt: ({ context }) => context.queuedAt + context.resumeBudgetMs }), 'armDeadline'],
       on: {
         'request.requeued': { actions: assign({ replica: ({ event }) => event.replica }) },
         'request.scheduled': {
           target: 'scheduled',
           actions: assign({ replica: ({ event }) => event.replica }),
+        },
+        'request.deadline': {
+          guard: 'currentDeadline',
+          target: 'failed',
+          actions: [assign({ code: ({ context }) => context.requeueCode, message: 'could not resume within its budget' }), 'withdraw'],
         },
         'request.cancel': { target: 'cancelled', actions: [assign({ code: 'cancelled' }), 'withdraw'] },
       },

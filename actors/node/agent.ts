@@ -13,6 +13,8 @@ interface GpuSlot {
   cost: CostModel | null;
   slowdown: number;
   hung: boolean;
+  /** The step this rank is executing, for progress (hung-rank) detection. */
+  inflight: { replica: string; epoch: number; step: number; since: number } | null;
 }
 
 /** A running node agent. */
@@ -44,21 +46,11 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   const id = opts.id ?? 'node';
   const slots = new Map<number, GpuSlot>();
   const costs = new Map<string, CostModel>();
-  const shapes = new Map<string, StepShape>();
   const { clock, send } = runtime;
 
   for (const g of opts.gpus) {
     const machine = gpuMachine.provide({
       actions: {
-        startStep: ({ self }, p) => {
-          const slot = slots.get(g)!;
-          const shape = shapes.get(p.replica);
-          if (!slot.cost || !shape || slot.hung) return;
-          opts.executor.start(
-            { gpu: g, replica: p.replica, epoch: p.epoch, step: p.step, shape, cost: slot.cost, slowdown: slot.slowdown },
-            () => self.send({ type: 'step.finished', step: p.step }),
-          );
-        },
         abortStep: () => opts.executor.abort(g),
         probe: ({ self }) => {
           clock.setTimeout(() => self.send({ type: 'gpu.probed' }), opts.probeMs ?? 0);
@@ -66,7 +58,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
       },
     });
     const actor = createActor(machine, { input: { index: g, repairMs: opts.repairMs }, clock, id: `gpu.${g}` });
-    slots.set(g, { actor, cost: null, slowdown: 1, hung: false });
+    slots.set(g, { actor, cost: null, slowdown: 1, hung: false, inflight: null });
     runtime.register(`gpu.${g}`, (msg) => onGpuMessage(g, msg));
     runtime.supervise(`gpu.${g}`, actor);
   }
@@ -92,6 +84,19 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     }
   };
 
+  /** Runs one rank's share of a step if the GPU is serving that replica's epoch; reports `step.completed`. */
+  const startStep = (g: number, replica: string, epoch: number, step: number, shape: StepShape): void => {
+    const slot = slots.get(g);
+    if (!slot || !slot.cost || slot.hung) return;
+    const snap = slot.actor.getSnapshot();
+    if (!snap.hasTag('serving') || snap.context.replica !== replica || snap.context.epoch !== epoch) return;
+    slot.inflight = { replica, epoch, step, since: clock.now() };
+    opts.executor.start({ gpu: g, replica, epoch, step, shape, cost: slot.cost, slowdown: slot.slowdown }, (busyMs) => {
+      slot.inflight = null;
+      send(replica, { type: 'step.completed', gpu: g, replica, epoch, step, busyMs });
+    });
+  };
+
   const inject = (g: number, fault: 'fault' | 'hang' | 'straggle' | 'repair', factor?: number): void => {
     const slot = slots.get(g);
     if (!slot) return;
@@ -108,8 +113,8 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   runtime.register(id, (msg) => {
     const m = msg as NodeMessage;
     if (m.type === 'step.execute') {
-      shapes.set(m.replica, shapeOf(m));
-      for (const g of m.gpus) slots.get(g)?.actor.send({ type: 'step.execute', replica: m.replica, epoch: m.epoch, step: m.step });
+      const shape = shapeOf(m);
+      for (const g of m.gpus) startStep(g, m.replica, m.epoch, m.step, shape);
     } else if (m.type === 'gpu.inject') {
       inject(m.gpu, m.fault, m.factor);
     }
