@@ -3,8 +3,9 @@
 import { normalizeScenario } from '../actors/config.ts';
 import { simulate } from '../actors/sim/simulate.ts';
 import { loadTrace } from '../actors/sim/traffic.ts';
+import { printFigures, quick } from './lib/data.ts';
 
-const REQUESTS = Number(process.env['BENCH_SIM_REQUESTS'] ?? 2000);
+const REQUESTS = Number(process.env['BENCH_SIM_REQUESTS'] ?? (quick ? 500 : 2000));
 
 function scenario(arrival: Record<string, unknown>) {
   return normalizeScenario({
@@ -37,13 +38,11 @@ const trace = run("trace's own timestamps (~5 req/s)", { process: 'trace' });
 const loaded = run('Poisson 18 req/s (~90 % of capacity)', { process: 'poisson', rate: 18 });
 const burst = run('all at t=0 (saturated)', { process: 'burst', rate: 1 });
 console.log('\ntarget: >= 10,000 simulated requests per wall second; the primary figure is the trace-timestamp run.');
-console.log(
-  JSON.stringify({
+printFigures({
     simRequestsPerWallS: Math.round(trace.perS),
     simRequestsPerWallSAt90pct: Math.round(loaded.perS),
     simRequestsPerWallSSaturated: Math.round(burst.perS),
     stepsPerWallS: Math.round(trace.r.batch.steps / trace.wall),
     requests: REQUESTS,
     seed: 1,
-  }),
-);
+});
