@@ -1,11 +1,12 @@
-// The in-process link of the simulator: every message is encoded and decoded by the real codec and validated,
-// then delivered in (time, sequence) order with a seeded latency, FIFO per direction.
+// The in-process link of the simulator: messages are batched per instant into one frame (as the WebSocket link
+// batches a tick's messages), encoded and decoded by the real codec, validated against the protocol schema, and
+// delivered in (time, sequence) order with a seeded latency, FIFO per direction.
 import type { Clock } from '../actors/runtime/clock.ts';
 import type { Rng } from '../actors/runtime/rng.ts';
 import type { Msg, Runtime } from '../actors/runtime/system.ts';
 import { decodeMessage, encode } from './codec.ts';
 import { nodeMessageSchema } from './protocol.ts';
-import { obj, str } from './schema.ts';
+import { arr, obj, str } from './schema.ts';
 
 /** Latency of a simulated link. */
 export interface SimLinkOptions {
@@ -18,32 +19,57 @@ export interface SimLink {
   /** Stops delivery in one or both directions (messages sent meanwhile are lost). */
   cut(direction?: 'both' | 'aToB' | 'bToA'): void;
   heal(): void;
-  readonly stats: { messages: number; bytes: number; rejected: number };
+  /** Adds latency to every frame from now on (a slow network), in ms. */
+  setExtraLatency(ms: number): void;
+  readonly stats: { messages: number; frames: number; bytes: number; rejected: number };
 }
 
+/** The frame format: a batch of envelopes, each naming its destination entity. */
+const frameSchema = arr(obj({ to: str({ min: 1, max: 200 }), msg: nodeMessageSchema }), { min: 1, max: 100_000 });
+
 /** Connects runtime `a` (control plane) and `b` (node agent) through the codec and the virtual clock. */
-export function connectSimLink(a: Runtime, b: Runtime, clock: Clock & { at(t: number, fn: () => void): number }, rng: Rng, opts: SimLinkOptions): SimLink {
-  const stats = { messages: 0, bytes: 0, rejected: 0 };
+export function connectSimLink(
+  a: Runtime,
+  b: Runtime,
+  clock: Clock & { at(t: number, fn: () => void): number },
+  rng: Rng,
+  opts: SimLinkOptions,
+): SimLink {
+  const stats = { messages: 0, frames: 0, bytes: 0, rejected: 0 };
   let aToB = true;
   let bToA = true;
-  const last = { ab: 0, ba: 0 };
-  const pipe = (to: Runtime, dir: 'ab' | 'ba') => (dest: string, msg: Msg): void => {
-    if (dir === 'ab' ? !aToB : !bToA) return;
-    const bytes = encode({ to: dest, msg });
-    stats.messages++;
-    stats.bytes += bytes.length;
-    const jitter = opts.jitterMs > 0 ? rng.next() * opts.jitterMs : 0;
-    const at = Math.max(clock.now() + opts.latencyMs + jitter, last[dir]);
-    last[dir] = at;
-    clock.at(at, () => {
-      if (dir === 'ab' ? !aToB : !bToA) return;
-      const frame = decodeEnvelope(bytes);
-      if (!frame) {
-        stats.rejected++;
-        return;
-      }
-      to.send(frame.to, frame.msg);
-    });
+  let extra = 0;
+  const open = (dir: 'ab' | 'ba'): boolean => (dir === 'ab' ? aToB : bToA);
+
+  const pipe = (to: Runtime, dir: 'ab' | 'ba') => {
+    let pending: { to: string; msg: Msg }[] = [];
+    let last = 0;
+    const flush = (): void => {
+      const batch = pending;
+      pending = [];
+      if (!open(dir) || batch.length === 0) return;
+      const bytes = encode(batch);
+      stats.frames++;
+      stats.bytes += bytes.length;
+      const jitter = opts.jitterMs > 0 ? rng.next() * opts.jitterMs : 0;
+      const at = Math.max(clock.now() + opts.latencyMs + extra + jitter, last);
+      last = at;
+      clock.at(at, () => {
+        if (!open(dir)) return;
+        const frame = decodeMessage(bytes, frameSchema);
+        if (!frame.ok) {
+          stats.rejected++;
+          return;
+        }
+        for (const env of frame.value) to.send(env.to, env.msg as Msg);
+      });
+    };
+    return (dest: string, msg: Msg): void => {
+      if (!open(dir)) return;
+      stats.messages++;
+      if (pending.length === 0) clock.at(clock.now(), flush);
+      pending.push({ to: dest, msg });
+    };
   };
   a.setRemote(pipe(b, 'ab'));
   b.setRemote(pipe(a, 'ba'));
@@ -57,13 +83,8 @@ export function connectSimLink(a: Runtime, b: Runtime, clock: Clock & { at(t: nu
       aToB = true;
       bToA = true;
     },
+    setExtraLatency: (ms) => {
+      extra = ms;
+    },
   };
 }
-
-function decodeEnvelope(bytes: Uint8Array): { to: string; msg: Msg } | null {
-  const env = decodeMessage(bytes, envelopeSchema);
-  if (!env.ok) return null;
-  return env.value as { to: string; msg: Msg };
-}
-
-const envelopeSchema = obj({ to: str({ min: 1, max: 200 }), msg: nodeMessageSchema });
