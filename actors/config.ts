@@ -3,6 +3,19 @@ import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
 import { arr, bool, int, num, obj, oneOf, optional, record, str, validate, type Infer } from '../transport/schema.ts';
 import { GPU_PROFILES, MODEL_PROFILES } from './gpu/profiles.ts';
+import { DEFAULT_EJECTION, type EjectionConfig } from './router/health.ts';
+import {
+  checkPlacementSections,
+  detectionDefaults,
+  detectionSchema,
+  placementDefaults,
+  placementSchema,
+  plannerDefaults,
+  plannerSchema,
+  type DetectionConfig,
+  type PlacementConfig,
+  type PlannerConfig,
+} from './placement/config.ts';
 
 const pos = num({ min: 0, max: 1e12 });
 const classSchema = obj({
@@ -11,6 +24,7 @@ const classSchema = obj({
   maxQueueMs: optional(pos),
   maxQueued: optional(int({ min: 0 })),
   maxQueuedTokens: optional(int({ min: 0 })),
+  shedAt: optional(num({ min: 0, max: 1 })),
 });
 const lengthDist = obj({ mean: num({ min: 1, max: 1e6 }), cv: optional(num({ min: 0, max: 10 })), max: optional(int({ min: 1 })) });
 
@@ -32,6 +46,11 @@ const modelSchema = obj({
       maxContext: optional(int({ min: 16, max: 1_000_000 })),
       watermark: optional(num({ min: 0, max: 0.5 })),
       kvBlocks: optional(int({ min: 1 })),
+      // Dynamic batching of `kind: stateless` models.
+      maxBatch: optional(int({ min: 1, max: 4096 })),
+      maxBatchTokens: optional(int({ min: 1, max: 10_000_000 })),
+      maxDelayMs: optional(num({ min: 0, max: 60_000 })),
+      buckets: optional(arr(int({ min: 1, max: 1_000_000 }), { min: 1, max: 64 })),
     }),
   ),
   classes: optional(record(classSchema, { max: 8 })),
@@ -73,17 +92,28 @@ const faultSchema = obj({
 export const scenarioSchema = obj({
   name: optional(str({ max: 200 })),
   seed: optional(int({ min: 0, max: 2 ** 31 - 1 })),
-  node: optional(obj({ gpu: optional(oneOf(...(Object.keys(GPU_PROFILES) as [string, ...string[]]))), gpus: optional(int({ min: 1, max: 64 })) })),
-  routing: optional(obj({ policy: optional(oneOf('cost', 'round-robin', 'least-requests', 'power-of-two')) })),
-  placement: optional(
+  node: optional(
+    obj({ gpu: optional(oneOf(...(Object.keys(GPU_PROFILES) as [string, ...string[]]))), gpus: optional(int({ min: 1, max: 64 })), repairMs: optional(pos) }),
+  ),
+  routing: optional(
     obj({
-      policy: optional(oneOf('exclusive', 'switch', 'share')),
-      drainDeadlineMs: optional(pos),
-      minResidencyMs: optional(pos),
-      interference: optional(num({ min: 1, max: 10 })),
-      largeWaitReservation: optional(bool()),
+      policy: optional(oneOf('cost', 'round-robin', 'least-requests', 'power-of-two')),
+      ejection: optional(
+        obj({
+          slowFactor: optional(num({ min: 1, max: 100 })),
+          minSteps: optional(int({ min: 1, max: 1_000_000 })),
+          alpha: optional(num({ min: 0.001, max: 1 })),
+          failures: optional(int({ min: 1, max: 1000 })),
+          baseEjectionMs: optional(pos),
+          maxEjectionMs: optional(pos),
+          maxEjectedFraction: optional(num({ min: 0, max: 1 })),
+        }),
+      ),
     }),
   ),
+  placement: optional(placementSchema),
+  detection: optional(detectionSchema),
+  planner: optional(plannerSchema),
   models: arr(modelSchema, { min: 1, max: 16 }),
   traffic: optional(arr(trafficSchema, { max: 64 })),
   faults: optional(arr(faultSchema, { max: 1000 })),
@@ -109,6 +139,8 @@ export interface ClassConfig {
   maxQueueMs: number;
   maxQueued: number;
   maxQueuedTokens: number;
+  /** Shed this class once a top-class request would wait past this fraction of the top class's maxQueueMs. */
+  shedAt: number;
 }
 
 /** A model with every default filled in. */
@@ -129,6 +161,8 @@ export interface ModelConfig {
     maxContext: number;
     watermark: number;
     kvBlocks?: number;
+    /** Dynamic batching of a stateless model: batch size, padded tokens, the oldest member's wait, input-length buckets. */
+    stateless: { maxBatch: number; maxBatchTokens: number; maxDelayMs: number; buckets: number[] };
   };
   classes: ClassConfig[];
   resume: { maxResumes: number; budgetMs: number };
@@ -139,9 +173,11 @@ export interface ModelConfig {
 export interface Scenario {
   name: string;
   seed: number;
-  node: { gpu: string; gpus: number };
-  routing: { policy: 'cost' | 'round-robin' | 'least-requests' | 'power-of-two' };
-  placement: { policy: 'exclusive' | 'switch' | 'share'; drainDeadlineMs: number; minResidencyMs: number; interference: number; largeWaitReservation: boolean };
+  node: { gpu: string; gpus: number; repairMs: number };
+  routing: { policy: 'cost' | 'round-robin' | 'least-requests' | 'power-of-two'; ejection: EjectionConfig };
+  placement: PlacementConfig;
+  detection: DetectionConfig;
+  planner: PlannerConfig;
   models: ModelConfig[];
   traffic: NonNullable<ScenarioFile['traffic']>;
   faults: NonNullable<ScenarioFile['faults']>;
@@ -159,7 +195,7 @@ export class ConfigError extends Error {
   }
 }
 
-const DEFAULT_CLASSES: Record<string, Omit<ClassConfig, 'name' | 'rank'>> = {
+const DEFAULT_CLASSES: Record<string, Omit<ClassConfig, 'name' | 'rank' | 'shedAt'>> = {
   interactive: { ttftMs: 2000, tpotMs: 100, maxQueueMs: 10_000, maxQueued: 4096, maxQueuedTokens: 8_000_000 },
   batch: { ttftMs: 60_000, tpotMs: 1000, maxQueueMs: 120_000, maxQueued: 2048, maxQueuedTokens: 4_000_000 },
 };
@@ -191,6 +227,7 @@ export function normalizeScenario(raw: unknown): Scenario {
         maxQueueMs: given.maxQueueMs ?? base.maxQueueMs,
         maxQueued: given.maxQueued ?? base.maxQueued,
         maxQueuedTokens: given.maxQueuedTokens ?? base.maxQueuedTokens,
+        shedAt: given.shedAt ?? (rank === 0 ? 1 : 0.5),
       };
     });
     const tp = m.tp ?? 1;
@@ -211,6 +248,7 @@ export function normalizeScenario(raw: unknown): Scenario {
         maxContext: m.batching?.maxContext ?? profile.maxContext,
         watermark: m.batching?.watermark ?? 0.01,
         ...(m.batching?.kvBlocks ? { kvBlocks: m.batching.kvBlocks } : {}),
+        stateless: statelessBatching(m.batching ?? {}, m.batching?.maxContext ?? profile.maxContext, i),
       },
       classes,
       resume: { maxResumes: m.resume?.maxResumes ?? 1, budgetMs: m.resume?.budgetMs ?? 30_000 },
@@ -239,21 +277,20 @@ export function normalizeScenario(raw: unknown): Scenario {
       throw new ConfigError(`traffic[${i}].arrival.rate`, `required for ${t.arrival.process} arrivals`);
     }
   });
+  const planner = plannerDefaults(f.planner);
+  const bad = checkPlacementSections(models, gpus, planner);
+  if (bad) throw new ConfigError(bad.path, bad.message);
   (f.faults ?? []).forEach((x, i) => {
     if (x.gpu >= gpus) throw new ConfigError(`faults[${i}].gpu`, `the node has ${gpus} GPUs (0-${gpus - 1})`);
   });
   return {
     name: f.name ?? 'scenario',
     seed: f.seed ?? 1,
-    node: { gpu: f.node?.gpu ?? 'H100-SXM', gpus },
-    routing: { policy: f.routing?.policy ?? 'cost' },
-    placement: {
-      policy: f.placement?.policy ?? 'exclusive',
-      drainDeadlineMs: f.placement?.drainDeadlineMs ?? 30_000,
-      minResidencyMs: f.placement?.minResidencyMs ?? 60_000,
-      interference: f.placement?.interference ?? 1.3,
-      largeWaitReservation: f.placement?.largeWaitReservation ?? true,
-    },
+    node: { gpu: f.node?.gpu ?? 'H100-SXM', gpus, repairMs: f.node?.repairMs ?? 60_000 },
+    routing: { policy: f.routing?.policy ?? 'cost', ejection: { ...DEFAULT_EJECTION, ...definedOnly(f.routing?.ejection ?? {}) } },
+    placement: placementDefaults(f.placement),
+    detection: detectionDefaults(f.detection),
+    planner,
     models,
     traffic: f.traffic ?? [],
     faults: f.faults ?? [],
@@ -264,6 +301,30 @@ export function normalizeScenario(raw: unknown): Scenario {
       maxSimSeconds: f.sim?.maxSimSeconds ?? 36_000,
     },
   };
+}
+
+/** The fields of `o` that are set (so an explicit undefined never overrides a default). */
+function definedOnly<T extends object>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
+
+/** Stateless batching settings with defaults: 32 per batch, 16k padded tokens, 5 ms delay, power-of-two buckets. */
+function statelessBatching(
+  b: { maxBatch?: number; maxBatchTokens?: number; maxDelayMs?: number; buckets?: number[] },
+  maxContext: number,
+  i: number,
+): ModelConfig['batching']['stateless'] {
+  const buckets: number[] = [];
+  if (b.buckets) {
+    if (b.buckets.some((x, k) => k > 0 && x <= b.buckets![k - 1]!)) throw new ConfigError(`models[${i}].batching.buckets`, 'must be strictly ascending');
+    buckets.push(...b.buckets);
+  } else {
+    for (let x = 16; x < maxContext; x *= 2) buckets.push(x);
+    buckets.push(maxContext);
+  }
+  const maxBatchTokens = b.maxBatchTokens ?? 16_384;
+  if (buckets[0]! > maxBatchTokens) throw new ConfigError(`models[${i}].batching.maxBatchTokens`, `is below the smallest bucket (${buckets[0]})`);
+  return { maxBatch: b.maxBatch ?? 32, maxBatchTokens, maxDelayMs: b.maxDelayMs ?? 5, buckets };
 }
 
 /** Reads and validates a YAML (or JSON) scenario file. */

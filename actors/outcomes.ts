@@ -2,7 +2,7 @@
 
 /** Every typed outcome code switchyard returns. */
 export const OUTCOME_CODES = {
-  overloaded: { retryable: true, http: 429, meaning: 'the predicted wait exceeds the request’s queue budget, or the queue is full; retry after retryAfterMs' },
+  overloaded: { retryable: true, http: 429, meaning: 'the predicted wait exceeds the request’s queue budget, its class’s queue is full or being shed, or no replica has KV headroom for it; retry after retryAfterMs' },
   model_unavailable: { retryable: true, http: 503, meaning: 'no replica of the model can exist now (e.g. the large model with fewer than eight healthy GPUs); the reason says why' },
   model_not_found: { retryable: false, http: 404, meaning: 'unknown model or version; the message lists what exists' },
   invalid_request: { retryable: false, http: 400, meaning: 'bad parameters, or too long for the model’s context; never counts against a replica' },
@@ -28,4 +28,10 @@ export interface Failure {
 /** Builds a Failure with the code's retryability. */
 export function failure(code: OutcomeCode, message: string, extra: { retryAfterMs?: number; cause?: unknown } = {}): Failure {
   return { code, message, retryable: OUTCOME_CODES[code].retryable, ...extra };
+}
+
+/** The outcome table as Markdown (docs/outcomes.md embeds it; a test keeps the two in step). */
+export function outcomesMarkdown(): string {
+  const rows = Object.entries(OUTCOME_CODES).map(([code, o]) => `| \`${code}\` | ${o.http} | ${o.retryable ? 'yes' : 'no'} | ${o.meaning} |`);
+  return ['| code | HTTP | retryable | meaning |', '|---|---|---|---|', ...rows].join('\n') + '\n';
 }

@@ -5,6 +5,8 @@ import { createContinuousBatcher, type ContinuousBatcher, type ContinuousLimits,
 import type { CostModel } from './gpu/cost-model.ts';
 import type { Runtime } from './runtime/system.ts';
 import type { Sequence } from './batcher/sequence.ts';
+import { batchShape, createStatelessBatcher, type ClosedBatch, type StatelessBatcher, type StatelessLimits } from './batcher/stateless.ts';
+import { failure } from './outcomes.ts';
 
 /** What a replica is, as the router and placement see it. */
 export interface ReplicaHandle {
@@ -22,8 +24,14 @@ export interface ReplicaHandle {
   accepting(): boolean;
   /** Hands a sequence to the batcher and wakes the iteration loop. */
   enqueue(seq: Sequence, atHead?: boolean): void;
+  /** The dynamic batcher of a stateless model's replica (one closed batch per step), or null. */
+  readonly stateless: StatelessBatcher | null;
+  /** Makes this replica serve a stateless model with dynamic batching (idempotent); returns its batcher. */
+  useStateless(limits: StatelessLimits): StatelessBatcher;
   /** Stats of completed steps. */
   readonly steps: { count: number; batchSizeSum: number; tokens: number; predictedMs: number; busyMs: number };
+  /** The step in flight (when dispatched, its predicted time, the ranks that reported it), or null: progress detection. */
+  inflight(): { step: number; since: number; predictedMs: number; reported: readonly number[] } | null;
 }
 
 /** Options of a replica. */
@@ -51,7 +59,20 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
   const loadMs = o.cost.loadS() * 1000;
   const unloadMs = 1000;
   let inflight: StepPlan | null = null;
+  // Which ranks reported the step in flight, so a hung rank can be told from a slow step.
+  let inflightStep = -1;
+  let inflightEpoch = -1;
+  const reported: number[] = [];
   let saturated = false;
+  // A stateless model's replica runs one closed batch per step instead of iteration-level batching.
+  let stateless: StatelessBatcher | null = null;
+  let inflightBatch: ClosedBatch | null = null;
+  const planStateless = (now: number): StepPlan | null => {
+    const b = stateless?.next() ?? null;
+    inflightBatch = b;
+    if (!b) return null;
+    return { entries: [], shape: batchShape(b), tokens: b.tokens, prefillTokens: b.tokens, decodes: 0, blocksUsed: 0, predictedMs: 0, dispatchedAt: now };
+  };
   const steps = { count: 0, batchSizeSum: 0, tokens: 0, predictedMs: 0, busyMs: 0 };
   let handle: ReplicaHandle;
 
@@ -74,13 +95,18 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
         }
       },
       dispatchStep: ({ context, self }) => {
-        const plan = batcher.plan(runtime.clock.now());
+        const plan = stateless ? planStateless(runtime.clock.now()) : batcher.plan(runtime.clock.now());
         inflight = plan;
         if (!plan) {
           saturated = false;
           self.send({ type: 'step.empty', epoch: context.epoch });
           return;
         }
+        plan.dispatchedAt = runtime.clock.now();
+        inflightStep = context.step;
+        inflightEpoch = context.epoch;
+        reported.length = 0;
+        plan.predictedMs = o.cost.stepS(plan.shape) * 1000 * (o.slowdown ?? 1);
         const nowSaturated = batcher.saturated();
         if (nowSaturated !== saturated) {
           saturated = nowSaturated;
@@ -102,18 +128,26 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
       completeStep: () => {
         const plan = inflight;
         inflight = null;
+        const batch = inflightBatch;
+        inflightBatch = null;
         if (plan) {
           batcher.complete(plan, runtime.clock.now());
+          // The simulated model's result for each member: what it was given.
+          if (batch) stateless?.complete(batch.id, batch.members.map((m) => ({ tokens: m.tokens })));
           steps.count++;
-          steps.batchSizeSum += plan.entries.length;
+          steps.batchSizeSum += batch ? batch.members.length : plan.entries.length;
           steps.tokens += plan.tokens;
+          steps.predictedMs += plan.predictedMs;
+          steps.busyMs += runtime.clock.now() - plan.dispatchedAt;
           o.onStep?.(handle, plan);
         }
       },
       abortStep: () => {
         inflight = null;
+        inflightBatch = null;
       },
       interruptAll: () => {
+        stateless?.abortAll(failure('replica_failed', `replica ${o.id} failed with the batch in flight`));
         const seqs = batcher.evictAll();
         if (seqs.length > 0) o.onInterrupted(seqs, 'replica_failed');
       },
@@ -147,11 +181,21 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
       batcher.enqueue(seq, atHead);
       actor.send({ type: 'work.available' });
     },
+    get stateless() {
+      return stateless;
+    },
+    useStateless: (limits) => {
+      stateless ??= createStatelessBatcher({ clock: runtime.clock, limits, name: o.id, onReady: () => actor.send({ type: 'work.available' }) });
+      return stateless;
+    },
     steps,
+    inflight: () =>
+      inflight ? { step: inflightStep, since: inflight.dispatchedAt, predictedMs: inflight.predictedMs, reported } : null,
   };
   runtime.register(o.id, (msg) => {
+    if (msg.type === 'step.completed' && msg['step'] === inflightStep && msg['epoch'] === inflightEpoch) reported.push(msg['gpu'] as number);
     // A request leaving (cancelled, expired) is the batcher's business, not a change of the replica's state.
-    if (msg.type === 'request.withdraw') batcher.withdraw(msg['id'] as string);
+    if (msg.type === 'request.withdraw') batcher.withdraw(msg['id'] as string) || stateless?.cancel(msg['id'] as string);
     else actor.send(msg as never);
   });
   runtime.supervise(o.id, actor);

@@ -2,13 +2,16 @@
 import { loadScenario, ConfigError } from '../actors/config.ts';
 import { simulate, type SimReport } from '../actors/sim/simulate.ts';
 import { parseArgs, intFlag } from './args.ts';
+import { formatTraces } from '../actors/router/explain.ts';
+import { startRecording, writeRecording, type Recorder } from '../inspector/record.ts';
+import type { ControlPlane } from '../actors/control-plane.ts';
 
 /** Runs the simulate command; returns the exit code. */
 export function runSimulateCommand(argv: string[]): number {
-  const args = parseArgs(argv, ['seed', 'explain']);
+  const args = parseArgs(argv, ['seed', 'explain', 'trace']);
   const file = args.positional[0];
   if (!file) {
-    process.stderr.write('usage: switchyard simulate <scenario.yaml> [--seed N] [--json] [--wall] [--explain req.N]\n');
+    process.stderr.write('usage: switchyard simulate <scenario.yaml> [--seed N] [--json] [--wall] [--explain req.N] [--trace out.json]\n');
     return 2;
   }
   let scenario;
@@ -24,7 +27,19 @@ export function runSimulateCommand(argv: string[]): number {
   const seed = intFlag(args, 'seed', scenario.seed);
   const explain = typeof args.flags.get('explain') === 'string' ? [args.flags.get('explain') as string] : [];
   const t0 = performance.now();
-  const report = simulate(scenario, { seed, wall: args.flags.has('wall'), explain });
+  const trace = args.flags.get('trace');
+  let recorder: Recorder | null = null;
+  const report = simulate(scenario, {
+    seed,
+    wall: args.flags.has('wall'),
+    explain,
+    ...(typeof trace === 'string' ? { onStart: (cp: ControlPlane) => (recorder = startRecording(cp, { seed })) } : {}),
+  });
+  if (typeof trace === 'string' && recorder) {
+    const rec = (recorder as Recorder).finish();
+    writeRecording(trace, rec);
+    process.stderr.write(`recorded ${rec.frames.length} inspection frames (${rec.dropped} dropped) to ${trace}\n`);
+  }
   const wall = (performance.now() - t0) / 1000;
   process.stderr.write(`simulated ${report.sim.requests} requests, ${report.sim.simulatedSeconds} s in ${wall.toFixed(2)} s wall\n`);
   if (args.flags.has('json')) process.stdout.write(`${JSON.stringify(report)}\n`);
@@ -53,5 +68,6 @@ export function formatReport(r: SimReport): string {
   lines.push(`batch mean size ${r.batch.meanSize} over ${r.batch.steps} steps, ${r.batch.preemptions} preemptions`);
   lines.push(`gpu utilisation ${r.gpus.utilisation.map((u) => `${Math.round(u * 100)}%`).join(' ')}`);
   lines.push(`invariants: ${r.invariants.violations.length} violations, ${r.invariants.overBudget} over budget, ${r.invariants.withoutOneOutcome} without an outcome`);
+  for (const [id, traces] of Object.entries(r.explain ?? {})) lines.push('', formatTraces(id, traces).trimEnd());
   return `${lines.join('\n')}\n`;
 }

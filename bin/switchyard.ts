@@ -1,12 +1,25 @@
 #!/usr/bin/env -S npx tsx
 // The switchyard command line: serve, simulate, plan, bench, chat.
 import { runSimulateCommand } from './simulate-command.ts';
+import { runPlanCommand } from './plan-command.ts';
+import { runServeCommand } from './serve-command.ts';
+import { runNodeAgentCommand } from './node-agent-command.ts';
+import { runChatCommand } from './chat-command.ts';
 
 const USAGE = `usage: switchyard <command> [options]
 
 commands:
   simulate <scenario.yaml> [--seed N] [--json] [--wall] [--explain req.N]
                        run a scenario in virtual time and print its report
+  plan <scenario.yaml> [--seed N] [--json]
+                       simulate candidate placements (all-large, all-small, switch, share, variants) against the
+                       scenario's targets; says "infeasible" and what must change when none meets them
+  serve [--config file.yaml] [--port 8080] [--host 127.0.0.1] [--time-scale 1] ...
+                       serve the config (default: bin/default-config.yaml) with a node agent process
+  node-agent --url ws://host:port/v1/node [--token T]
+                       run a worker process that registers simulated GPUs with a control plane
+  chat --model <name> "prompt" [--url http://127.0.0.1:8080] [--token T]
+                       stream a reply from a running server
 `;
 
 async function main(argv: string[]): Promise<number> {
@@ -14,6 +27,14 @@ async function main(argv: string[]): Promise<number> {
   switch (cmd) {
     case 'simulate':
       return runSimulateCommand(rest);
+    case 'plan':
+      return runPlanCommand(rest);
+    case 'serve':
+      return exitWhenDone(runServeCommand(rest));
+    case 'node-agent':
+      return exitWhenDone(runNodeAgentCommand(rest));
+    case 'chat':
+      return exitWhenDone(runChatCommand(rest));
     case undefined:
     case '-h':
     case '--help':
@@ -23,6 +44,12 @@ async function main(argv: string[]): Promise<number> {
       process.stderr.write(`switchyard: unknown command "${cmd}"\n${USAGE}`);
       return 2;
   }
+}
+
+/** Long-running commands hold sockets and timers: exit explicitly once they are done. */
+async function exitWhenDone(p: Promise<number>): Promise<number> {
+  const code = await p;
+  process.exit(code);
 }
 
 main(process.argv.slice(2)).then(

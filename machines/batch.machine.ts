@@ -28,7 +28,8 @@ export interface BatchInput {
 /** Events a batch handles. */
 export type BatchEvent =
   | { type: 'batch.add'; tokens: number; memoryBytes: number }
-  | { type: 'batch.flush' }
+  /** Closes a forming batch now: `reason` when the next compatible request would not fit, else a drain or flush. */
+  | { type: 'batch.flush'; reason?: 'size' | 'tokens' | 'memory' }
   | { type: 'batch.started' }
   | { type: 'batch.completed' }
   | { type: 'batch.failed'; code: string }
@@ -39,6 +40,11 @@ export interface BatchOutput {
   id: string;
   size: number;
   closedBy: BatchContext['closedBy'];
+}
+
+/** True when a member of `tokens` and `memoryBytes` fits a forming batch: the one rule the machine and its batcher share. */
+export function fitsBatch(c: Pick<BatchContext, 'size' | 'tokens' | 'memoryBytes' | 'maxSize' | 'maxTokens' | 'maxMemoryBytes'>, tokens: number, memoryBytes: number): boolean {
+  return c.size < c.maxSize && c.tokens + tokens <= c.maxTokens && c.memoryBytes + memoryBytes <= c.maxMemoryBytes;
 }
 
 /** The batch machine: forming → dispatched → running → done / failed / aborted. */
@@ -61,13 +67,11 @@ export const batchMachine = setup({
     maxDelay: ({ context }) => context.maxDelayMs,
   },
   guards: {
-    fits: ({ context, event }) =>
+    fits: ({ context, event }) => event.type === 'batch.add' && fitsBatch(context, event.tokens, event.memoryBytes),
+    /** The member fits and brings the batch to one of its limits. A member that does not fit is never added. */
+    fillsAfterAdd: ({ context, event }) =>
       event.type === 'batch.add' &&
-      context.size < context.maxSize &&
-      context.tokens + event.tokens <= context.maxTokens &&
-      context.memoryBytes + event.memoryBytes <= context.maxMemoryBytes,
-    fullAfterAdd: ({ context, event }) =>
-      event.type === 'batch.add' &&
+      fitsBatch(context, event.tokens, event.memoryBytes) &&
       (context.size + 1 >= context.maxSize ||
         context.tokens + event.tokens >= context.maxTokens ||
         context.memoryBytes + event.memoryBytes >= context.maxMemoryBytes),
@@ -84,7 +88,7 @@ export const batchMachine = setup({
       on: {
         'batch.add': [
           {
-            guard: 'fullAfterAdd',
+            guard: 'fillsAfterAdd',
             target: 'dispatched',
             actions: assign(({ context, event }) => ({
               size: context.size + 1,
@@ -107,12 +111,25 @@ export const batchMachine = setup({
             })),
           },
         ],
-        'batch.flush': { target: 'dispatched', actions: assign({ closedBy: 'flush' }) },
+        'batch.flush': { target: 'dispatched', actions: assign({ closedBy: ({ event }) => event.reason ?? 'flush' }) },
       },
     },
+    // Closed and waiting for its replica: a compatible member that fits may still join until it starts.
     dispatched: {
+      tags: ['joinable'],
       entry: 'dispatch',
-      on: { 'batch.started': 'running', 'batch.failed': 'failed' },
+      on: {
+        'batch.started': 'running',
+        'batch.failed': 'failed',
+        'batch.add': {
+          guard: 'fits',
+          actions: assign(({ context, event }) => ({
+            size: context.size + 1,
+            tokens: context.tokens + event.tokens,
+            memoryBytes: context.memoryBytes + event.memoryBytes,
+          })),
+        },
+      },
     },
     running: {
       on: { 'batch.completed': 'done', 'batch.failed': 'failed' },

@@ -19,6 +19,8 @@ export interface ReplicaContext {
   stepping: boolean;
   loaded: number;
   released: number;
+  /** GPUs that reported released: a fault they report afterwards no longer concerns this replica. */
+  releasedGpus: readonly number[];
   failedGpus: readonly number[];
   drainDeadlineMs: number;
   loadMs: number;
@@ -104,7 +106,10 @@ export const replicaMachine = setup({
     addFailedGpu: assign({
       failedGpus: ({ context, event }) => (event.type === 'gpu.failed' ? [...context.failedGpus, event.gpu] : context.failedGpus),
     }),
-    countReleased: assign({ released: ({ context }) => context.released + 1 }),
+    countReleased: assign({
+      released: ({ context }) => context.released + 1,
+      releasedGpus: ({ context, event }) => (event.type === 'gpu.released' ? [...context.releasedGpus, event.gpu] : context.releasedGpus),
+    }),
   },
   delays: {
     drainDeadline: ({ context }) => context.drainDeadlineMs,
@@ -123,7 +128,10 @@ export const replicaMachine = setup({
     currentEmpty: ({ context, event }) => event.type === 'step.empty' && event.epoch === context.epoch,
     isStepping: ({ context }) => context.stepping,
     newFailedGpu: ({ context, event }) =>
-      event.type === 'gpu.failed' && context.gpus.includes(event.gpu) && !context.failedGpus.includes(event.gpu),
+      event.type === 'gpu.failed' &&
+      context.gpus.includes(event.gpu) &&
+      !context.failedGpus.includes(event.gpu) &&
+      !context.releasedGpus.includes(event.gpu),
     allAccountedFor: ({ context }) => context.released + context.failedGpus.length >= context.gpus.length,
     ownGpu: ({ context, event }) => event.type === 'gpu.failed' && context.gpus.includes(event.gpu),
     allReleased: ({ context, event }) =>
@@ -135,6 +143,7 @@ export const replicaMachine = setup({
       event.type === 'gpu.failed' &&
       context.gpus.includes(event.gpu) &&
       !context.failedGpus.includes(event.gpu) &&
+      !context.releasedGpus.includes(event.gpu) &&
       context.released + context.failedGpus.length + 1 >= context.gpus.length,
   },
 }).createMachine({
@@ -151,6 +160,7 @@ export const replicaMachine = setup({
     stepping: false,
     loaded: 0,
     released: 0,
+    releasedGpus: [],
     failedGpus: [],
     drainDeadlineMs: 0,
     loadMs: input.loadMs,

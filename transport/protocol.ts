@@ -1,5 +1,5 @@
 // The wire protocol between the control plane and node agents: one discriminated union, one version, one schema.
-import { arr, int, num, obj, oneOf, optional, str, union, type Infer } from './schema.ts';
+import { arr, int, nullable, num, obj, oneOf, optional, str, union, type Infer } from './schema.ts';
 
 /** Protocol version carried by every registration; a peer with another version is refused. */
 export const PROTOCOL_VERSION = 1;
@@ -20,8 +20,10 @@ const stepShape = obj({
 /** Every message that crosses between the control plane and a node agent. */
 export const nodeMessageSchema = union('type', {
   'node.register': obj({ node: id, protocol: int({ min: 0 }), gpus: arr(gpu, { max: 64 }), epoch }),
-  'node.registered': obj({ node: id, epoch }),
-  'node.heartbeat': obj({ node: id, epoch, t: ms }),
+  // The control plane's settings for the node: health heartbeat period, repair time, co-location lanes per GPU.
+  'node.registered': obj({ node: id, epoch, heartbeatMs: optional(ms), repairMs: optional(ms), lanes: optional(int({ min: 1, max: 8 })) }),
+  // `gpus`: the devices that answered the node's health check since the last heartbeat.
+  'node.heartbeat': obj({ node: id, epoch, t: ms, gpus: optional(arr(gpu, { max: 128 })) }),
   'gpu.assign': obj({
     gpu,
     replica: id,
@@ -37,8 +39,12 @@ export const nodeMessageSchema = union('type', {
   'gpu.loaded': obj({ gpu, replica: id, epoch }),
   'gpu.released': obj({ gpu, replica: id, epoch }),
   'gpu.ready': obj({ gpu }),
-  'gpu.failed': obj({ gpu, code: id, replica: optional(id), epoch: optional(epoch) }),
-  'gpu.inject': obj({ gpu, fault: oneOf('fault', 'hang', 'straggle', 'repair'), factor: optional(num({ min: 1, max: 100 })) }),
+  // A fault on a free GPU reports replica null.
+  'gpu.failed': obj({ gpu, code: id, replica: optional(nullable(id)), epoch: optional(epoch) }),
+  // `silent`: the device stops answering (health checks and steps), as a crashed GPU does.
+  'gpu.inject': obj({ gpu, fault: oneOf('fault', 'hang', 'straggle', 'repair', 'silent'), factor: optional(num({ min: 1, max: 100 })) }),
+  // The control plane declares a device failed (missed heartbeats, a hung rank): the node takes it out of service.
+  'gpu.fence': obj({ gpu, code: id }),
   'step.execute': obj({ replica: id, epoch, step: count, gpus: arr(gpu, { min: 1, max: 64 }), shape: stepShape }),
   'step.completed': obj({ gpu, replica: id, epoch, step: count, busyMs: optional(ms) }),
 });

@@ -27,6 +27,18 @@ export interface LatencyReport {
   queueWaitMs: Summary;
 }
 
+/** How far one kind of estimate (the router's predicted wait, the predicted step time) was from what happened. */
+export interface EstimateError {
+  count: number;
+  meanPredictedMs: number;
+  meanActualMs: number;
+  /** Mean of actual - predicted: positive when the estimate was optimistic. */
+  meanErrorMs: number;
+  meanAbsErrorMs: number;
+  /** |actual - predicted| percentiles. */
+  absErrorMs: Summary;
+}
+
 /** The collector of one run. */
 export interface Collector {
   record(r: RequestRecord): void;
@@ -37,6 +49,10 @@ export interface Collector {
   readonly records: readonly RequestRecord[];
   /** Requests whose queue wait exceeded their budget (must be 0). */
   overBudget(): number;
+  /** Records one estimate of `kind` against what was then measured. */
+  estimate(kind: string, predictedMs: number, actualMs: number): void;
+  /** Estimate error per kind, kinds in name order. */
+  estimates(): Record<string, EstimateError>;
 }
 
 /** Creates an empty collector. */
@@ -45,6 +61,7 @@ export function createCollector(): Collector {
   const tbts = new Map<string, LogHistogram>();
   const all = createLogHistogram();
   let outTokens = 0;
+  const errors = new Map<string, { n: number; predicted: number; actual: number; abs: number; hist: LogHistogram }>();
   const latency = (model?: string): LatencyReport => {
     const rs = model ? records.filter((r) => r.model === model) : records;
     const done = rs.filter((r) => r.outcome === 'done');
@@ -81,6 +98,34 @@ export function createCollector(): Collector {
     },
     latency,
     outputTokens: () => outTokens,
+    estimate: (kind, predictedMs, actualMs) => {
+      let e = errors.get(kind);
+      if (!e) {
+        e = { n: 0, predicted: 0, actual: 0, abs: 0, hist: createLogHistogram() };
+        errors.set(kind, e);
+      }
+      e.n++;
+      e.predicted += predictedMs;
+      e.actual += actualMs;
+      e.abs += Math.abs(actualMs - predictedMs);
+      e.hist.add(Math.abs(actualMs - predictedMs));
+    },
+    estimates: () => {
+      const r3 = (x: number): number => Math.round(x * 1000) / 1000;
+      const out: Record<string, EstimateError> = {};
+      for (const k of [...errors.keys()].sort()) {
+        const e = errors.get(k)!;
+        out[k] = {
+          count: e.n,
+          meanPredictedMs: r3(e.predicted / e.n),
+          meanActualMs: r3(e.actual / e.n),
+          meanErrorMs: r3((e.actual - e.predicted) / e.n),
+          meanAbsErrorMs: r3(e.abs / e.n),
+          absErrorMs: e.hist.summary(),
+        };
+      }
+      return out;
+    },
     overBudget: () =>
       records.filter((r) => r.firstScheduledAt >= 0 && r.firstScheduledAt - r.receivedAt > r.budgetMs + 1e-6).length,
   };

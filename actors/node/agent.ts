@@ -6,6 +6,9 @@ import { gpuProfile, modelProfile } from '../gpu/profiles.ts';
 import type { Executor } from '../gpu/executor.ts';
 import type { Msg, Runtime } from '../runtime/system.ts';
 import type { NodeMessage } from '../../transport/protocol.ts';
+import type { TimerId } from '../runtime/clock.ts';
+
+type NodeFault = Extract<NodeMessage, { type: 'gpu.inject' }>['fault'];
 
 /** Per-GPU execution state the node keeps beside the GPU actor. */
 interface GpuSlot {
@@ -13,6 +16,8 @@ interface GpuSlot {
   cost: CostModel | null;
   slowdown: number;
   hung: boolean;
+  /** Crashed: answers neither health checks nor steps (found by missed heartbeats). */
+  silent: boolean;
   /** The step this rank is executing, for progress (hung-rank) detection. */
   inflight: { replica: string; epoch: number; step: number; since: number } | null;
 }
@@ -33,6 +38,12 @@ export interface NodeAgentOptions {
   executor: Executor;
   repairMs?: number;
   probeMs?: number;
+  /** Multiplies load and unload times (serving tests run a model's 13.5 s load in a fraction of that). */
+  timeScale?: number;
+  /** Sends `node.heartbeat` (with the devices that answered) to placement every heartbeatMs; off when absent or 0. */
+  heartbeatMs?: number;
+  /** Co-location lanes per GPU: lane l of GPU g is device g + l * (max GPU + 1), sharing g's fate (default 1). */
+  lanes?: number;
 }
 
 const shapeOf = (m: Extract<NodeMessage, { type: 'step.execute' }>): StepShape => ({
@@ -47,8 +58,13 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   const slots = new Map<number, GpuSlot>();
   const costs = new Map<string, CostModel>();
   const { clock, send } = runtime;
+  const scale = opts.timeScale ?? 1;
+  const stride = Math.max(-1, ...opts.gpus) + 1;
+  const lanesOf = (g: number): number[] => Array.from({ length: opts.lanes ?? 1 }, (_, l) => (g % stride) + l * stride);
+  const devices = opts.gpus.flatMap(lanesOf);
+  let heartbeat: TimerId | null = null;
 
-  for (const g of opts.gpus) {
+  for (const g of devices) {
     const machine = gpuMachine.provide({
       actions: {
         abortStep: () => opts.executor.abort(g),
@@ -58,7 +74,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
       },
     });
     const actor = createActor(machine, { input: { index: g, repairMs: opts.repairMs }, clock, id: `gpu.${g}` });
-    slots.set(g, { actor, cost: null, slowdown: 1, hung: false, inflight: null });
+    slots.set(g, { actor, cost: null, slowdown: 1, hung: false, silent: false, inflight: null });
     runtime.register(`gpu.${g}`, (msg) => onGpuMessage(g, msg));
     runtime.supervise(`gpu.${g}`, actor);
   }
@@ -76,11 +92,13 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
       }
       slot.cost = cost;
       slot.slowdown = m.slowdown ?? 1;
-      slot.actor.send({ type: 'gpu.assign', replica: m.replica, epoch: m.epoch, loadMs: m.loadMs, unloadMs: m.unloadMs });
+      slot.actor.send({ type: 'gpu.assign', replica: m.replica, epoch: m.epoch, loadMs: m.loadMs * scale, unloadMs: m.unloadMs * scale });
     } else if (m.type === 'gpu.release') {
       slot.actor.send({ type: 'gpu.release', replica: m.replica, epoch: m.epoch });
     } else if (m.type === 'gpu.inject') {
       inject(g, m.fault, m.factor);
+    } else if (m.type === 'gpu.fence') {
+      fence(g, m.code);
     }
   };
 
@@ -97,17 +115,38 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     });
   };
 
-  const inject = (g: number, fault: 'fault' | 'hang' | 'straggle' | 'repair', factor?: number): void => {
+  const inject = (g: number, fault: NodeFault, factor?: number): void => {
+    for (const d of lanesOf(g)) injectDevice(d, fault, factor);
+  };
+  const injectDevice = (g: number, fault: NodeFault, factor?: number): void => {
     const slot = slots.get(g);
     if (!slot) return;
     if (fault === 'fault') slot.actor.send({ type: 'gpu.fault', code: 'xid_79' });
     else if (fault === 'hang') slot.hung = true;
-    else if (fault === 'straggle') slot.slowdown = factor ?? 2;
+    else if (fault === 'silent') {
+      slot.hung = true;
+      slot.silent = true;
+    } else if (fault === 'straggle') slot.slowdown = factor ?? 2;
     else if (fault === 'repair') {
       slot.hung = false;
+      slot.silent = false;
       slot.slowdown = 1;
       slot.actor.send({ type: 'gpu.repair' });
     }
+  };
+  // The control plane declared the GPU failed: every lane of it leaves service (and reports gpu.failed).
+  const fence = (g: number, code: string): void => {
+    for (const d of lanesOf(g)) {
+      const slot = slots.get(d);
+      if (!slot) continue;
+      slot.inflight = null;
+      slot.actor.send({ type: 'gpu.fault', code });
+    }
+  };
+  const beat = (): void => {
+    const alive = opts.gpus.filter((g) => !slots.get(g)?.silent);
+    send('placement', { type: 'node.heartbeat', node: id, epoch: 0, t: clock.now(), gpus: alive });
+    heartbeat = clock.setTimeout(beat, opts.heartbeatMs!);
   };
 
   runtime.register(id, (msg) => {
@@ -117,11 +156,14 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
       for (const g of m.gpus) startStep(g, m.replica, m.epoch, m.step, shape);
     } else if (m.type === 'gpu.inject') {
       inject(m.gpu, m.fault, m.factor);
+    } else if (m.type === 'gpu.fence') {
+      fence(m.gpu, m.code);
     }
   });
 
   for (const { actor } of slots.values()) actor.start();
   for (const { actor } of slots.values()) actor.send({ type: 'gpu.register' });
+  if (opts.heartbeatMs && opts.heartbeatMs > 0) heartbeat = clock.setTimeout(beat, opts.heartbeatMs);
 
   return {
     id,
@@ -129,6 +171,8 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     gpuState: (g) => JSON.stringify(slots.get(g)?.actor.getSnapshot().value ?? 'unknown'),
     busyMs: (g) => opts.executor.busyMs(g),
     stop: () => {
+      if (heartbeat !== null) clock.clearTimeout(heartbeat);
+      heartbeat = null;
       for (const [g, { actor }] of slots) {
         actor.stop();
         runtime.unregister(`gpu.${g}`);

@@ -1,5 +1,13 @@
 // Predicts how long a new request would wait on a replica, from the one ledger (the batcher's accounts) and the
-// replica's cost model. The same estimate drives the `cost` policy and admission control.
+// replica's cost model. The same estimate drives the `cost` policy, admission control and retryAfterMs.
+//
+// The model of a chunked-prefill replica: every step decodes one token for each running sequence and fills the rest
+// of its token budget with prefill, oldest first and higher classes first. So a new request's prefill starts once
+// the prefill ahead of it (running sequences' unfinished prompts plus waiting prompts of its class or higher) has
+// gone through at `budget - decodes` tokens per step, and its first token comes at the end of the step that
+// finishes its own prompt. A full slot table or a full KV cache adds the time for enough running sequences to
+// finish. KV headroom is counted against what the replica has committed (every sequence's prompt plus expected
+// output), not against what it has allocated so far, so admitting within headroom never forces a preemption.
 import type { ReplicaHandle } from '../replica.ts';
 
 /** A replica's predicted wait and KV headroom for one request. */
@@ -9,12 +17,21 @@ export interface WaitEstimate {
   waitMs: number;
   /** Predicted time to first token: wait plus its own prefill (ms). */
   ttftMs: number;
+  /** KV blocks not committed to work already on the replica. */
   freeBlocks: number;
+  /** Blocks this request commits: prompt plus expected output. */
   needBlocks: number;
-  /** True when the replica's free KV (after its queue) covers this request now. */
+  /** True when the uncommitted KV covers this request. */
   headroom: boolean;
+  /** Waiting and running sequences on the replica. */
   queued: number;
   running: number;
+  /** Prefill tokens ahead of this request (its class or higher, plus running prompts not yet computed). */
+  aheadTokens: number;
+  /** Predicted wait of a request of the highest class on this replica (ms): the pressure lower classes are shed on. */
+  topWaitMs: number;
+  /** Predicted wait for running sequences to free enough KV for this request (ms); 0 with headroom. */
+  kvWaitMs: number;
 }
 
 /** What the estimate needs to know about the request. */
@@ -25,53 +42,86 @@ export interface WorkSpec {
   priority: number;
 }
 
-const perTokenCache = new WeakMap<object, number>();
+// Reused shape objects: the cost model reads them synchronously and keeps nothing.
+const fullChunk = { tokens: 0, cached: 0 };
+const fullShape = { prefill: [fullChunk], decodeBatch: 0, decodeContext: 0 };
 
-/** Seconds of prefill per token on this replica, amortised over a typical chunk. */
-function prefillPerToken(r: ReplicaHandle): number {
-  let v = perTokenCache.get(r.cost);
-  if (v === undefined) {
-    v = r.cost.prefillS(1024, 0) / 1024;
-    perTokenCache.set(r.cost, v);
-  }
-  return v;
+/** Seconds of one step of this replica carrying `prefill` prompt tokens beside its running decodes. */
+function stepWith(r: ReplicaHandle, prefill: number, decodes: number, context: number): number {
+  fullChunk.tokens = prefill;
+  fullShape.decodeBatch = decodes;
+  fullShape.decodeContext = context;
+  return r.cost.stepS(fullShape);
 }
 
-/** Predicts the wait and headroom of `work` on replica `r`. */
-export function estimateWait(r: ReplicaHandle, work: WorkSpec): WaitEstimate {
+/**
+ * Predicts the wait and headroom of `work` on replica `r`. `slowdown` scales the cost model's step times by how much
+ * slower (or faster) the replica's steps have really been running (measured by outlier ejection), so admission
+ * tracks a straggler instead of letting its queue expire.
+ */
+export function estimateWait(r: ReplicaHandle, work: WorkSpec, slowdown = 1): WaitEstimate {
   const st = r.batcher.stats();
   const lim = r.batcher.limits;
-  const tok = prefillPerToken(r);
-  const stepS = st.running > 0 ? r.cost.decodeS(st.running, st.runningContext) : 0;
-  let aheadTokens = 0;
+  const decodes = Math.min(st.running, lim.tokenBudget - 1);
+  const perStep = lim.tokenBudget - decodes;
+  const fullS = stepWith(r, perStep, decodes, st.runningContext);
+  const decodeS = st.running > 0 ? r.cost.decodeS(st.running, st.runningContext) : 0;
+
+  let waitingTokens = 0;
+  for (const t of st.waitingTokensByClass) waitingTokens += t;
+  const runningAhead = Math.max(0, st.prefillTokensAhead - waitingTokens);
+  let ahead = runningAhead;
   let aheadCount = 0;
   for (let c = 0; c <= work.priority && c < st.waitingTokensByClass.length; c++) {
-    aheadTokens += st.waitingTokensByClass[c]!;
-    aheadCount += st.waitingByClass[c]!;
+    ahead += st.waitingTokensByClass[c]!;
+    aheadCount += st.waitingByClass[c] ?? 0;
   }
-  let runningPrefill = st.prefillTokensAhead;
-  for (const t of st.waitingTokensByClass) runningPrefill -= t;
-  const needBlocks = Math.ceil((work.promptTokens + work.estOutputTokens) / lim.blockTokens);
-  const freeBlocks = st.blocksTotal - st.blocksUsed - st.waitingBlocks;
-  const avgRemain = st.running + st.waiting > 0 ? st.decodeTokensAhead / (st.running + st.waiting) : 0;
-  // With continuous batching, prefill ahead shares each step with the running decodes.
-  const prefillS = (aheadTokens + runningPrefill) * tok * (1 + st.running / Math.max(1, lim.tokenBudget));
-  const kvS =
-    needBlocks > freeBlocks && st.blocksUsed > 0
-      ? Math.min(1, (needBlocks - freeBlocks) / st.blocksUsed) * avgRemain * stepS
-      : 0;
+
+  // Full steps before a prompt queued behind `tokens` prefill tokens gets its first chunk.
+  const queuedS = (tokens: number): number => Math.floor(tokens / perStep) * fullS;
+  // Prefill phase: `tokens` through steps of `perStep` prefill tokens; a partial step costs what it carries.
+  const prefillPhaseS = (tokens: number): number => {
+    if (tokens <= 0) return 0;
+    if (tokens <= perStep) return stepWith(r, tokens, decodes, st.runningContext);
+    return (tokens / perStep) * fullS;
+  };
+  // A busy replica finishes the step in flight first: half a step on average.
+  const inflightS = st.running + st.waiting > 0 ? (ahead > 0 ? fullS : decodeS) / 2 : 0;
+
+  const B = lim.blockTokens;
+  const inFlight = st.running + st.waiting;
+  const avgRemain = inFlight > 0 ? st.decodeTokensAhead / inFlight : 0;
+  // KV committed ahead of this request: what running sequences hold and will still write, plus the prompts and
+  // expected outputs of waiting sequences of its class or higher. Lower classes queued behind it do not count: it
+  // is scheduled before them, and they are preempted first when blocks run out.
+  const committedTokens = ahead + (st.running + aheadCount) * avgRemain;
+  const committed = st.blocksUsed + Math.ceil(committedTokens / B);
+  const freeBlocks = st.blocksTotal - committed;
+  const needBlocks = Math.ceil((work.promptTokens + work.estOutputTokens) / B);
+  // Waiting for running sequences to finish: for KV (the deficit's share of what is held) or for a slot.
+  const kvS = needBlocks > freeBlocks && committed > 0 ? Math.min(1, (needBlocks - freeBlocks) / committed) * avgRemain * decodeS : 0;
   const over = st.running + aheadCount + 1 - lim.maxRunning;
-  const slotS = over > 0 && st.running > 0 ? Math.min(1, over / st.running) * avgRemain * stepS : 0;
-  const waitS = prefillS + Math.max(kvS, slotS) + stepS;
-  const ownS = work.promptTokens * tok;
+  const slotS = over > 0 && st.running > 0 ? Math.min(1, over / st.running) * avgRemain * decodeS : 0;
+  const blockedS = Math.max(kvS, slotS);
+
+  const waitS = inflightS + blockedS + queuedS(ahead);
+  const ttftS = inflightS + blockedS + prefillPhaseS(ahead + work.promptTokens);
+  const topAhead = runningAhead + (st.waitingTokensByClass[0] ?? 0);
+  const topOver = st.running + (st.waitingByClass[0] ?? 0) + 1 - lim.maxRunning;
+  const topSlotS = topOver > 0 && st.running > 0 ? Math.min(1, topOver / st.running) * avgRemain * decodeS : 0;
+  const topWaitS = (st.running + st.waiting > 0 ? (topAhead > 0 ? fullS : decodeS) / 2 : 0) + topSlotS + queuedS(topAhead);
+  const k = slowdown * 1000;
   return {
     replica: r.id,
-    waitMs: waitS * 1000,
-    ttftMs: (waitS + ownS) * 1000,
+    waitMs: waitS * k,
+    ttftMs: ttftS * k,
     freeBlocks,
     needBlocks,
     headroom: needBlocks <= freeBlocks,
     queued: st.waiting,
     running: st.running,
+    aheadTokens: ahead,
+    topWaitMs: topWaitS * k,
+    kvWaitMs: kvS * k,
   };
 }

@@ -1,4 +1,5 @@
 // Model and version resolution: exact versions, aliases (`stable`, `latest`) and weighted splits (canaries).
+// The table can change while serving (a rollout moves an alias or a split); every change is validated.
 import type { Rng } from '../runtime/rng.ts';
 import { failure, type Failure } from '../outcomes.ts';
 
@@ -6,59 +7,122 @@ import { failure, type Failure } from '../outcomes.ts';
 export interface ModelEntry {
   name: string;
   versions: readonly string[];
+  /** Aliases to versions; `latest` defaults to the last version and `stable` to the first when not given. */
   aliases: Readonly<Record<string, string>>;
-  /** Weighted split for requests that name no version (canary); defaults to the `stable` alias or the first version. */
+  /** Weighted split for requests that name no version (canary); without one they go to `stable`. */
   split?: Readonly<Record<string, number>>;
 }
 
+/** How a version was chosen: named exactly (`pinned`), through an alias, a weighted split, or the default. */
+export type ResolvedBy = 'exact' | 'alias' | 'split' | 'default';
+
 /** A resolved model@version, or a typed failure. */
-export type Resolution = { ok: true; model: string; version: string } | { ok: false; failure: Failure };
+export type Resolution =
+  | { ok: true; model: string; version: string; by: ResolvedBy; /** Versions acceptable instead when `version` has no ready replica. */ fallbacks: readonly string[] }
+  | { ok: false; failure: Failure };
 
 /** The router's model table. */
 export interface Registry {
   resolve(model: string, version: string | undefined, rng: Rng): Resolution;
   models(): readonly ModelEntry[];
   get(model: string): ModelEntry | undefined;
+  /** Points an alias at a version (a rollout promoting a version); returns a failure if either is unknown. */
+  setAlias(model: string, alias: string, version: string): Failure | null;
+  /** Replaces the weighted split of a model (null removes it). */
+  setSplit(model: string, split: Readonly<Record<string, number>> | null): Failure | null;
+}
+
+interface Entry {
+  name: string;
+  versions: readonly string[];
+  aliases: Record<string, string>;
+  split?: Readonly<Record<string, number>>;
+  cumulative: [string, number][];
+}
+
+/** Cumulative weights of a split, validated against the versions; throws naming the bad entry. */
+function cumulativeOf(name: string, versions: readonly string[], split: Readonly<Record<string, number>> | undefined): [string, number][] {
+  const out: [string, number][] = [];
+  let total = 0;
+  for (const [v, w] of Object.entries(split ?? {})) {
+    if (!versions.includes(v)) throw new Error(`models.${name}.split.${v}: unknown version`);
+    if (!(w >= 0) || !Number.isFinite(w)) throw new Error(`models.${name}.split.${v}: weight must be a finite number >= 0`);
+    if (w === 0) continue;
+    total += w;
+    out.push([v, total]);
+  }
+  return out;
 }
 
 /** Creates a registry; validates that aliases and splits name real versions. */
 export function createRegistry(entries: readonly ModelEntry[]): Registry {
-  const byName = new Map<string, ModelEntry & { cumulative: [string, number][] }>();
+  const byName = new Map<string, Entry>();
   for (const e of entries) {
-    for (const [alias, v] of Object.entries(e.aliases)) {
+    if (e.versions.length === 0) throw new Error(`models.${e.name}.versions: at least one version`);
+    const aliases: Record<string, string> = { stable: e.versions[0]!, latest: e.versions[e.versions.length - 1]!, ...e.aliases };
+    for (const [alias, v] of Object.entries(aliases)) {
       if (!e.versions.includes(v)) throw new Error(`models.${e.name}.aliases.${alias}: unknown version "${v}"`);
     }
-    const cumulative: [string, number][] = [];
-    let total = 0;
-    for (const [v, w] of Object.entries(e.split ?? {})) {
-      if (!e.versions.includes(v)) throw new Error(`models.${e.name}.split.${v}: unknown version`);
-      if (!(w >= 0)) throw new Error(`models.${e.name}.split.${v}: weight must be >= 0`);
-      total += w;
-      cumulative.push([v, total]);
-    }
-    byName.set(e.name, { ...e, cumulative });
+    const cumulative = cumulativeOf(e.name, e.versions, e.split);
+    byName.set(e.name, { name: e.name, versions: e.versions, aliases, ...(e.split ? { split: e.split } : {}), cumulative });
   }
   const listing = (): string => [...byName.values()].map((e) => `${e.name}@{${e.versions.join(',')}}`).join(', ');
+  // Unpinned requests may go to any version the model is advertising (split members, then aliases), in that order.
+  const fallbacksOf = (e: Entry, chosen: string): string[] => {
+    const out: string[] = [];
+    for (const [v] of e.cumulative) if (v !== chosen && !out.includes(v)) out.push(v);
+    for (const a of ['stable', 'latest']) {
+      const v = e.aliases[a];
+      if (v !== undefined && v !== chosen && !out.includes(v)) out.push(v);
+    }
+    return out;
+  };
+
   return {
-    models: () => [...byName.values()],
-    get: (m) => byName.get(m),
+    models: () => [...byName.values()].map((e) => ({ name: e.name, versions: e.versions, aliases: { ...e.aliases }, ...(e.split ? { split: e.split } : {}) })),
+    get: (m) => {
+      const e = byName.get(m);
+      return e ? { name: e.name, versions: e.versions, aliases: { ...e.aliases }, ...(e.split ? { split: e.split } : {}) } : undefined;
+    },
     resolve: (model, version, rng) => {
       const e = byName.get(model);
       if (!e) return { ok: false, failure: failure('model_not_found', `unknown model "${model}"; known: ${listing()}`) };
       if (version !== undefined) {
-        const v = e.aliases[version] ?? version;
-        if (!e.versions.includes(v)) {
+        if (e.versions.includes(version)) return { ok: true, model, version, by: 'exact', fallbacks: [] };
+        const v = e.aliases[version];
+        if (v === undefined) {
           const names = [...e.versions, ...Object.keys(e.aliases)].join(', ');
           return { ok: false, failure: failure('model_not_found', `unknown version "${version}" of ${model}; known: ${names}`) };
         }
-        return { ok: true, model, version: v };
+        return { ok: true, model, version: v, by: 'alias', fallbacks: fallbacksOf(e, v) };
       }
       const last = e.cumulative[e.cumulative.length - 1];
-      if (last && last[1] > 0) {
+      if (last) {
         const x = rng.next() * last[1];
-        for (const [v, c] of e.cumulative) if (x < c) return { ok: true, model, version: v };
+        for (const [v, c] of e.cumulative) if (x < c) return { ok: true, model, version: v, by: 'split', fallbacks: fallbacksOf(e, v) };
       }
-      return { ok: true, model, version: e.aliases['stable'] ?? e.versions[0]! };
+      const v = e.aliases['stable']!;
+      return { ok: true, model, version: v, by: 'default', fallbacks: fallbacksOf(e, v) };
+    },
+    setAlias: (model, alias, version) => {
+      const e = byName.get(model);
+      if (!e) return failure('model_not_found', `unknown model "${model}"`);
+      if (!e.versions.includes(version)) return failure('model_not_found', `unknown version "${version}" of ${model}`);
+      if (e.versions.includes(alias)) return failure('invalid_request', `alias "${alias}" would shadow a version of ${model}`);
+      e.aliases[alias] = version;
+      return null;
+    },
+    setSplit: (model, split) => {
+      const e = byName.get(model);
+      if (!e) return failure('model_not_found', `unknown model "${model}"`);
+      try {
+        e.cumulative = cumulativeOf(model, e.versions, split ?? undefined);
+      } catch (err) {
+        return failure('invalid_request', (err as Error).message);
+      }
+      if (split) e.split = split;
+      else delete e.split;
+      return null;
     },
   };
 }

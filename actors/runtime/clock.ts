@@ -118,9 +118,36 @@ export function createVirtualClock(startMs = 0): VirtualClock {
 /** The wall clock for serving: milliseconds from process start, timers from the host. */
 export function createWallClock(): Clock {
   const origin = performance.now();
+  const immediates = new Map<number, NodeJS.Immediate>();
+  let nextImmediate = 0;
   return {
     now: () => performance.now() - origin,
-    setTimeout: (fn, ms) => setTimeout(fn, ms) as unknown as TimerId,
-    clearTimeout: (id) => clearTimeout(id as unknown as NodeJS.Timeout),
+    setTimeout: (fn, ms) => {
+      if (ms > 0) return setTimeout(fn, ms) as unknown as TimerId;
+      // Node clamps setTimeout(fn, 0) to 1 ms; a zero delay runs on the next turn of the event loop instead.
+      const id = -++nextImmediate;
+      immediates.set(
+        id,
+        setImmediate(() => {
+          immediates.delete(id);
+          fn();
+        }),
+      );
+      return id;
+    },
+    clearTimeout: (id) => {
+      if (typeof id === 'number' && id < 0) {
+        const im = immediates.get(id);
+        if (im) clearImmediate(im);
+        immediates.delete(id);
+        return;
+      }
+      clearTimeout(id as unknown as NodeJS.Timeout);
+    },
   };
+}
+
+/** Milliseconds since the Unix epoch, for the few places that must show calendar time (API `created` fields). */
+export function unixTimeMs(): number {
+  return performance.timeOrigin + performance.now();
 }

@@ -1,5 +1,5 @@
 // One process's actor runtime: a registry of entities by system id, message routing, and supervision.
-import type { AnyActorRef } from 'xstate';
+import type { AnyActorRef, InspectionEvent, Subscription } from 'xstate';
 import type { Clock } from './clock.ts';
 import type { Rng } from './rng.ts';
 import type { IdGen } from './ids.ts';
@@ -38,6 +38,9 @@ export interface Runtime {
   readonly faults: ActorFault[];
   /** Messages that found no destination, by message type. */
   readonly dropped: Map<string, number>;
+  /** Inspects every live supervised actor (replaying each one's current snapshot first) until cleared with null;
+   * while no inspector is set, actors carry no inspection observer at all. */
+  setInspector(observer: ((ev: InspectionEvent) => void) | null): void;
 }
 
 /** Creates a runtime for one process. */
@@ -46,6 +49,9 @@ export function createRuntime(opts: { name: string; clock: Clock; rng: Rng; ids?
   const dropped = new Map<string, number>();
   const faults: ActorFault[] = [];
   let remote: ((to: string, msg: Msg) => void) | null = null;
+  // Live supervised actors, so that an inspector set later also sees the ones already running.
+  const inspectable = new Map<string, { actor: AnyActorRef; sub: Subscription | null }>();
+  let inspector: ((ev: InspectionEvent) => void) | null = null;
 
   const send = (to: string, msg: Msg): void => {
     const deliver = local.get(to);
@@ -72,9 +78,30 @@ export function createRuntime(opts: { name: string; clock: Clock; rng: Rng; ids?
     },
     supervise: (id, actor) => {
       actor.on('out', (e: { to: string; msg: Msg }) => send(e.to, e.msg));
-      actor.subscribe({ error: (error) => faults.push({ actor: id, error }) });
+      const entry = { actor, sub: inspector ? actor.system.inspect(inspector) : null };
+      inspectable.set(id, entry);
+      // The observer stays on a finished actor's system: XState reports the final snapshot after completing.
+      const forget = (): void => {
+        if (inspectable.get(id) === entry) inspectable.delete(id);
+      };
+      actor.subscribe({
+        error: (error) => {
+          faults.push({ actor: id, error });
+          forget();
+        },
+        complete: forget,
+      });
     },
     faults,
     dropped,
+    setInspector: (observer) => {
+      inspector = observer;
+      for (const e of inspectable.values()) {
+        e.sub?.unsubscribe();
+        e.sub = observer ? e.actor.system.inspect(observer) : null;
+        const snapshot = e.actor.getSnapshot();
+        if (observer) observer({ type: '@xstate.snapshot', rootId: e.actor.sessionId, actorRef: e.actor, event: { type: 'xstate.init' }, snapshot });
+      }
+    },
   };
 }

@@ -10,8 +10,10 @@ import { createArrivalStream, type ArrivalStream } from './traffic.ts';
 import { connectSimLink } from '../../transport/sim-link.ts';
 import type { Scenario } from '../config.ts';
 import type { Summary } from '../metrics/histogram.ts';
+import type { EstimateError } from '../metrics/collector.ts';
 import type { DecisionTrace } from '../router/router.ts';
 import type { PlacementEvent } from '../placement/placement.ts';
+import { failureReport, type FaultReport } from '../placement/report.ts';
 
 /** The JSON report of a simulation. */
 export interface SimReport {
@@ -29,8 +31,13 @@ export interface SimReport {
   gpus: { utilisation: number[]; meanUtilisation: number };
   placement: PlacementEvent[];
   invariants: { violations: string[]; overBudget: number; withoutOneOutcome: number };
-  sim: { requests: number; simulatedSeconds: number; wallSeconds?: number; events: number; messages: number };
+  /** Estimate error of the one ledger: the router's predicted queue wait and the replicas' predicted step times. */
+  estimates: Record<string, EstimateError>;
+  /** originMs: virtual time at which scenario time 0 began (after boot); placement event times are absolute. */
+  sim: { requests: number; simulatedSeconds: number; wallSeconds?: number; events: number; messages: number; originMs?: number };
   explain?: Record<string, DecisionTrace[]>;
+  /** Per injected fault: detection, interrupted requests' outcomes, recovery times (scenarios with faults). */
+  failures?: FaultReport[];
 }
 
 /** Options of a simulation run. */
@@ -42,6 +49,9 @@ export interface SimOptions {
   /** Called with the control plane before traffic starts (tests, tracing). */
   onStart?(cp: ControlPlane): void;
 }
+
+/** Longest the initial placement may take to load (virtual ms) before simulate gives up. */
+const BOOT_LIMIT_MS = 600_000;
 
 /** Runs a scenario to completion in virtual time and returns its report. */
 export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
@@ -65,7 +75,15 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
     keepTraces: (opts.explain?.length ?? 0) > 0,
     onIdle: () => maybeStop(),
   });
-  const agent = startNodeAgent(nodeRt, { gpus: gpuList, executor });
+  const agent = startNodeAgent(nodeRt, {
+    gpus: gpuList,
+    executor,
+    repairMs: scenario.node.repairMs,
+    heartbeatMs: scenario.detection.heartbeatMs,
+    lanes: scenario.placement.policy === 'share' ? 2 : 1,
+  });
+  // Heartbeats keep the clock busy forever: the run ends when placement, requests and faults are all done.
+  cp.placement.watch(maybeStop);
   opts.onStart?.(cp);
 
   const trafficRng = rng.fork('traffic');
@@ -91,7 +109,7 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
   };
 
   // Boot: GPUs probe and the initial placement loads; scenario time 0 is when the node is ready to serve.
-  let events = clock.run();
+  let events = clock.run(BOOT_LIMIT_MS);
   const origin = clock.now();
   if (!cp.placement.settled() || cp.placement.replicas.size === 0) throw new Error('the initial placement did not load');
   const bootBusy = gpuList.map((g) => agent.busyMs(g));
@@ -100,13 +118,15 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
     pendingFaults++;
     clock.at(origin + f.at * 1000, () => {
       pendingFaults--;
-      nodeRt.send('node', { type: 'gpu.inject', gpu: f.gpu, fault: f.kind === 'crash' ? 'fault' : f.kind, ...(f.factor ? { factor: f.factor } : {}) });
+      nodeRt.send('node', { type: 'gpu.inject', gpu: f.gpu, fault: f.kind === 'crash' ? 'silent' : f.kind, ...(f.factor ? { factor: f.factor } : {}) });
+      maybeStop();
     });
     if (f.repairAt !== undefined) {
       pendingFaults++;
       clock.at(origin + f.repairAt * 1000, () => {
         pendingFaults--;
         nodeRt.send('node', { type: 'gpu.inject', gpu: f.gpu, fault: 'repair' });
+        maybeStop();
       });
     }
   }
@@ -117,6 +137,8 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
   events += clock.run(origin + scenario.sim.maxSimSeconds * 1000);
   const simMs = clock.now() - origin;
   const report = buildReport(scenario, seed, cp, (g) => agent.busyMs(g) - bootBusy[g]!, gpuList, simMs, events, link.stats.messages);
+  report.sim.originMs = origin;
+  if (scenario.faults.length > 0) report.failures = failureReport(scenario, origin, cp.placement, cp.collector.records);
   if (opts.explain?.length) report.explain = Object.fromEntries(opts.explain.map((id) => [id, cp.explain(id) ?? []]));
   if (opts.wall) report.sim.wallSeconds = Math.round((performance.now() - wallStart) / 10) / 100;
   for (const f of [...control.faults, ...nodeRt.faults]) report.invariants.violations.push(`${f.actor}: ${String(f.error)}`);
@@ -173,6 +195,7 @@ function buildReport(
     gpus: { utilisation: util, meanUtilisation: round(util.reduce((a, b) => a + b, 0) / Math.max(1, util.length)) },
     placement: cp.placement.events,
     invariants: { violations: [...cp.violations], overBudget: c.overBudget(), withoutOneOutcome: cp.live() },
+    estimates: c.estimates(),
     sim: { requests: total, simulatedSeconds: round(simS), events, messages },
   };
 }

@@ -1,0 +1,90 @@
+// A rolling version update, one replica at a time: an old replica drains (it takes no new work and finishes what it
+// holds) and a new one loads on the GPUs it frees; the next step starts when the new one is ready. Unpinned traffic
+// is split between the versions in proportion to their ready replicas, and at the end the alias moves to the new
+// version, so the model keeps serving throughout with at most one replica out of service.
+import type { Clock } from '../runtime/clock.ts';
+import type { ReplicaHandle } from '../replica.ts';
+import type { Registry } from './registry.ts';
+import { isReady } from './router.ts';
+
+/** What to roll out. */
+export interface RolloutSpec {
+  model: string;
+  from: string;
+  to: string;
+  /** Replicas of `to` at the end (default: as many as `from` has when the rollout starts). */
+  replicas?: number;
+  /** Alias pointed at `to` when done (default `stable`). */
+  alias?: string;
+  /** How often progress is checked (ms). */
+  pollMs?: number;
+}
+
+/** A step of a rollout, for reports and tests. */
+export interface RolloutEvent {
+  t: number;
+  what: string;
+}
+
+/** A running rollout. */
+export interface Rollout {
+  readonly done: boolean;
+  readonly events: readonly RolloutEvent[];
+}
+
+/** What a rollout drives: placement's replica counts and the router's model table. */
+export interface RolloutDeps {
+  clock: Clock;
+  placement: { readonly replicas: ReadonlyMap<string, ReplicaHandle>; setReplicas(model: string, version: string, count: number): boolean };
+  registry: Registry;
+}
+
+/** Starts a rollout now; throws if the model or a version is unknown (a programming error of the caller). */
+export function startRollout(deps: RolloutDeps, spec: RolloutSpec): Rollout {
+  const entry = deps.registry.get(spec.model);
+  if (!entry || !entry.versions.includes(spec.from) || !entry.versions.includes(spec.to)) {
+    throw new Error(`rollout: unknown ${spec.model}@${spec.from} or @${spec.to}`);
+  }
+  const events: RolloutEvent[] = [];
+  const log = (what: string): void => void events.push({ t: deps.clock.now(), what });
+  const of = (version: string): ReplicaHandle[] =>
+    [...deps.placement.replicas.values()].filter((r) => r.model === spec.model && r.version === version);
+  const live = (version: string): ReplicaHandle[] => of(version).filter((r) => !/^(draining|unloading|stopped|failed)/.test(r.state()));
+
+  let fromTarget = live(spec.from).length;
+  let toTarget = live(spec.to).length;
+  const finalTo = spec.replicas ?? Math.max(1, fromTarget);
+  const pollMs = spec.pollMs ?? 500;
+  let done = false;
+  log(`rolling ${spec.model} from ${spec.from} (${fromTarget} replicas) to ${spec.to} (${toTarget} -> ${finalTo})`);
+
+  const tick = (): void => {
+    const readyFrom = live(spec.from).filter(isReady).length;
+    const readyTo = of(spec.to).filter(isReady).length;
+    // Unpinned requests follow capacity: each version gets traffic in proportion to its ready replicas.
+    if (readyFrom + readyTo > 0) deps.registry.setSplit(spec.model, { [spec.from]: readyFrom, [spec.to]: readyTo });
+    if (readyTo < toTarget) {
+      deps.clock.setTimeout(tick, pollMs);
+      return;
+    }
+    if (fromTarget > 0 || toTarget < finalTo) {
+      // Both counts change together so the new replica takes the place the old one leaves (no reshuffling).
+      if (fromTarget > 0) deps.placement.setReplicas(spec.model, spec.from, --fromTarget);
+      if (toTarget < finalTo) deps.placement.setReplicas(spec.model, spec.to, ++toTarget);
+      log(`${spec.from}: ${fromTarget} replicas (one draining), ${spec.to}: ${toTarget}/${finalTo} (one loading)`);
+      deps.clock.setTimeout(tick, pollMs);
+      return;
+    }
+    deps.registry.setAlias(spec.model, spec.alias ?? 'stable', spec.to);
+    deps.registry.setSplit(spec.model, null);
+    done = true;
+    log(`done: ${spec.alias ?? 'stable'} -> ${spec.to}`);
+  };
+  tick();
+  return {
+    get done() {
+      return done;
+    },
+    events,
+  };
+}

@@ -1,0 +1,224 @@
+// `npm run bench:live`: live serving overhead over loopback. A load generator in its own process drives first a bare
+// two-hop ws+msgpack relay (bench/live-relay.ts), then `switchyard serve` with the zero-cost executor, and measures
+// streamed tokens/s (closed loop), TTFT and TBT at 1,000 req/s (open loop; with a zero-cost executor every millisecond
+// of them is switchyard's own), and 10,000 concurrent open streams with the server's memory per stream.
+// Prints a table and ends with one JSON line. Subcommands relay-server, relay-worker and loadgen run the other processes.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createWallClock } from '../actors/runtime/clock.ts';
+import { runLoadgen, type LoadSpec } from './live-loadgen.ts';
+import { runRelayServer, runRelayWorker } from './live-relay.ts';
+
+const SELF = fileURLToPath(import.meta.url);
+const BIN = fileURLToPath(new URL('../bin/switchyard.ts', import.meta.url));
+const clock = createWallClock();
+const sleep = (ms: number): Promise<void> => new Promise((r) => clock.setTimeout(r, ms));
+
+/** Figures of the run (the final JSON line). */
+interface Figures {
+  relayRatio: number;
+  p99AddedTtftMs: number;
+  p99AddedTbtMs: number;
+  concurrentStreams: number;
+  bytesPerStream: number;
+  [k: string]: number | boolean;
+}
+
+// Eight single-GPU replicas of the small model with room for thousands of sequences each (the executor is zero-cost,
+// so KV is nominal), and queue budgets that never shed.
+const CONFIG = `
+name: bench-live
+node: { gpu: H100-SXM, gpus: 8 }
+routing: { policy: cost }
+detection: { heartbeatMs: 1000, missedHeartbeats: 5 }
+models:
+  - name: llama-3-8b
+    profile: llama-3-8b
+    tp: 1
+    replicas: 8
+    batching: { policy: chunked, maxRunning: 4096, tokenBudget: 16384, kvBlocks: 4000000 }
+    classes:
+      interactive: { maxQueueMs: 600000, maxQueued: 100000, maxQueuedTokens: 100000000 }
+`;
+
+interface Proc {
+  proc: ChildProcess;
+  lines: string[];
+  next(re: RegExp, timeoutMs?: number): Promise<string>;
+  stop(): Promise<void>;
+}
+
+function run(args: readonly string[], input = false): Proc {
+  const proc = spawn(process.execPath, ['--import', 'tsx', ...args], { stdio: [input ? 'pipe' : 'ignore', 'pipe', 'pipe'] });
+  const lines: string[] = [];
+  const waiters: { re: RegExp; from: number; resolve(l: string): void }[] = [];
+  const onLine = (l: string): void => {
+    lines.push(l);
+    for (const w of [...waiters]) {
+      if (w.re.test(l)) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve(l);
+      }
+    }
+  };
+  for (const s of [proc.stdout, proc.stderr]) {
+    let rest = '';
+    s?.on('data', (d: Buffer) => {
+      const parts = (rest + d.toString()).split('\n');
+      rest = parts.pop() ?? '';
+      parts.forEach(onLine);
+    });
+  }
+  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+  let seen = 0;
+  return {
+    proc,
+    lines,
+    next: (re, timeoutMs = 120_000) => {
+      const i = lines.findIndex((l, k) => k >= seen && re.test(l));
+      if (i >= 0) {
+        seen = i + 1;
+        return Promise.resolve(lines[i]!);
+      }
+      return new Promise((resolve, reject) => {
+        const t = clock.setTimeout(() => reject(new Error(`no ${re} from ${args.join(' ')}:\n${lines.slice(-20).join('\n')}`)), timeoutMs);
+        waiters.push({
+          re,
+          from: seen,
+          resolve: (l) => {
+            clock.clearTimeout(t);
+            seen = lines.length;
+            resolve(l);
+          },
+        });
+      });
+    },
+    stop: async () => {
+      if (proc.exitCode === null && proc.signalCode === null) {
+        proc.kill('SIGTERM');
+        const t = clock.setTimeout(() => proc.kill('SIGKILL'), 5_000);
+        await exited;
+        clock.clearTimeout(t);
+      }
+    },
+  };
+}
+
+async function loadgen(spec: LoadSpec): Promise<Record<string, number>> {
+  // Numeric figures, plus firstFailure (a string) when something was refused.
+  const p = run([SELF, 'loadgen', JSON.stringify(spec)]);
+  const line = await p.next(/^\{/, 180_000);
+  await p.stop();
+  return JSON.parse(line) as Record<string, number>;
+}
+
+async function metric(url: string, name: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const m = new RegExp(`^${name} ([0-9.e+]+)`, 'm').exec(text);
+  return m ? Number(m[1]) : NaN;
+}
+
+async function memory(url: string): Promise<{ rss: number; heap: number; external: number }> {
+  return {
+    rss: await metric(url, 'process_resident_memory_bytes'),
+    heap: await metric(url, 'nodejs_heap_size_used_bytes'),
+    external: await metric(url, 'nodejs_external_memory_bytes'),
+  };
+}
+
+const throughputSpec = (url: string, model: string): LoadSpec => ({ mode: 'throughput', url, model, conns: 8, perConn: 128, maxTokens: 256, warmupMs: 1500, windowMs: 4000 });
+const latencySpec = (url: string, model: string): LoadSpec => ({ mode: 'latency', url, model, conns: 8, rate: 1000, durationMs: 5000, maxTokens: 16 });
+
+async function main(): Promise<void> {
+  const streams = Number(process.env['BENCH_STREAMS'] ?? 10_000);
+  process.stderr.write('bench:live: relay baseline...\n');
+  const relay = run([SELF, 'relay-server']);
+  const relayUrl = (JSON.parse(await relay.next(/^\{"url"/)) as { url: string }).url;
+  const relayWorker = run([SELF, 'relay-worker', relayUrl.replace('http', 'ws') + '/v1/node']);
+  await relay.next(/"worker":true/);
+  const relayWs = relayUrl.replace('http', 'ws') + '/v1/ws';
+  const relayTp = await loadgen(throughputSpec(relayWs, 'relay'));
+  const relayLat = await loadgen(latencySpec(relayWs, 'relay'));
+  await relayWorker.stop();
+  await relay.stop();
+
+  process.stderr.write('bench:live: switchyard serve (zero-cost executor)...\n');
+  const dir = mkdtempSync(join(tmpdir(), 'switchyard-bench-'));
+  const config = join(dir, 'live.yaml');
+  writeFileSync(config, CONFIG);
+  const sy = run([BIN, 'serve', '--config', config, '--port', '0', '--json', '--executor', 'zero-cost', '--time-scale', '0.001']);
+  const info = JSON.parse(await sy.next(/^\{"url"/)) as { url: string; wsUrl: string };
+  for (;;) {
+    const r = await fetch(`${info.url}/readyz`).catch(() => null);
+    if (r?.status === 200) break;
+    await sleep(100);
+  }
+  const syTp = await loadgen(throughputSpec(info.wsUrl, 'llama-3-8b'));
+  const syLat = await loadgen(latencySpec(info.wsUrl, 'llama-3-8b'));
+
+  process.stderr.write(`bench:live: holding ${streams} streams...\n`);
+  const before = await memory(info.url);
+  const holder = run([SELF, 'loadgen', JSON.stringify({ mode: 'hold', url: info.wsUrl, model: 'llama-3-8b', conns: 20, streams, maxTokens: 8000 })], true);
+  const held = JSON.parse(await holder.next(/^\{"held"/, 180_000)) as { held: number; ended: number; openMs: number };
+  const live = await metric(info.url, 'switchyard_live_requests');
+  const during = await memory(info.url);
+  if (process.env['BENCH_DEBUG']) process.stderr.write(`${sy.lines.join('\n')}\n${JSON.stringify(syTp)}\n${JSON.stringify(syLat)}\n${await (await fetch(`${info.url}/readyz`)).text()}\n${JSON.stringify(((await (await fetch(`${info.url}/admin/status`, { headers: { authorization: `Bearer ${(info as unknown as { adminToken: string }).adminToken}` } })).json()) as { placement: { events: unknown[] } }).placement.events.slice(0, 30))}\n`);
+  holder.proc.stdin?.write('close\n');
+  await holder.next(/"closed":true/);
+  await holder.stop();
+  await sy.stop();
+
+  const perStream = (a: number, b: number): number => Math.round((b - a) / Math.max(1, held.held));
+  const heapPer = perStream(before.heap + before.external, during.heap + during.external);
+  const rssPer = perStream(before.rss, during.rss);
+  const figures: Figures = {
+    relayRatio: Math.round((syTp['tokensPerS']! / Math.max(1, relayTp['tokensPerS']!)) * 1000) / 1000,
+    p99AddedTtftMs: syLat['ttftP99Ms']!,
+    p99AddedTbtMs: syLat['tbtP99Ms']!,
+    concurrentStreams: Math.min(held.held, live),
+    bytesPerStream: heapPer,
+    rssBytesPerStream: rssPer,
+    tokensPerS: syTp['tokensPerS']!,
+    relayTokensPerS: relayTp['tokensPerS']!,
+    p50AddedTtftMs: syLat['ttftP50Ms']!,
+    p50AddedTbtMs: syLat['tbtP50Ms']!,
+    requestRate: syLat['achievedRate']!,
+    relayP99TtftMs: relayLat['ttftP99Ms']!,
+    relayP99TbtMs: relayLat['tbtP99Ms']!,
+    meetsRelayRatio: syTp['tokensPerS']! >= 0.5 * relayTp['tokensPerS']!,
+    meetsTtft: syLat['ttftP99Ms']! <= 5,
+    meetsStreams: Math.min(held.held, live) >= streams,
+  };
+
+  const row = (name: string, a: string, b: string, target = ''): string => `${name.padEnd(30)} ${a.padStart(14)} ${b.padStart(14)}   ${target}`;
+  const out: string[] = [];
+  out.push('live serving over loopback (zero-cost executor; load generator in its own process)');
+  out.push('');
+  out.push(row('', 'switchyard', 'bare relay', 'target'));
+  out.push(row('streamed tokens/s', String(syTp['tokensPerS']), String(relayTp['tokensPerS']), `ratio ${figures.relayRatio} (>= 0.5)`));
+  out.push(row(`TTFT p50 / p99 ms @${syLat['achievedRate']} req/s`, `${syLat['ttftP50Ms']} / ${syLat['ttftP99Ms']}`, `${relayLat['ttftP50Ms']} / ${relayLat['ttftP99Ms']}`, 'p99 added <= 5 ms'));
+  out.push(row('TBT p50 / p99 ms', `${syLat['tbtP50Ms']} / ${syLat['tbtP99Ms']}`, `${relayLat['tbtP50Ms']} / ${relayLat['tbtP99Ms']}`));
+  out.push(row('requests finished / rejected', `${syLat['finished']} / ${syLat['rejected']}`, `${relayLat['finished']} / ${relayLat['rejected']}`));
+  out.push('');
+  out.push(`concurrent open streams held: ${figures.concurrentStreams} of ${streams} (opened in ${held.openMs} ms; server saw ${live} live)`);
+  out.push(`server memory per stream: ${heapPer} B of JS heap + external, ${rssPer} B of RSS`);
+  out.push(`  before: rss ${(before.rss / 1e6).toFixed(1)} MB, heap ${(before.heap / 1e6).toFixed(1)} MB; while held: rss ${(during.rss / 1e6).toFixed(1)} MB, heap ${(during.heap / 1e6).toFixed(1)} MB`);
+  out.push('');
+  process.stdout.write(`${out.join('\n')}\n${JSON.stringify(figures)}\n`);
+}
+
+const [cmd, arg] = process.argv.slice(2);
+if (cmd === 'relay-server') void runRelayServer();
+else if (cmd === 'relay-worker') void runRelayWorker(arg!);
+else if (cmd === 'loadgen') void runLoadgen(JSON.parse(arg!) as LoadSpec).then(() => process.exit(0));
+else
+  main().then(
+    () => process.exit(0),
+    (e: unknown) => {
+      process.stderr.write(`bench:live failed: ${e instanceof Error ? e.stack : String(e)}\n`);
+      process.exit(1);
+    },
+  );

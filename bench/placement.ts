@@ -1,0 +1,212 @@
+// `npm run bench:placement`: (1) starvation — continuous small-model traffic at capacity plus a trickle of large-model
+// requests, the reserved policy (gang reservation, bounded drain) against the naive one (switch only when the node is
+// idle), from the same traffic and seed; (2) the GPU-failure scenario — detection per path, what became of each
+// interrupted request, recovery times — run twice to show the same seed gives the same report.
+// Prints tables, then one JSON line of figures. `--quick` shortens the starvation run.
+import { loadScenario, normalizeScenario, type Scenario } from '../actors/config.ts';
+import { simulate, type SimReport } from '../actors/sim/simulate.ts';
+import type { ControlPlane } from '../actors/control-plane.ts';
+import { costOf, loadMsOf, rolesOf, UNLOAD_MS } from '../actors/placement/layout.ts';
+import { gpuTimeline, type FaultReport } from '../actors/placement/report.ts';
+import { printFigures, quick, writeChartData } from './lib/data.ts';
+
+const SEED = 11;
+const SMALL_RATE = 100;
+const RUN_S = quick ? 150 : 300;
+const LARGE_EVERY_S = 40;
+
+/** The starvation scenario: eight small replicas kept busy, one large request every ~40 s. */
+function starvationScenario(reserved: boolean): Scenario {
+  return normalizeScenario({
+    name: `starvation-${reserved ? 'reserved' : 'naive'}`,
+    seed: SEED,
+    node: { gpu: 'H100-SXM', gpus: 8 },
+    placement: { policy: 'switch', initialMode: 'small', drainDeadlineMs: 30_000, minResidencyMs: 10_000, largeWaitReservation: reserved },
+    models: [
+      {
+        name: 'llama-3-70b',
+        profile: 'llama-3-70b',
+        tp: 8,
+        replicas: 1,
+        // A budget long enough that a starved request waits (and shows it) instead of expiring.
+        classes: { interactive: { ttftMs: 60_000, tpotMs: 100, maxQueueMs: 1_000_000 } },
+        resume: { maxResumes: 3, budgetMs: 1_000_000 },
+      },
+      {
+        name: 'llama-3-8b',
+        profile: 'llama-3-8b',
+        tp: 1,
+        replicas: 8,
+        classes: { interactive: { ttftMs: 60_000, tpotMs: 100, maxQueueMs: 120_000, maxQueued: 50_000, maxQueuedTokens: 100_000_000 } },
+        resume: { maxResumes: 3, budgetMs: 120_000 },
+      },
+    ],
+    traffic: [
+      {
+        model: 'llama-3-8b',
+        requests: SMALL_RATE * RUN_S,
+        lengths: { trace: 'splitwise_conv', maxTotalTokens: 4096 },
+        arrival: { process: 'poisson', rate: SMALL_RATE },
+      },
+      {
+        model: 'llama-3-70b',
+        requests: Math.floor(RUN_S / LARGE_EVERY_S),
+        lengths: { trace: 'splitwise_conv', maxTotalTokens: 4096 },
+        arrival: { process: 'poisson', rate: 1 / LARGE_EVERY_S, start: 5 },
+      },
+    ],
+    sim: { checkInvariants: true },
+  });
+}
+
+interface PolicyRun {
+  name: string;
+  report: SimReport;
+  largeWaits: { arrivedS: number; waitS: number; scheduled: boolean }[];
+  smallMaxWaitS: number;
+  smallDone: number;
+  smallFailed: number;
+  switches: number;
+  gpuInTwoReplicas: number;
+  gangSplit: number;
+  wallS: number;
+}
+
+const r2 = (x: number): number => Math.round(x * 100) / 100;
+
+function runPolicy(reserved: boolean): PolicyRun {
+  const scenario = starvationScenario(reserved);
+  const { large } = rolesOf(scenario.models);
+  let cp: ControlPlane | null = null;
+  let twice = 0;
+  let split = 0;
+  const t0 = performance.now();
+  const report = simulate(scenario, {
+    onStart: (c) => {
+      cp = c;
+      // Ownership is checked after everything placement does: never a device in two replicas, never a split gang.
+      c.placement.watch(() => {
+        for (const v of c.placement.checkInvariants()) {
+          if (v.includes('belongs to')) twice++;
+          else split++;
+        }
+      });
+    },
+  });
+  const wallS = (performance.now() - t0) / 1000;
+  const records = (cp as ControlPlane | null)?.collector.records ?? [];
+  const origin = report.sim.originMs ?? 0;
+  const largeWaits = records
+    .filter((r) => r.model === large!.name)
+    .map((r) => ({
+      arrivedS: r2((r.receivedAt - origin) / 1000),
+      waitS: r2(((r.firstScheduledAt >= 0 ? r.firstScheduledAt : r.finishedAt) - r.receivedAt) / 1000),
+      scheduled: r.firstScheduledAt >= 0,
+    }))
+    .sort((a, b) => a.arrivedS - b.arrivedS);
+  let smallMax = 0;
+  let smallDone = 0;
+  let smallFailed = 0;
+  for (const r of records) {
+    if (r.model === large!.name) continue;
+    if (r.firstScheduledAt >= 0) smallMax = Math.max(smallMax, r.firstScheduledAt - r.receivedAt);
+    if (r.outcome === 'done') smallDone++;
+    else smallFailed++;
+  }
+  const switches = report.placement.filter((e) => e.kind === 'mode.switched').length;
+  return { name: reserved ? 'reserved' : 'naive', report, largeWaits, smallMaxWaitS: r2(smallMax / 1000), smallDone, smallFailed, switches, gpuInTwoReplicas: twice, gangSplit: split, wallS };
+}
+
+function largeWaitBoundS(scenario: Scenario): number {
+  const { large } = rolesOf(scenario.models);
+  const cost = costOf(scenario, large!);
+  const stepMs = cost.prefillS(large!.batching.tokenBudget, 0) * 1000;
+  return r2((scenario.placement.drainDeadlineMs + UNLOAD_MS + loadMsOf(scenario, large!) + stepMs) / 1000);
+}
+
+function main(): void {
+  const out: string[] = [];
+  const bound = largeWaitBoundS(starvationScenario(true));
+  process.stderr.write(`starvation: ${RUN_S} s of small-model traffic at ${SMALL_RATE} req/s, one large request every ~${LARGE_EVERY_S} s (seed ${SEED})\n`);
+  const runs = [runPolicy(true), runPolicy(false)];
+  out.push(`bench:placement — starvation: 8 x H100, llama-3-8b at ${SMALL_RATE} req/s on eight 1-GPU replicas for ${RUN_S} s, llama-3-70b (TP-8) every ~${LARGE_EVERY_S} s; seed ${SEED}`);
+  out.push(`large-model wait bound = drain deadline 30 s + unload 1 s + load ${r2(loadMsOf(starvationScenario(true), rolesOf(starvationScenario(true).models).large!) / 1000)} s + one step = ${bound} s`);
+  out.push('');
+  out.push('policy     large max wait  within bound  switches  small max wait  small done  small not done  device in 2 replicas  split gangs   wall s');
+  for (const r of runs) {
+    const max = Math.max(0, ...r.largeWaits.map((w) => w.waitS));
+    out.push(
+      `${r.name.padEnd(10)} ${`${max} s`.padStart(14)}  ${(max <= bound ? 'yes' : 'NO').padStart(12)}  ${String(r.switches).padStart(8)}  ${`${r.smallMaxWaitS} s`.padStart(14)}  ${String(r.smallDone).padStart(10)}  ${String(r.smallFailed).padStart(14)}  ${String(r.gpuInTwoReplicas).padStart(20)}  ${String(r.gangSplit).padStart(11)}  ${r.wallS.toFixed(1).padStart(7)}`,
+    );
+  }
+  out.push('');
+  out.push('each large-model request: arrival (s) -> wait until first scheduled (s)  [* = still waiting when the run ended]');
+  for (const r of runs) out.push(`  ${r.name.padEnd(9)} ${r.largeWaits.map((w) => `${w.arrivedS}->${w.waitS}${w.scheduled ? '' : '*'}`).join('  ')}`);
+  out.push('');
+
+  const failScenario = loadScenario('scenarios/gpu-failure.yaml');
+  process.stderr.write('gpu failure: scenarios/gpu-failure.yaml, twice\n');
+  const a = simulate(failScenario);
+  const b = simulate(failScenario);
+  const identical = JSON.stringify(a) === JSON.stringify(b);
+  const faults = a.failures ?? [];
+  out.push(`GPU failure — scenarios/gpu-failure.yaml (policy switch, seed ${failScenario.seed}); same seed twice gives ${identical ? 'an identical' : 'a DIFFERENT'} report`);
+  out.push('');
+  out.push('fault           detected by  after ms   bound ms  requests interrupted              unavailable reason                               small on 7 GPUs  large back after repair');
+  for (const f of faults) out.push(faultRow(f));
+  out.push('');
+  for (const f of faults) {
+    out.push(`  gpu ${f.gpu} ${f.kind}: ${f.requests.map((q) => `${q.id}(${q.tokensBefore} tok) ${q.outcome}`).join(', ') || 'no request in flight'}`);
+  }
+  out.push(`  large-model requests refused with model_unavailable while down: ${faults.map((f) => f.rejectedUnavailable).join(' + ')}`);
+  process.stdout.write(`${out.join('\n')}\n`);
+
+  const origin = a.sim.originMs ?? 0;
+  const end = origin + a.sim.simulatedSeconds * 1000;
+  writeChartData({
+    timeline: gpuTimeline(a.placement, failScenario.node.gpus, origin, end),
+    marks: faults.flatMap((f) => [
+      { t: f.injectedAtS, label: `gpu ${f.gpu} ${f.kind}` },
+      ...(failScenario.faults.find((x) => x.gpu === f.gpu && x.at === f.injectedAtS)?.repairAt !== undefined
+        ? [{ t: failScenario.faults.find((x) => x.gpu === f.gpu && x.at === f.injectedAtS)!.repairAt!, label: `gpu ${f.gpu} repair` }]
+        : []),
+    ]),
+    largeWaits: Object.fromEntries(runs.map((r) => [r.name, r.largeWaits])),
+  });
+  const path = (p: string): FaultReport | undefined => faults.find((f) => f.detection?.path === p);
+  const sum = (k: string): number => faults.reduce((s, f) => s + (f.outcomes[k] ?? 0), 0);
+  printFigures({
+    largeMaxWaitS: Object.fromEntries(runs.map((r) => [r.name, Math.max(0, ...r.largeWaits.map((w) => w.waitS))])),
+    largeWaitBoundS: bound,
+    smallMaxWaitS: runs[0]!.smallMaxWaitS,
+    smallMaxWaitSNaive: runs[1]!.smallMaxWaitS,
+    gpuInTwoReplicas: runs.reduce((s, r) => s + r.gpuInTwoReplicas, 0),
+    gangSplits: runs.reduce((s, r) => s + r.gangSplit, 0),
+    switches: Object.fromEntries(runs.map((r) => [r.name, r.switches])),
+    detectionMs: Object.fromEntries(['reported', 'progress', 'heartbeat'].map((p) => [p, path(p)?.detection?.afterMs ?? null])),
+    detectionBoundMs: Object.fromEntries(['reported', 'progress', 'heartbeat'].map((p) => [p, path(p)?.detection?.boundMs ?? null])),
+    interrupted: { resumed: sum('resumed'), replica_failed: sum('replica_failed') },
+    smallOnHealthyS: faults.map((f) => (f.smallOnHealthyMs === null ? null : r2(f.smallOnHealthyMs / 1000))),
+    largeBackAfterRepairS: faults.map((f) => (f.largeBackAfterRepairMs === null ? null : r2(f.largeBackAfterRepairMs / 1000))),
+    sameSeedIdentical: identical,
+    quick,
+  });
+}
+
+function faultRow(f: FaultReport): string {
+  const d = f.detection;
+  const outcomes = Object.entries(f.outcomes).map(([k, v]) => `${v} ${k}`).join(', ') || 'none';
+  const s = (ms: number | null): string => (ms === null ? 'never' : `${r2(ms / 1000)} s`);
+  return [
+    `gpu ${f.gpu} ${f.kind} @${f.injectedAtS}s`.padEnd(15),
+    (d?.path ?? 'undetected').padEnd(11),
+    String(d?.afterMs ?? '-').padStart(9),
+    String(d?.boundMs ?? '-').padStart(9),
+    ` ${outcomes}`.padEnd(33),
+    ` ${f.unavailable ?? '-'}`.padEnd(49),
+    s(f.smallOnHealthyMs).padStart(15),
+    s(f.largeBackAfterRepairMs).padStart(24),
+  ].join('  ');
+}
+
+main();

@@ -1,0 +1,50 @@
+// `switchyard chat --model <name> "prompt"`: streams a reply from a running server into the terminal.
+import { connectClient, SwitchyardError } from '../transport/client.ts';
+import { parseArgs, intFlag } from './args.ts';
+
+const USAGE = `usage: switchyard chat --model <name> "prompt" [--url http://127.0.0.1:8080] [--token T | SWITCHYARD_CLIENT_TOKEN=T]
+                      [--max-tokens 64] [--priority interactive] [--json-frames]
+`;
+
+/** Runs the chat command; resolves with the exit code (0 done, 1 failed, 2 usage). */
+export async function runChatCommand(argv: string[]): Promise<number> {
+  const args = parseArgs(argv, ['model', 'url', 'token', 'max-tokens', 'priority', 'version']);
+  const model = args.flags.get('model');
+  const prompt = args.positional.join(' ');
+  if (typeof model !== 'string' || prompt.length === 0) {
+    process.stderr.write(USAGE);
+    return 2;
+  }
+  const url = String(args.flags.get('url') ?? process.env['SWITCHYARD_URL'] ?? 'http://127.0.0.1:8080');
+  const token = (args.flags.get('token') as string | undefined) ?? process.env['SWITCHYARD_CLIENT_TOKEN'];
+  let client;
+  try {
+    client = await connectClient(url, { ...(token ? { token } : {}), format: args.flags.has('json-frames') ? 'json' : 'msgpack' });
+  } catch (e) {
+    process.stderr.write(`switchyard chat: cannot connect to ${url}: ${(e as Error).message}\n`);
+    return 1;
+  }
+  const stream = client.stream({
+    model,
+    prompt,
+    maxTokens: intFlag(args, 'max-tokens', 64),
+    ...(typeof args.flags.get('priority') === 'string' ? { priority: args.flags.get('priority') as string } : {}),
+    ...(typeof args.flags.get('version') === 'string' ? { version: args.flags.get('version') as string } : {}),
+  });
+  const stop = (): void => stream.cancel();
+  process.once('SIGINT', stop);
+  try {
+    for await (const chunk of stream) process.stdout.write(chunk.text);
+    const r = await stream.result;
+    if (r.ok) process.stderr.write(`\n[${r.usage.completionTokens} tokens, ${r.finishReason}; ttft ${r.timings.ttftMs.toFixed(1)} ms, total ${r.timings.e2eMs.toFixed(1)} ms; backend ${client.backend}]\n`);
+    return 0;
+  } catch (e) {
+    const err = e as SwitchyardError;
+    const retry = err.retryAfterMs !== undefined ? ` (retry after ${err.retryAfterMs} ms)` : '';
+    process.stderr.write(`\nswitchyard chat: ${err.message}${retry}\n`);
+    return 1;
+  } finally {
+    process.off('SIGINT', stop);
+    client.close();
+  }
+}

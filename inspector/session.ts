@@ -1,0 +1,248 @@
+// One control plane's inspection: the tap on its runtime (on only while someone reads), node summaries, placement
+// events, and the current view of every live actor so that a reader who joins late starts from the present.
+import type { InspectionEvent } from 'xstate';
+import type { ControlPlane } from '../actors/control-plane.ts';
+import { gpuProfile } from '../actors/gpu/profiles.ts';
+import type { TimerId } from '../actors/runtime/clock.ts';
+import { cleanFields, INSPECT_VERSION, type ActorFrame, type Frame, type GpuView, type HelloFrame, type NodeFrame, type ReplicaView, type StateFrame, type TraceFrame } from './protocol.ts';
+import { inspectedMachines, type MachineDef } from './statechart.ts';
+import { createTap, type Tap } from './tap.ts';
+
+/** Options of an inspection session. */
+export interface SessionOptions {
+  /** Summaries on a timer of the runtime's clock (serving); otherwise paced by activity (simulation). */
+  timer: boolean;
+  /** Interval between node summaries (ms of the runtime's clock). */
+  summaryMs?: number;
+  /** Most live actors whose current view is kept for late readers. */
+  maxViews?: number;
+}
+
+/** A reader of the stream. */
+export type Sink = (frame: Frame) => void;
+
+/** The inspection of one control plane. */
+export interface InspectionSession {
+  /** The first frame a reader gets. */
+  hello(mode: 'live' | 'replay'): HelloFrame;
+  /** Adds a reader; it first hears the current view (actors, traces, recent placement events, a summary). */
+  subscribe(sink: Sink): () => void;
+  /** Adds a raw XState inspection observer (e.g. @statelyai/inspect's sender). */
+  observeRaw(observer: (ev: InspectionEvent) => void): () => void;
+  /** A node summary as of now. */
+  summary(): NodeFrame;
+  /** True while inspection is on. */
+  active(): boolean;
+  readonly tap: Tap;
+  /** Stops everything and turns inspection off. */
+  close(): void;
+}
+
+/** The state a GPU is shown in, from placement's record and the replica holding it. */
+function gpuState(healthy: boolean, up: boolean, replicaState: string | null, reserved: boolean): { state: string; machineState: string } {
+  if (!healthy) return { state: 'failed', machineState: 'failed' };
+  if (!up) return { state: 'probing', machineState: 'probing' };
+  if (replicaState === null) return reserved ? { state: 'reserved', machineState: 'free' } : { state: 'free', machineState: 'free' };
+  if (replicaState === 'placing' || replicaState === 'loading') return { state: 'loading', machineState: 'allocated.loading' };
+  if (replicaState.startsWith('ready')) return { state: 'serving', machineState: 'allocated.serving' };
+  if (replicaState.startsWith('draining')) return { state: 'draining', machineState: 'allocated.serving' };
+  return { state: 'unloading', machineState: 'allocated.unloading' };
+}
+
+/** Starts (idle) inspection of a control plane; inspection turns on with the first reader and off with the last. */
+export function createInspectionSession(cp: ControlPlane, opts: SessionOptions): InspectionSession {
+  const { runtime } = cp;
+  const { clock } = runtime;
+  const summaryMs = opts.summaryMs ?? 250;
+  const maxViews = opts.maxViews ?? 20_000;
+  const memoryBytes = gpuProfile(cp.scenario.node.gpu).memoryBytes;
+  let machines: Record<string, MachineDef> | null = null;
+  const sinks = new Set<Sink>();
+  const raws = new Set<(ev: InspectionEvent) => void>();
+  const views = new Map<string, { actor: ActorFrame; state: StateFrame | null; trace: TraceFrame | null }>();
+  let placementView: { state: string; ctx: Record<string, unknown> } = { state: 'steady', ctx: {} };
+  let placementSeen = 0;
+  let lastSummary = -Infinity;
+  let timer: TimerId | null = null;
+  let on = false;
+
+  const broadcast = (f: Frame): void => {
+    for (const s of sinks) s(f);
+  };
+
+  const remember = (f: Frame): void => {
+    if (f.k === 'actor') {
+      if (views.size < maxViews) views.set(f.id, { actor: f, state: null, trace: null });
+    } else if (f.k === 'state') {
+      if (f.m === 'placement') placementView = { state: f.s, ctx: f.ctx };
+      const v = views.get(f.id);
+      if (f.done) views.delete(f.id);
+      else if (v) v.state = f;
+    } else if (f.k === 'trace') {
+      const v = views.get(f.id);
+      if (v) v.trace = f;
+    }
+  };
+
+  const placementFrames = (): void => {
+    const evs = cp.placement.events;
+    if (evs.length < placementSeen) placementSeen = 0;
+    for (; placementSeen < evs.length; placementSeen++) {
+      const e = evs[placementSeen]!;
+      broadcast({ k: 'place', t: e.t, ev: cleanFields(e as unknown as Record<string, unknown>, null) });
+    }
+  };
+
+  const summary = (): NodeFrame => {
+    const reservation = placementView.ctx['reservation'] === true;
+    const gpus: GpuView[] = [];
+    for (const g of cp.placement.gpus.values()) {
+      const r = g.owner ? cp.placement.replicas.get(g.owner) : undefined;
+      // Under `share` a second replica may sit on the GPU's other lane: its memory counts too.
+      const guestId = (g as { guest?: string | null }).guest ?? null;
+      const guest = guestId ? cp.placement.replicas.get(guestId) : undefined;
+      const st = gpuState(g.healthy, g.up, r ? r.state() : null, reservation);
+      let weightsBytes = 0;
+      let kvBytes = 0;
+      if (st.state !== 'failed') {
+        for (const x of [r, guest]) {
+          if (!x) continue;
+          weightsBytes += x.cost.weightsBytesPerGpu;
+          kvBytes += (x.batcher.stats().blocksUsed * x.batcher.limits.blockTokens * x.cost.kvBytesPerToken) / x.cost.tp;
+        }
+      }
+      gpus.push({ index: g.index, ...st, replica: g.owner, guest: guestId, model: r?.model ?? null, healthy: g.healthy, memoryBytes, weightsBytes, kvBytes });
+    }
+    const replicas: ReplicaView[] = [];
+    for (const r of cp.placement.replicas.values()) {
+      const s = r.batcher.stats();
+      replicas.push({
+        id: r.id,
+        model: r.model,
+        version: r.version,
+        state: r.state(),
+        epoch: r.epoch,
+        gpus: [...r.gpus],
+        step: r.actor.getSnapshot().context.step,
+        waiting: s.waiting,
+        running: s.running,
+        blocksUsed: s.blocksUsed,
+        blocksTotal: s.blocksTotal,
+        steps: r.steps.count,
+      });
+    }
+    const unavailable: Record<string, string> = {};
+    for (const m of cp.scenario.models) {
+      const why = cp.placement.unavailable(m.name);
+      if (why) unavailable[m.name] = why;
+    }
+    const ctx = placementView.ctx;
+    return {
+      k: 'node',
+      t: clock.now(),
+      placement: {
+        policy: cp.scenario.placement.policy,
+        state: placementView.state,
+        mode: typeof ctx['mode'] === 'string' ? ctx['mode'] : 'mixed',
+        target: typeof ctx['target'] === 'string' ? ctx['target'] : 'mixed',
+        reservation,
+        unavailable,
+      },
+      gpus,
+      replicas,
+      live: cp.live(),
+    };
+  };
+
+  const emitSummary = (): void => {
+    lastSummary = clock.now();
+    placementFrames();
+    broadcast(summary());
+  };
+
+  const tap = createTap({
+    now: () => clock.now(),
+    explain: (id) => cp.explain(id),
+    emit: (f) => {
+      placementFrames();
+      remember(f);
+      broadcast(f);
+    },
+    tick: opts.timer
+      ? undefined
+      : () => {
+          if (clock.now() - lastSummary >= summaryMs) emitSummary();
+        },
+  });
+
+  const observer = (ev: InspectionEvent): void => {
+    tap.observe(ev);
+    for (const r of raws) r(ev);
+  };
+
+  const beat = (): void => {
+    emitSummary();
+    timer = clock.setTimeout(beat, summaryMs);
+  };
+
+  const update = (): void => {
+    const want = sinks.size + raws.size > 0;
+    if (want === on) return;
+    on = want;
+    if (on) {
+      views.clear();
+      placementSeen = Math.max(0, cp.placement.events.length - 50);
+      runtime.setInspector(observer);
+      if (opts.timer) timer = clock.setTimeout(beat, summaryMs);
+    } else {
+      runtime.setInspector(null);
+      if (timer !== null) clock.clearTimeout(timer);
+      timer = null;
+    }
+  };
+
+  return {
+    hello: (mode) => {
+      machines ??= inspectedMachines();
+      return { k: 'hello', v: INSPECT_VERSION, t: clock.now(), mode, scenario: cp.scenario.name, gpus: cp.placement.gpus.size, machines };
+    },
+    subscribe: (sink) => {
+      if (on) {
+        // Catch the late reader up from the current view; the first reader gets it from the runtime's replay.
+        const evs = cp.placement.events;
+        for (const e of evs.slice(Math.max(0, placementSeen - 50), placementSeen)) sink({ k: 'place', t: e.t, ev: cleanFields(e as unknown as Record<string, unknown>, null) });
+        for (const v of views.values()) {
+          sink(v.actor);
+          if (v.state) sink(v.state);
+          if (v.trace) sink(v.trace);
+        }
+        sinks.add(sink);
+      } else {
+        sinks.add(sink);
+        update();
+        placementFrames();
+      }
+      sink(summary());
+      return () => {
+        sinks.delete(sink);
+        update();
+      };
+    },
+    observeRaw: (r) => {
+      raws.add(r);
+      update();
+      return () => {
+        raws.delete(r);
+        update();
+      };
+    },
+    summary,
+    active: () => on,
+    tap,
+    close: () => {
+      sinks.clear();
+      raws.clear();
+      update();
+    },
+  };
+}

@@ -1,0 +1,107 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { WebSocket } from 'ws';
+import { normalizeScenario } from '../../actors/config.ts';
+import { startServer, type RunningServer } from '../../transport/server/server.ts';
+import { INSPECT_SUBPROTOCOL, type InspectMessage } from '../../inspector/protocol.ts';
+
+const scenario = normalizeScenario({ name: 'inspect-server', models: [{ name: 'llama-3-8b', profile: 'llama-3-8b', tp: 1, replicas: 1 }] });
+
+/** Opens /v1/inspect; resolves with the first message, or with the close code when the server closes first. */
+const open = (
+  server: RunningServer,
+  opts: { protocols?: string[]; headers?: Record<string, string>; origin?: string } = {},
+): Promise<{ ws: WebSocket; first: InspectMessage | null; closed: { code: number; reason: string } | null }> =>
+  new Promise((resolve, reject) => {
+    const ws = new WebSocket(`${server.url.replace('http', 'ws')}/v1/inspect`, opts.protocols ?? [INSPECT_SUBPROTOCOL], {
+      headers: opts.headers ?? {},
+      ...(opts.origin ? { origin: opts.origin } : {}),
+    });
+    ws.once('message', (d) => resolve({ ws, first: JSON.parse(String(d)) as InspectMessage, closed: null }));
+    ws.once('close', (code, reason) => resolve({ ws, first: null, closed: { code, reason: reason.toString() } }));
+    ws.once('unexpected-response', (_req, res) => reject(new Error(`HTTP ${res.statusCode}`)));
+    ws.once('error', () => {});
+  });
+
+describe('the inspector on the serving control plane', () => {
+  describe('with an open client API (loopback)', () => {
+    let server: RunningServer;
+    beforeAll(async () => {
+      server = await startServer({ scenario, port: 0, workerTokens: ['w'], adminTokens: ['a'] });
+    });
+    afterAll(async () => {
+      await server?.close();
+    });
+
+    it('serves the page and its assets from the control plane, loading nothing from elsewhere', async () => {
+      const res = await fetch(`${server.url}/inspector`);
+      expect(res.status).toBe(200);
+      expect(res.headers.get('content-type')).toMatch(/text\/html/);
+      expect(res.headers.get('content-security-policy')).toMatch(/default-src 'self'/);
+      const html = await res.text();
+      const refs = [...html.matchAll(/(?:src|href)="([^"]+)"/g)].map((m) => m[1]!);
+      expect(refs.length).toBeGreaterThan(0);
+      for (const ref of refs) expect(ref).toMatch(/^(\/inspector\/|data:)/);
+      for (const asset of refs.filter((r) => r.startsWith('/inspector/'))) expect((await fetch(`${server.url}${asset}`)).status).toBe(200);
+      for (const js of ['app.js', 'model.js', 'statechart.js']) {
+        const text = await (await fetch(`${server.url}/inspector/${js}`)).text();
+        expect(text).not.toMatch(/(?:import|fetch)\s*\(?\s*['"`]https?:/);
+      }
+      expect((await fetch(`${server.url}/inspector/nope.js`)).status).toBe(404);
+    });
+
+    it('streams versioned frames, hello first, and turns inspection on only while someone reads', async () => {
+      expect(server.inspector.session.active()).toBe(false);
+      const { ws, first } = await open(server);
+      expect(first?.v).toBe(1);
+      expect(first?.frames[0]).toMatchObject({ k: 'hello', v: 1, mode: 'live', gpus: 8 });
+      expect(ws.protocol).toBe(INSPECT_SUBPROTOCOL);
+      expect(server.inspector.session.active()).toBe(true);
+      const node = first!.frames.find((f) => f.k === 'node');
+      expect(node && node.k === 'node' ? node.gpus.length : 0).toBe(8);
+      ws.close();
+      await expect.poll(() => server.inspector.session.active()).toBe(false);
+    });
+
+    it('refuses a page from another site, and accepts its own', async () => {
+      const other = await open(server, { origin: 'http://evil.example' });
+      expect(other.closed).toEqual({ code: 1008, reason: 'origin not allowed' });
+      const own = await open(server, { origin: server.url });
+      expect(own.first?.frames[0]?.k).toBe('hello');
+      own.ws.close();
+    });
+
+    it('is read-only: a reader that keeps sending is cut off', async () => {
+      const { ws } = await open(server);
+      const closed = new Promise<number>((r) => ws.once('close', (code) => r(code)));
+      for (let i = 0; i < 100; i++) ws.send(JSON.stringify({ type: 'admin.fail', gpu: 3 }));
+      expect(await closed).toBe(1008);
+    });
+  });
+
+  describe('with client tokens', () => {
+    let server: RunningServer;
+    beforeAll(async () => {
+      server = await startServer({ scenario, port: 0, clientTokens: ['tok-1'], workerTokens: ['w'], adminTokens: ['a'] });
+    });
+    afterAll(async () => {
+      await server?.close();
+    });
+
+    it('closes the stream before any frame without a client token', async () => {
+      const { first, closed } = await open(server);
+      expect(first).toBeNull();
+      expect(closed).toEqual({ code: 1008, reason: 'unauthorized' });
+      expect((await open(server, { headers: { authorization: 'Bearer wrong' } })).closed?.code).toBe(1008);
+    });
+
+    it('accepts the client token as a bearer header or, from a browser, as a subprotocol', async () => {
+      const a = await open(server, { headers: { authorization: 'Bearer tok-1' } });
+      expect(a.first?.frames[0]?.k).toBe('hello');
+      a.ws.close();
+      const b = await open(server, { protocols: [INSPECT_SUBPROTOCOL, `switchyard.token.${Buffer.from('tok-1').toString('base64url')}`] });
+      expect(b.first?.frames[0]?.k).toBe('hello');
+      expect(b.ws.protocol).toBe(INSPECT_SUBPROTOCOL);
+      b.ws.close();
+    });
+  });
+});

@@ -1,0 +1,66 @@
+// One tensor-parallel-8 replica with its eight GPU actors: every interleaving of loads, step reports, up to two
+// faults and a drain, checked for single failure, dropped stale results, GPU fates and order-independent outcomes.
+import { describe, expect, it } from 'vitest';
+import { checkTensorParallel, orderDependent, type TpReport } from './tp-composition.ts';
+
+const describeViolations = (r: TpReport): string[] => r.violations.map((v) => `${v.property}: ${v.detail}\n    ${v.path.join(' → ')}`);
+
+describe('tensor-parallel replica with eight GPUs', () => {
+  let report: TpReport | undefined;
+  const run = (): TpReport => {
+    if (!report) {
+      const t = performance.now();
+      report = checkTensorParallel({ gpus: 8, faults: 2, arrivals: 3 });
+      console.log(
+        `TP-8 model check: ${report.states} states explored, ${report.transitions} transitions, ${report.quiescent} at rest, ` +
+          `${report.scenarios} fault/drain scenarios, ${report.cachedTransitions} distinct machine transitions, ${Math.round(performance.now() - t)} ms`,
+      );
+    }
+    return report;
+  };
+
+  it('explores every interleaving of two faults and a drain and prints the states explored', { timeout: 180_000 }, () => {
+    const r = run();
+    expect(r.states).toBeGreaterThan(10_000);
+    expect(r.replicaStates).toEqual(['draining.stepping', 'failed', 'loading', 'ready.busy', 'ready.idle', 'ready.saturated', 'stopped', 'unloading']);
+  });
+
+  it('breaks no property in any interleaving', { timeout: 180_000 }, () => {
+    expect(describeViolations(run())).toEqual([]);
+  });
+
+  it('ends each scenario the same way whatever the order of the messages', { timeout: 180_000 }, () => {
+    const r = run();
+    expect(orderDependent(r)).toEqual([]);
+    // No fault while the GPUs were held, one, and two: each happens, drained or not.
+    const keys = [...r.outcomes.keys()].map((k) => JSON.parse(k) as { ownedFaults: number; drained: boolean });
+    for (const ownedFaults of [0, 1, 2]) expect(keys.some((k) => k.ownedFaults === ownedFaults)).toBe(true);
+    for (const [k, set] of r.outcomes) {
+      const s = JSON.parse(k) as { ownedFaults: number; laterFaults: number };
+      const outcome = JSON.parse([...set][0]!) as { replica: string; failed: boolean; failedGpus: number; gpusFailed: number; gpusFree: number };
+      expect(outcome).toEqual({
+        replica: 'stopped',
+        failed: s.ownedFaults > 0,
+        failedGpus: s.ownedFaults,
+        gpusFailed: s.ownedFaults + s.laterFaults,
+        gpusFree: 8 - s.ownedFaults - s.laterFaults,
+      });
+    }
+  });
+});
+
+describe('the abstractions of the check', () => {
+  it('find the same outcomes as per-GPU FIFO command links with every report delivered', () => {
+    const abstract = checkTensorParallel({ gpus: 3, faults: 2, arrivals: 1 });
+    const full = checkTensorParallel({ gpus: 3, faults: 2, arrivals: 1, downlink: 'fifo', pruneDeadReports: false });
+    console.log(`TP-3 cross-check: ${abstract.states} states with eager commands and dead reports dropped, ${full.states} without`);
+    expect(describeViolations(abstract)).toEqual([]);
+    expect(describeViolations(full)).toEqual([]);
+    const outcomes = (r: TpReport) => new Map([...r.outcomes].map(([k, v]) => [k, [...v].sort()]));
+    expect(outcomes(abstract)).toEqual(outcomes(full));
+    expect(full.states).toBeGreaterThan(abstract.states);
+    // Without the pruning, results of a dead epoch or step do reach the replica, and change nothing.
+    expect(full.staleResultsDelivered).toBeGreaterThan(0);
+    expect(abstract.deadReportsDropped).toBeGreaterThan(0);
+  });
+});

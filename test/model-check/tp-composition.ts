@@ -1,0 +1,450 @@
+// Exhaustive interleavings of one tensor-parallel replica with its GPU actors: the real replica and GPU machines
+// (pure transitions, cached), an abstract batcher and node executor, per-GPU FIFO links, faults and a drain at any point.
+//
+// What keeps eight GPUs small (a naive composition with per-channel FIFO queues reaches millions of states):
+// - symmetry: GPUs are interchangeable, so a world is keyed by the sorted multiset of per-GPU signatures and GPU
+//   events are tried on one GPU per signature class;
+// - eager commands (`downlink: 'eager'`): a command reaches its GPU when sent. Delivering it touches only that GPU,
+//   so it commutes with everything but that GPU's own timers and fault, which in turn commute with the send;
+// - dead reports (`pruneDeadReports`): a report no reachable replica state handles is dropped on arrival in the link.
+// Both are cross-checked against the plain model (per-GPU FIFO commands, every report delivered) by the tests.
+import { initialTransition, transition, type AnyEventObject, type AnyMachineSnapshot, type AnyStateMachine } from 'xstate';
+import { gpuMachine } from '../../machines/gpu.machine.ts';
+import { replicaMachine } from '../../machines/replica.machine.ts';
+import { liveEventTypes, pendingTimers, pureStepper, type Action } from './pure.ts';
+import { worldKeys, type Gpu, type Msg, type World } from './tp-world.ts';
+
+/** The size of the composition and the machines under test. */
+export interface TpOptions {
+  /** Ranks of the replica (8 for the large model). */
+  gpus: number;
+  /** GPU faults the environment may inject, each at any point. */
+  faults: number;
+  /** Units of work that may arrive while the replica accepts; each applied step finishes one. */
+  arrivals: number;
+  /** The batcher reports saturation when at least this many units wait at planning time. */
+  saturateAt?: number;
+  /** Whether a drain may be requested at any point (default true). */
+  drain?: boolean;
+  /**
+   * `eager` (default): a command from the replica reaches its GPU at once; `fifo`: it waits in a per-GPU FIFO until
+   * the checker delivers it. Both ways every GPU's reports to the control plane wait in their own FIFO.
+   */
+  downlink?: 'eager' | 'fifo';
+  /**
+   * Drop a report at once when no state the replica can still reach handles its type (default true): its arrival
+   * would be a no-op that commutes with everything. The tests cross-check the outcomes with it off.
+   */
+  pruneDeadReports?: boolean;
+  /** The replica machine under test (default: machines/replica.machine.ts). */
+  replica?: AnyStateMachine;
+  /** The GPU machine under test (default: machines/gpu.machine.ts). */
+  gpu?: AnyStateMachine;
+  /** Gives up past this many states. */
+  maxStates?: number;
+  /** Stop after this many violations (each with its path). */
+  maxViolations?: number;
+}
+
+/** A broken property with the shortest interleaving that reaches it. */
+export interface Violation {
+  property: string;
+  detail: string;
+  path: string[];
+}
+
+/** What an exhaustive run found. */
+export interface TpReport {
+  states: number;
+  transitions: number;
+  /** States in which nothing but a further fault can happen. */
+  quiescent: number;
+  /** Distinct environment inputs (faults while owned, faults after release, drain, arrivals) seen at quiescence. */
+  scenarios: number;
+  /** Per scenario, the distinct outcomes reached (one each when the outcome does not depend on the order). */
+  outcomes: Map<string, Set<string>>;
+  violations: Violation[];
+  cachedTransitions: number;
+  /** Step results delivered to the replica for another epoch or step (each checked to change nothing). */
+  staleResultsDelivered: number;
+  /** Reports dropped because no state the replica can still reach handles them. */
+  deadReportsDropped: number;
+  /** The replica states the composition visited (dotted paths). */
+  replicaStates: string[];
+}
+
+const REPLICA_ID = 'replica.big@v1#0';
+
+/** Runs the exhaustive exploration and checks every property along the way. */
+export function checkTensorParallel(o: TpOptions): TpReport {
+  const n = o.gpus;
+  const rm = o.replica ?? replicaMachine;
+  const gm = o.gpu ?? gpuMachine;
+  const saturateAt = o.saturateAt ?? 2;
+  const eager = (o.downlink ?? 'eager') === 'eager';
+  const pruneDead = o.pruneDeadReports ?? true;
+  const maxStates = o.maxStates ?? 5_000_000;
+  const maxViolations = o.maxViolations ?? 5;
+  const replicaInput = { id: REPLICA_ID, model: 'big', version: 'v1', gpus: [...Array(n).keys()], epoch: 0, loadMs: 100, unloadMs: 50 };
+  const violations: Violation[] = [];
+  const seenProperties = new Set<string>();
+  let staleResultsDelivered = 0;
+  let deadReportsDropped = 0;
+
+  // Cached pure transitions of both machines (every GPU runs as the same canonical GPU, index 0).
+  const replicaSteps = pureStepper(rm, replicaInput);
+  const gpuSteps = pureStepper(gm, { index: 0 });
+  const snapKey = (s: AnyMachineSnapshot): string => JSON.stringify([s.value, s.status, s.context]);
+
+  const [replica0] = initialTransition(rm, replicaInput);
+  const gpus0: Gpu[] = [];
+  for (let i = 0; i < n; i++) {
+    // GPUs start registered, probed and free.
+    // Every GPU runs as the same canonical GPU (index 0): their transitions are shared, their reports relabelled.
+    let [g] = initialTransition(gm, { index: 0 });
+    [g] = transition(gm, g, { type: 'gpu.register' });
+    [g] = transition(gm, g, { type: 'gpu.probed' });
+    gpus0.push({ snap: g, exec: null, down: [], up: [], owner: true, ownedFault: false, freeFault: false });
+  }
+
+  const clone = (w: World): World => ({ ...w, gpus: [...w.gpus], failedEpochs: [...w.failedEpochs] });
+  const setGpu = (w: World, i: number, patch: Partial<Gpu>): void => {
+    w.gpus[i] = { ...w.gpus[i]!, ...patch };
+  };
+  const ctx = (s: AnyMachineSnapshot): Record<string, unknown> => s.context as Record<string, unknown>;
+
+  // One violation per property, with its path, is enough to debug; the run goes on to count states.
+  let currentPath: () => string[] = () => [];
+  const violate = (property: string, detail: string): void => {
+    if (seenProperties.has(property) || violations.length >= maxViolations) return;
+    seenProperties.add(property);
+    violations.push({ property, detail, path: currentPath() });
+  };
+
+  // A canonical GPU's report as GPU i sends it (one object per report and GPU, so names and caches hit by identity).
+  const relabelled = new WeakMap<object, Msg[]>();
+  const relabel = (m: Msg, i: number): Msg => {
+    if (!('gpu' in m)) return m;
+    let per = relabelled.get(m);
+    if (!per) relabelled.set(m, (per = []));
+    return (per[i] ??= { ...m, gpu: i });
+  };
+
+  // A GPU machine takes an event; what it emits goes onto its report link, an aborted step stops the executor.
+  const gpuEvent = (w: World, i: number, e: AnyEventObject): void => {
+    const g = w.gpus[i]!;
+    const [next, actions] = gpuSteps.step(g.snap, e);
+    const up = [...g.up];
+    let exec = g.exec;
+    for (const a of actions) {
+      if (a.type === 'xstate.emit') {
+        const ev = (a.params as { event: { to: string; msg: Msg } }).event;
+        up.push([ev.to, relabel(ev.msg, i)]);
+      } else if (a.type === 'abortStep') exec = null;
+      else if (a.type !== 'xstate.raise' && a.type !== 'xstate.cancel') violate('unmodelled GPU action', a.type);
+    }
+    setGpu(w, i, { snap: next, up, exec });
+  };
+
+  // The node agent's side of a command: GPU commands go to the GPU actor, a step starts on a serving rank of that epoch.
+  const deliverDown = (w: World, i: number, m: Msg): void => {
+    if (m.type === 'step.execute') {
+      const g = w.gpus[i]!;
+      const c = ctx(g.snap);
+      if (!g.snap.hasTag('serving') || c['replica'] !== m['replica'] || c['epoch'] !== m['epoch']) return;
+      if (g.exec) violate('one step per rank', `rank ${i} asked to run step ${String(m['step'])} while running step ${g.exec.step}`);
+      setGpu(w, i, { exec: { epoch: m['epoch'] as number, step: m['step'] as number } });
+    } else gpuEvent(w, i, m);
+  };
+
+  const sendDown = (w: World, i: number, m: Msg): void => {
+    if (eager) deliverDown(w, i, m);
+    else setGpu(w, i, { down: [...w.gpus[i]!.down, m] });
+  };
+
+  // Placement hears the replica: failures are counted per epoch, a stop hands the GPUs back.
+  const toPlacement = (w: World, m: Msg): void => {
+    if (m.type === 'replica.failed') {
+      const epoch = m['epoch'] as number;
+      if (w.failedEpochs.includes(epoch)) violate('fails once per epoch', `replica.failed twice for epoch ${epoch}`);
+      w.failedEpochs.push(epoch);
+    } else if (m.type === 'replica.stopped') {
+      for (let i = 0; i < n; i++) {
+        const g = w.gpus[i]!;
+        if (g.snap.hasTag('holdsGpu') && ctx(g.snap)['replica'] === REPLICA_ID)
+          violate('a GPU belongs to one replica', `placement frees gpu.${i} while it still holds the replica (${JSON.stringify(g.snap.value)})`);
+        // A failed GPU ignores a late assignment (a repair command travels behind it on the same link).
+        if (!g.snap.matches('failed') && g.down.some((d) => d.type === 'gpu.assign'))
+          violate('a GPU belongs to one replica', `placement frees gpu.${i} while an assignment to the replica is on its way`);
+        setGpu(w, i, { owner: false });
+      }
+      w.registered = false;
+    }
+  };
+
+  // The replica takes an event and everything it causes synchronously (its own follow-up events included).
+  const toReplica = (w: World, first: AnyEventObject): void => {
+    if (!w.registered) return;
+    const queue: AnyEventObject[] = [first];
+    while (queue.length > 0) {
+      const e = queue.shift()!;
+      const pre = w.replica;
+      const pc = ctx(pre);
+      const [next, actions] = replicaSteps.step(pre, e);
+      if (e.type === 'gpu.failed' && (pre.matches('loading') || pre.matches('ready') || pre.matches('draining')) && (pc['gpus'] as number[]).includes((e as Msg)['gpu'] as number))
+        w.faultWhileServing = true;
+      if (e.type === 'step.completed') {
+        const m = e as Msg;
+        const stale = m['epoch'] !== pc['epoch'] || m['step'] !== pc['step'];
+        if (stale) staleResultsDelivered++;
+        if (stale && (snapKey(next) !== snapKey(pre) || actions.length > 0))
+          violate('stale step results are dropped', `step.completed (epoch ${String(m['epoch'])}, step ${String(m['step'])}) changed the replica at epoch ${String(pc['epoch'])}, step ${String(pc['step'])}`);
+      }
+      w.replica = next;
+      for (const a of actions) {
+        const c = (a.info?.context ?? ctx(next)) as Record<string, unknown>;
+        const gang = c['gpus'] as number[];
+        switch (a.type) {
+          case 'xstate.emit': {
+            const ev = (a.params as { event: { to: string; msg: Msg } }).event;
+            if (ev.to === 'placement') toPlacement(w, ev.msg);
+            break;
+          }
+          case 'assignGpus':
+            for (const i of gang) sendDown(w, i, { type: 'gpu.assign', replica: REPLICA_ID, epoch: c['gpuEpoch'], loadMs: 100, unloadMs: 50 });
+            break;
+          case 'releaseGpus':
+            for (const i of gang) if (!(c['failedGpus'] as number[]).includes(i)) sendDown(w, i, { type: 'gpu.release', replica: REPLICA_ID, epoch: c['gpuEpoch'] });
+            break;
+          case 'dispatchStep':
+            if (w.work === 0) {
+              w.inflight = false;
+              w.saturated = false;
+              queue.push({ type: 'step.empty', epoch: c['epoch'] });
+              break;
+            }
+            w.inflight = true;
+            if (w.work >= saturateAt !== w.saturated) {
+              w.saturated = !w.saturated;
+              queue.push({ type: w.saturated ? 'work.saturated' : 'work.unsaturated' });
+            }
+            for (const i of gang) sendDown(w, i, { type: 'step.execute', replica: REPLICA_ID, epoch: c['epoch'], step: c['step'] });
+            break;
+          case 'completeStep':
+            if (!w.inflight) {
+              violate('only the step in flight is applied', `completeStep with no step in flight (on ${e.type})`);
+              break;
+            }
+            w.work--;
+            w.completed++;
+            w.inflight = false;
+            break;
+          case 'abortStep':
+            w.inflight = false;
+            break;
+          case 'interruptAll':
+            w.interrupted += w.work;
+            w.work = 0;
+            w.inflight = false;
+            break;
+          case 'xstate.raise':
+          case 'xstate.cancel':
+            break;
+          default:
+            violate('unmodelled replica action', a.type);
+        }
+      }
+    }
+  };
+
+  // A report reaches the control plane: to the replica directly, or to placement, which forwards a fault to the owner.
+  const deliverUp = (w: World, i: number): void => {
+    const g = w.gpus[i]!;
+    const [[to, m], ...rest] = g.up as [[string, Msg], ...[string, Msg][]];
+    setGpu(w, i, { up: rest });
+    if (to === 'placement') {
+      if (m.type === 'gpu.failed' && w.gpus[i]!.owner) toReplica(w, { type: 'gpu.failed', gpu: i, code: m['code'] });
+    } else if (to === REPLICA_ID) toReplica(w, m);
+  };
+
+  // Dead reports: a report whose event type no state the replica can still reach handles (by the machine's declared
+  // transitions, an over-approximation) is a no-op whenever it arrives, and its arrival commutes with every other
+  // step, so it is dropped at once. A report to a replica that is gone is dropped by the runtime anyway.
+  const prune = (w: World): void => {
+    if (!pruneDead) return;
+    const live = w.registered ? liveEventTypes(w.replica) : null;
+    w.gpus.forEach((g, i) => {
+      const up = g.up.filter(([to, m]) => (to === REPLICA_ID ? !!live && live.has(m.type) : to !== 'placement' || g.owner));
+      if (up.length === g.up.length) return;
+      deadReportsDropped += g.up.length - up.length;
+      setGpu(w, i, { up });
+    });
+  };
+
+  const { signatures, worldKey } = worldKeys();
+
+  // One message object per report, so that its name and its cached transitions are found by identity.
+  const reports = new Map<string, Msg>();
+  const completed = (gpu: number, epoch: number, stepNo: number): Msg => {
+    const k = `${gpu}.${epoch}.${stepNo}`;
+    let m = reports.get(k);
+    if (!m) reports.set(k, (m = { type: 'step.completed', gpu, replica: REPLICA_ID, epoch, step: stepNo }));
+    return m;
+  };
+
+  // Successors: each is a labelled world; GPU events are tried on one GPU per signature class.
+  let branchLabel = '';
+  const successors = (w: World, sigs: number[]): [string, World][] => {
+    const out: [string, World][] = [];
+    const branch = (label: string, fn: (x: World) => void): void => {
+      branchLabel = label;
+      const x = clone(w);
+      fn(x);
+      prune(x);
+      out.push([label, x]);
+    };
+    const tried = new Set<number>();
+    for (let i = 0; i < n; i++) {
+      if (tried.has(sigs[i]!)) continue;
+      tried.add(sigs[i]!);
+      const g = w.gpus[i]!;
+      const head = g.down[0];
+      if (head)
+        branch(`gpu.${i} receives ${head.type}`, (x) => {
+          setGpu(x, i, { down: g.down.slice(1) });
+          deliverDown(x, i, head);
+        });
+      for (const t of pendingTimers(g.snap)) branch(`gpu.${i} ${t.split('.')[2]} elapses`, (x) => gpuEvent(x, i, { type: t }));
+      const exec = g.exec;
+      if (exec) branch(`rank ${i} finishes step ${exec.step}`, (x) => setGpu(x, i, { exec: null, up: [...g.up, [REPLICA_ID, completed(i, exec.epoch, exec.step)]] }));
+      const report = g.up[0];
+      if (report) branch(`${report[1].type} from gpu.${i} arrives`, (x) => deliverUp(x, i));
+      if (w.faults < o.faults && !g.snap.matches('failed'))
+        branch(`gpu.${i} faults`, (x) => {
+          x.faults++;
+          const owned = g.snap.hasTag('holdsGpu') || g.down.some((d) => d.type === 'gpu.assign');
+          setGpu(x, i, owned ? { ownedFault: true } : { freeFault: true });
+          gpuEvent(x, i, { type: 'gpu.fault', code: 'xid_79' });
+        });
+    }
+    if ((o.drain ?? true) && !w.drained)
+      branch('drain requested', (x) => {
+        x.drained = true;
+        toReplica(x, { type: 'replica.drain', deadlineMs: 1000 });
+      });
+    if (w.arrived < o.arrivals && w.registered && w.replica.hasTag('accepting'))
+      branch('work arrives', (x) => {
+        x.arrived++;
+        x.work++;
+        toReplica(x, { type: 'work.available' });
+      });
+    if (w.registered) for (const t of pendingTimers(w.replica)) branch(`replica ${t.split('.')[2]} elapses`, (x) => toReplica(x, { type: t }));
+    return out;
+  };
+
+  // At quiescence (nothing but another fault can happen) the run must have ended well, whatever the order.
+  const outcomes = new Map<string, Set<string>>();
+  const atRest = (w: World): void => {
+    const rc = ctx(w.replica);
+    const failedGpus = (rc['failedGpus'] as number[] | undefined) ?? [];
+    // Without a drain to wait for, an idle replica that lost no GPU simply keeps serving.
+    if (!(o.drain ?? true) && w.replica.hasTag('accepting') && w.faults === 0) return;
+    if (w.replica.status !== 'done') violate('the replica stops', `nothing left to happen but the replica is ${JSON.stringify(w.replica.value)}`);
+    w.gpus.forEach((g, i) => {
+      if (!g.snap.matches('free') && !g.snap.matches('failed')) violate('every GPU ends released or failed', `gpu.${i} ends ${JSON.stringify(g.snap.value)}`);
+      if (g.owner) violate('a GPU belongs to one replica', `gpu.${i} is still owned by a stopped replica`);
+      if (g.ownedFault !== failedGpus.includes(i))
+        violate('the replica knows its failed GPUs', `gpu.${i} ${g.ownedFault ? 'faulted while held' : 'did not fault while held'} but the replica's failedGpus is [${failedGpus.join(',')}]`);
+    });
+    if (w.work !== 0 || w.completed + w.interrupted !== w.arrived)
+      violate('no work is stranded', `arrived ${w.arrived}, completed ${w.completed}, interrupted ${w.interrupted}, still held ${w.work}`);
+    if (w.failedEpochs.length !== (w.faultWhileServing ? 1 : 0))
+      violate('fails exactly once per fault epoch', `replica.failed sent ${w.failedEpochs.length} time(s); a fault ${w.faultWhileServing ? 'did' : 'did not'} reach it while serving`);
+    const owned = w.gpus.filter((g) => g.ownedFault).length;
+    const scenario = JSON.stringify({ ownedFaults: owned, laterFaults: w.gpus.filter((g) => g.freeFault).length, drained: w.drained, arrived: w.arrived });
+    const outcome = JSON.stringify({
+      replica: w.replica.value,
+      failed: (w.replica.output as { failed?: boolean } | undefined)?.failed ?? null,
+      failedGpus: failedGpus.length,
+      gpusFailed: w.gpus.filter((g) => g.snap.matches('failed')).length,
+      gpusFree: w.gpus.filter((g) => g.snap.matches('free')).length,
+    });
+    const set = outcomes.get(scenario) ?? new Set<string>();
+    set.add(outcome);
+    outcomes.set(scenario, set);
+  };
+
+  // Breadth-first over canonical worlds; parents are kept to print the shortest interleaving to a violation.
+  const start: World = {
+    replica: replica0,
+    registered: true,
+    gpus: gpus0,
+    work: 0,
+    arrived: 0,
+    completed: 0,
+    interrupted: 0,
+    inflight: false,
+    saturated: false,
+    faults: 0,
+    drained: false,
+    failedEpochs: [],
+    faultWhileServing: false,
+  };
+  const first = clone(start);
+  toReplica(first, { type: 'replica.start' });
+  const parents = new Map<string, [string, string] | null>();
+  const firstSigs = signatures(first);
+  const firstKey = worldKey(first, firstSigs);
+  parents.set(firstKey, null);
+  const pathOf = (key: string, last?: string): string[] => {
+    const path: string[] = last ? [last] : [];
+    for (let p = parents.get(key); p; p = parents.get(p[0])) path.unshift(p[1]);
+    return ['replica.start', ...path];
+  };
+  let frontier: [string, World, number[]][] = [[firstKey, first, firstSigs]];
+  let transitions = 0;
+  let quiescent = 0;
+  const replicaStates = new Set<string>();
+  const dotted = (v: unknown): string =>
+    typeof v === 'string' ? v : Object.entries(v as Record<string, unknown>).map(([k, c]) => `${k}.${dotted(c)}`).join(',');
+  while (frontier.length > 0) {
+    const nextFrontier: [string, World, number[]][] = [];
+    for (const [key, w, sigs] of frontier) {
+      currentPath = () => pathOf(key, branchLabel);
+      const succ = successors(w, sigs);
+      if (succ.every(([l]) => l.endsWith(' faults'))) {
+        branchLabel = '(at rest)';
+        quiescent++;
+        atRest(w);
+      }
+      for (const [l, x] of succ) {
+        transitions++;
+        const xs = signatures(x);
+        const xk = worldKey(x, xs);
+        if (parents.has(xk)) continue;
+        if (parents.size >= maxStates) throw new Error(`more than ${maxStates} states`);
+        parents.set(xk, [key, l]);
+        replicaStates.add(dotted(x.replica.value));
+        nextFrontier.push([xk, x, xs]);
+      }
+    }
+    frontier = nextFrontier;
+  }
+  return {
+    states: parents.size,
+    transitions,
+    quiescent,
+    scenarios: outcomes.size,
+    outcomes,
+    violations,
+    cachedTransitions: replicaSteps.size + gpuSteps.size,
+    staleResultsDelivered,
+    deadReportsDropped,
+    replicaStates: [...replicaStates].sort(),
+  };
+}
+
+/** The outcome check: every scenario (same faults, same drain) ends the same way whatever the interleaving. */
+export function orderDependent(report: TpReport): [string, string[]][] {
+  return [...report.outcomes].filter(([, set]) => set.size > 1).map(([k, set]) => [k, [...set]]);
+}

@@ -1,0 +1,161 @@
+// A serving control plane in one process: the control plane on the wall clock, the node link for its worker, the
+// /v1/ws streaming API, OpenAI-compatible HTTP, metrics, probes and the admin API, all on one HTTP server.
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { startControlPlane, type ControlPlane } from '../../actors/control-plane.ts';
+import type { Scenario } from '../../actors/config.ts';
+import { createWallClock, type Clock } from '../../actors/runtime/clock.ts';
+import { createRng } from '../../actors/runtime/rng.ts';
+import { createRuntime, type Runtime } from '../../actors/runtime/system.ts';
+import { CLIENT_SUBPROTOCOLS } from '../client-protocol.ts';
+import { createHttpHandler } from '../http/handler.ts';
+import { attachWsServer, isLoopback, tokenSet, type WsServer } from '../ws.ts';
+import { createServerMetrics, type ServerMetrics } from './metrics.ts';
+import { startNodeLink, type NodeLink } from './node-link.ts';
+import { createServing, type Serving } from './serving.ts';
+import { createStreamApi, type StreamApi } from './stream-api.ts';
+import { createInspectorRoutes, type InspectorRoutes } from '../../inspector/server.ts';
+
+/** Options of a serving control plane. */
+export interface ServerOptions {
+  scenario: Scenario;
+  /** Interface to bind; 127.0.0.1 unless told otherwise. */
+  host?: string;
+  /** Port; 0 picks a free one. */
+  port?: number;
+  /** Client tokens for /v1 and /v1/ws; required when host is not loopback. */
+  clientTokens?: readonly string[];
+  /** Worker tokens for /v1/node; at least one. */
+  workerTokens: readonly string[];
+  /** Admin tokens for /admin; at least one. */
+  adminTokens: readonly string[];
+  /** Grace before a disconnected worker's GPUs are failed. */
+  nodeGraceMs?: number;
+  heartbeatMs?: number;
+  maxStreamsPerConnection?: number;
+  maxConnections?: number;
+  /** Browser Origins allowed on WebSocket routes; absent allows any (non-browser clients send none). */
+  allowedOrigins?: readonly string[];
+  clock?: Clock;
+  log?(line: string): void;
+  /** Extra fields for /admin/status. */
+  status?(): Record<string, unknown>;
+}
+
+/** A running server. */
+export interface RunningServer {
+  readonly port: number;
+  readonly host: string;
+  /** Base URL of the HTTP API (`http://host:port`). */
+  readonly url: string;
+  /** The client streaming endpoint. */
+  readonly wsUrl: string;
+  /** The endpoint workers register on. */
+  readonly nodeUrl: string;
+  readonly cp: ControlPlane;
+  readonly runtime: Runtime;
+  readonly node: NodeLink;
+  readonly serving: Serving;
+  readonly streams: StreamApi;
+  readonly metrics: ServerMetrics;
+  /** The inspector: /inspector page and the read-only /v1/inspect stream. */
+  readonly inspector: InspectorRoutes;
+  /** True when client tokens are not required (loopback only). */
+  readonly openClientApi: boolean;
+  close(): Promise<void>;
+}
+
+/** Refusal to start: the configuration is unsafe or incomplete. */
+export class ServeError extends Error {
+  override readonly name = 'ServeError';
+}
+
+/** Starts serving `scenario`; resolves once the HTTP server listens. */
+export async function startServer(opts: ServerOptions): Promise<RunningServer> {
+  const host = opts.host ?? '127.0.0.1';
+  const clientTokens = opts.clientTokens ?? [];
+  if (!isLoopback(host) && clientTokens.length === 0) {
+    throw new ServeError(`listening on ${host} reaches beyond this host: give client tokens (--client-token or SWITCHYARD_CLIENT_TOKENS)`);
+  }
+  if (opts.workerTokens.length === 0) throw new ServeError('workers always authenticate: give at least one worker token');
+  if (opts.adminTokens.length === 0) throw new ServeError('the admin API always authenticates: give at least one admin token');
+  const clock = opts.clock ?? createWallClock();
+  const log = opts.log ?? (() => {});
+  const runtime = createRuntime({ name: 'control', clock, rng: createRng(opts.scenario.seed).fork('control') });
+  const cp = startControlPlane(runtime, opts.scenario, { checkInvariants: false });
+  const node = startNodeLink(runtime, {
+    gpus: opts.scenario.node.gpus,
+    graceMs: opts.nodeGraceMs ?? 2_000,
+    log,
+    // The same node settings the simulator gives its agent.
+    settings: {
+      heartbeatMs: opts.scenario.detection.heartbeatMs,
+      repairMs: opts.scenario.node.repairMs,
+      lanes: opts.scenario.placement.policy === 'share' ? 2 : 1,
+    },
+  });
+  const metrics = createServerMetrics(cp, node);
+  cp.onStep = (r, plan) => metrics.step(r.model, plan.entries.length);
+  const serving = createServing(cp, node, metrics);
+  const streams = createStreamApi(serving, metrics, { clock, maxStreamsPerConnection: opts.maxStreamsPerConnection ?? 16_384 });
+  const clientSet = clientTokens.length > 0 ? tokenSet(clientTokens) : null;
+  const inspector = createInspectorRoutes({ cp, tokens: clientSet, allowedOrigins: opts.allowedOrigins ?? null });
+  const handler = createHttpHandler({
+    cp,
+    serving,
+    metrics,
+    node,
+    clientTokens: clientSet,
+    adminTokens: tokenSet(opts.adminTokens),
+    ...(opts.status ? { status: opts.status } : {}),
+  });
+  const server: Server = createServer({ maxHeaderSize: 16 * 1024, requestTimeout: 0, headersTimeout: 30_000, keepAliveTimeout: 5_000 }, (req, res) => {
+    if (!inspector.handleHttp(req, res)) handler(req, res);
+  });
+  if (opts.maxConnections !== undefined) server.maxConnections = opts.maxConnections;
+  const origins = opts.allowedOrigins ? new Set(opts.allowedOrigins) : null;
+  const ws: WsServer = attachWsServer(server, {
+    clock,
+    log,
+    ...(opts.heartbeatMs !== undefined ? { heartbeatMs: opts.heartbeatMs } : {}),
+    ...(origins ? { checkOrigin: (o: string | undefined) => o === undefined || origins.has(o) } : {}),
+    routes: {
+      // The worker batches a tick's messages into one frame already: deliver its frames without extra turns.
+      '/v1/node': { tokens: tokenSet(opts.workerTokens), synchronousEvents: true, onConnection: (peer) => node.onConnection(peer) },
+      '/v1/ws': { tokens: clientSet, protocols: CLIENT_SUBPROTOCOLS, onConnection: (peer) => streams.onConnection(peer) },
+      '/v1/inspect': inspector.ws,
+    },
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port ?? 8080, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  const shown = host.includes(':') ? `[${host}]` : host;
+  return {
+    port,
+    host,
+    url: `http://${shown}:${port}`,
+    wsUrl: `ws://${shown}:${port}/v1/ws`,
+    nodeUrl: `ws://${shown}:${port}/v1/node`,
+    cp,
+    runtime,
+    node,
+    serving,
+    streams,
+    metrics,
+    inspector,
+    openClientApi: clientSet === null,
+    close: () =>
+      new Promise<void>((resolve) => {
+        node.close();
+        inspector.close();
+        ws.close();
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
