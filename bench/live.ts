@@ -121,12 +121,17 @@ async function metric(url: string, name: string): Promise<number> {
   return m ? Number(m[1]) : NaN;
 }
 
-async function memory(url: string): Promise<{ rss: number; heap: number; external: number }> {
-  return {
-    rss: await metric(url, 'process_resident_memory_bytes'),
-    heap: await metric(url, 'nodejs_heap_size_used_bytes'),
-    external: await metric(url, 'nodejs_external_memory_bytes'),
-  };
+// Live memory: the minimum of samples over a few seconds, which approximates the heap right after a collection
+// (streaming tokens makes garbage, so one reading mostly measures how long ago the last collection was).
+async function memory(url: string, samples = 15): Promise<{ rss: number; heap: number; external: number }> {
+  const m = { rss: Infinity, heap: Infinity, external: Infinity };
+  for (let i = 0; i < samples; i++) {
+    m.rss = Math.min(m.rss, await metric(url, 'process_resident_memory_bytes'));
+    m.heap = Math.min(m.heap, await metric(url, 'nodejs_heap_size_used_bytes'));
+    m.external = Math.min(m.external, await metric(url, 'nodejs_external_memory_bytes'));
+    await sleep(200);
+  }
+  return m;
 }
 
 const throughputSpec = (url: string, model: string): LoadSpec => ({ mode: 'throughput', url, model, conns: 8, perConn: 128, maxTokens: 256, warmupMs: 1500, windowMs: 4000 });

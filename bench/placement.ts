@@ -12,7 +12,7 @@ import { printFigures, quick, writeChartData } from './lib/data.ts';
 
 const SEED = 11;
 const SMALL_RATE = 100;
-const RUN_S = quick ? 150 : 300;
+const RUN_S = quick ? 120 : 240;
 const LARGE_EVERY_S = 40;
 
 /** The starvation scenario: eight small replicas kept busy, one large request every ~40 s. */
@@ -59,13 +59,42 @@ function starvationScenario(reserved: boolean): Scenario {
   });
 }
 
+/** When at least one replica of `model` took new work, as [from, to) intervals of absolute time. */
+function servingIntervals(events: SimReport['placement'], model: string): [number, number][] {
+  const open = new Set<string>();
+  const out: [number, number][] = [];
+  let since = -1;
+  for (const e of events) {
+    if (e.replica === undefined || !e.replica.startsWith(`replica.${model}@`)) continue;
+    if (e.kind === 'replica.ready') open.add(e.replica);
+    else if (e.kind === 'drain.started' || e.kind === 'replica.failed' || e.kind === 'replica.stopped') open.delete(e.replica);
+    if (open.size > 0 && since < 0) since = e.t;
+    if (open.size === 0 && since >= 0) {
+      out.push([since, e.t]);
+      since = -1;
+    }
+  }
+  if (since >= 0) out.push([since, Infinity]);
+  return out;
+}
+
+/** How long a request arriving at `t` waited for its model's mode (0 if a replica was taking work). */
+function modeWait(intervals: [number, number][], t: number): number {
+  for (const [a, b] of intervals) {
+    if (t < a) return a - t;
+    if (t < b) return 0;
+  }
+  return 0;
+}
+
 interface PolicyRun {
   name: string;
   report: SimReport;
+  /** Longest wait of a small-model request for its mode to be back (the anti-starvation part of its wait). */
+  smallMaxModeWaitS: number;
   largeWaits: { arrivedS: number; waitS: number; scheduled: boolean }[];
   smallMaxWaitS: number;
-  smallDone: number;
-  smallFailed: number;
+  smallOutcomes: Record<string, number>;
   switches: number;
   gpuInTwoReplicas: number;
   gangSplit: number;
@@ -105,16 +134,20 @@ function runPolicy(reserved: boolean): PolicyRun {
     }))
     .sort((a, b) => a.arrivedS - b.arrivedS);
   let smallMax = 0;
-  let smallDone = 0;
-  let smallFailed = 0;
+  let smallMode = 0;
+  const smallOutcomes: Record<string, number> = {};
+  const smallServing = servingIntervals(report.placement, 'llama-3-8b');
   for (const r of records) {
     if (r.model === large!.name) continue;
-    if (r.firstScheduledAt >= 0) smallMax = Math.max(smallMax, r.firstScheduledAt - r.receivedAt);
-    if (r.outcome === 'done') smallDone++;
-    else smallFailed++;
+    if (r.firstScheduledAt >= 0) {
+      smallMax = Math.max(smallMax, r.firstScheduledAt - r.receivedAt);
+      smallMode = Math.max(smallMode, Math.min(r.firstScheduledAt - r.receivedAt, modeWait(smallServing, r.receivedAt)));
+    }
+    const k = r.outcome === 'done' ? 'done' : (r.code ?? r.outcome);
+    smallOutcomes[k] = (smallOutcomes[k] ?? 0) + 1;
   }
   const switches = report.placement.filter((e) => e.kind === 'mode.switched').length;
-  return { name: reserved ? 'reserved' : 'naive', report, largeWaits, smallMaxWaitS: r2(smallMax / 1000), smallDone, smallFailed, switches, gpuInTwoReplicas: twice, gangSplit: split, wallS };
+  return { name: reserved ? 'reserved' : 'naive', report, largeWaits, smallMaxWaitS: r2(smallMax / 1000), smallMaxModeWaitS: r2(smallMode / 1000), smallOutcomes, switches, gpuInTwoReplicas: twice, gangSplit: split, wallS };
 }
 
 function largeWaitBoundS(scenario: Scenario): number {
@@ -127,18 +160,22 @@ function largeWaitBoundS(scenario: Scenario): number {
 function main(): void {
   const out: string[] = [];
   const bound = largeWaitBoundS(starvationScenario(true));
+  const sc = starvationScenario(true);
+  const smallBound = r2((sc.placement.drainDeadlineMs + UNLOAD_MS + loadMsOf(sc, rolesOf(sc.models).small[0]!)) / 1000 + 0.1);
   process.stderr.write(`starvation: ${RUN_S} s of small-model traffic at ${SMALL_RATE} req/s, one large request every ~${LARGE_EVERY_S} s (seed ${SEED})\n`);
   const runs = [runPolicy(true), runPolicy(false)];
   out.push(`bench:placement — starvation: 8 x H100, llama-3-8b at ${SMALL_RATE} req/s on eight 1-GPU replicas for ${RUN_S} s, llama-3-70b (TP-8) every ~${LARGE_EVERY_S} s; seed ${SEED}`);
   out.push(`large-model wait bound = drain deadline 30 s + unload 1 s + load ${r2(loadMsOf(starvationScenario(true), rolesOf(starvationScenario(true).models).large!) / 1000)} s + one step = ${bound} s`);
   out.push('');
-  out.push('policy     large max wait  within bound  switches  small max wait  small done  small not done  device in 2 replicas  split gangs   wall s');
+  out.push('policy     large max wait  within bound  switches  small max wait (for its mode)  device in 2 replicas  split gangs   wall s  small-model outcomes');
   for (const r of runs) {
     const max = Math.max(0, ...r.largeWaits.map((w) => w.waitS));
     out.push(
-      `${r.name.padEnd(10)} ${`${max} s`.padStart(14)}  ${(max <= bound ? 'yes' : 'NO').padStart(12)}  ${String(r.switches).padStart(8)}  ${`${r.smallMaxWaitS} s`.padStart(14)}  ${String(r.smallDone).padStart(10)}  ${String(r.smallFailed).padStart(14)}  ${String(r.gpuInTwoReplicas).padStart(20)}  ${String(r.gangSplit).padStart(11)}  ${r.wallS.toFixed(1).padStart(7)}`,
+      `${r.name.padEnd(10)} ${`${max} s`.padStart(14)}  ${(max <= bound ? 'yes' : 'NO').padStart(12)}  ${String(r.switches).padStart(8)}  ${`${r.smallMaxWaitS} s (${r.smallMaxModeWaitS} s)`.padStart(29)}  ${String(r.gpuInTwoReplicas).padStart(20)}  ${String(r.gangSplit).padStart(11)}  ${r.wallS.toFixed(1).padStart(7)}  ${Object.entries(r.smallOutcomes).map(([k, v]) => `${k} ${v}`).join(', ')}`,
     );
   }
+  out.push(`small-model wait for its mode to come back: bound = drain deadline 30 s + unload 1 s + load + one step = ${smallBound} s; the rest of a`);
+  out.push('small request\'s wait is ordinary queueing behind the backlog that built up meanwhile (the traffic runs at capacity).');
   out.push('');
   out.push('each large-model request: arrival (s) -> wait until first scheduled (s)  [* = still waiting when the run ended]');
   for (const r of runs) out.push(`  ${r.name.padEnd(9)} ${r.largeWaits.map((w) => `${w.arrivedS}->${w.waitS}${w.scheduled ? '' : '*'}`).join('  ')}`);
@@ -152,7 +189,7 @@ function main(): void {
   const faults = a.failures ?? [];
   out.push(`GPU failure — scenarios/gpu-failure.yaml (policy switch, seed ${failScenario.seed}); same seed twice gives ${identical ? 'an identical' : 'a DIFFERENT'} report`);
   out.push('');
-  out.push('fault           detected by  after ms   bound ms  requests interrupted              unavailable reason                               small on 7 GPUs  large back after repair');
+  out.push('fault                detected by  after ms   bound ms  requests interrupted              unavailable reason                               small on 7 GPUs  large back after repair');
   for (const f of faults) out.push(faultRow(f));
   out.push('');
   for (const f of faults) {
@@ -179,6 +216,8 @@ function main(): void {
     largeMaxWaitS: Object.fromEntries(runs.map((r) => [r.name, Math.max(0, ...r.largeWaits.map((w) => w.waitS))])),
     largeWaitBoundS: bound,
     smallMaxWaitS: runs[0]!.smallMaxWaitS,
+    smallMaxModeWaitS: runs[0]!.smallMaxModeWaitS,
+    smallWaitBoundS: smallBound,
     smallMaxWaitSNaive: runs[1]!.smallMaxWaitS,
     gpuInTwoReplicas: runs.reduce((s, r) => s + r.gpuInTwoReplicas, 0),
     gangSplits: runs.reduce((s, r) => s + r.gangSplit, 0),
@@ -198,7 +237,7 @@ function faultRow(f: FaultReport): string {
   const outcomes = Object.entries(f.outcomes).map(([k, v]) => `${v} ${k}`).join(', ') || 'none';
   const s = (ms: number | null): string => (ms === null ? 'never' : `${r2(ms / 1000)} s`);
   return [
-    `gpu ${f.gpu} ${f.kind} @${f.injectedAtS}s`.padEnd(15),
+    `gpu ${f.gpu} ${f.kind} @${f.injectedAtS}s`.padEnd(20),
     (d?.path ?? 'undetected').padEnd(11),
     String(d?.afterMs ?? '-').padStart(9),
     String(d?.boundMs ?? '-').padStart(9),

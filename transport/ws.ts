@@ -51,6 +51,9 @@ export interface WsPeer {
   close(code?: number, reason?: string): void;
   /** Destroys the socket at once. */
   terminate(): void;
+  /** Stops reading from the socket (TCP backpressure to the peer) until `resume()`. */
+  pause(): void;
+  resume(): void;
   /** Sets the handler of incoming frames; frames that arrived before it was set are delivered first. */
   onMessage(fn: (data: Uint8Array | string) => void): void;
   /** Sets the handler called once when the socket has closed. */
@@ -76,12 +79,6 @@ export interface WsRoute {
   protocols?: readonly string[];
   /** Called for every authenticated connection. */
   onConnection(peer: WsPeer, req: IncomingMessage): void;
-  /**
-   * Deliver every message of a burst read in one go without yielding (faster, for trusted peers that batch their own
-   * frames). Off by default: each message then gets its own turn of the event loop, so a client's burst cannot
-   * hold back timers and other sockets.
-   */
-  synchronousEvents?: boolean;
 }
 
 /** Options of a WebSocket server. */
@@ -204,6 +201,8 @@ function wrap(ws: WebSocket, remote: string, limits: Required<Pick<WsLimits, 'ma
     congested: () => ws.bufferedAmount > limits.highWaterBytes,
     close: (code = CLOSE.normal, reason = '') => ws.close(code, reason),
     terminate: () => ws.terminate(),
+    pause: () => ws.pause(),
+    resume: () => ws.resume(),
     onMessage: (fn) => {
       onMessage = fn;
       while (early.length > 0) fn(early.shift()!);
@@ -273,7 +272,9 @@ export function attachWsServer(server: Server, opts: WsServerOptions): WsServer 
         perMessageDeflate: false,
         clientTracking: false,
         skipUTF8Validation: false,
-        allowSynchronousEvents: route.synchronousEvents ?? false,
+        // A burst read in one go is delivered at once; receivers that do real work per frame queue it and pace
+        // themselves (see the stream API), so a burst cannot hold timers and other sockets back.
+        allowSynchronousEvents: true,
         handleProtocols: (offered: Set<string>) => {
           for (const p of route.protocols ?? []) if (offered.has(p)) return p;
           return false;

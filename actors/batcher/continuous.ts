@@ -96,6 +96,8 @@ export interface BatcherStats {
   /** Blocks every running and waiting sequence will hold at its expected final length (at least what it holds
    * now: static reservations included), the ledger's committed KV. */
   committedBlocks: number;
+  /** The part of committedBlocks held or still to be written by running sequences. */
+  runningCommittedBlocks: number;
   /** Total context of the running sequences. */
   runningContext: number;
   preemptions: number;
@@ -403,6 +405,7 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       committed += Math.max(s.blocks, finalBlocks(s));
     }
     for (const t of wTokens) prefillAhead += t;
+    const runningCommitted = committed - wFinal;
     return {
       waiting: waitingCount,
       running: running.length,
@@ -414,6 +417,7 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       waitingByClass: wCount,
       waitingTokensByClass: wTokens,
       committedBlocks: committed,
+      runningCommittedBlocks: runningCommitted,
       runningContext: ctx,
       preemptions,
       steps,

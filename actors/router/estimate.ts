@@ -94,8 +94,10 @@ export function estimateWait(r: ReplicaHandle, work: WorkSpec, slowdown = 1): Wa
   // KV committed ahead of this request: what running sequences hold and will still write, plus the prompts and
   // expected outputs of waiting sequences of its class or higher. Lower classes queued behind it do not count: it
   // is scheduled before them, and they are preempted first when blocks run out.
-  const committedTokens = ahead + (st.running + aheadCount) * avgRemain;
-  const committed = st.blocksUsed + Math.ceil(committedTokens / B);
+  // Running sequences count by the ledger (blocks held, or the full reservation static batching made up front),
+  // so a reservation is never counted twice.
+  const waitingAheadTokens = ahead - runningAhead + aheadCount * avgRemain;
+  const committed = st.runningCommittedBlocks + Math.ceil(waitingAheadTokens / B);
   const freeBlocks = st.blocksTotal - committed;
   const needBlocks = Math.ceil((work.promptTokens + work.estOutputTokens) / B);
   // Waiting for running sequences to finish: for KV (the deficit's share of what is held) or for a slot.

@@ -120,8 +120,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     ...(opts.heartbeatMs !== undefined ? { heartbeatMs: opts.heartbeatMs } : {}),
     ...(origins ? { checkOrigin: (o: string | undefined) => o === undefined || origins.has(o) } : {}),
     routes: {
-      // The worker batches a tick's messages into one frame already: deliver its frames without extra turns.
-      '/v1/node': { tokens: tokenSet(opts.workerTokens), synchronousEvents: true, onConnection: (peer) => node.onConnection(peer) },
+      '/v1/node': { tokens: tokenSet(opts.workerTokens), onConnection: (peer) => node.onConnection(peer) },
       '/v1/ws': { tokens: clientSet, protocols: CLIENT_SUBPROTOCOLS, onConnection: (peer) => streams.onConnection(peer) },
       '/v1/inspect': inspector.ws,
     },

@@ -24,7 +24,14 @@ export interface StreamApiOptions {
   maxMessagesPerFrame?: number;
   /** Retry interval while the socket is congested. */
   congestionRetryMs?: number;
+  /** Most time one turn of the event loop spends on a connection's incoming frames before yielding. */
+  turnBudgetMs?: number;
 }
+
+/** Incoming frames a connection may have waiting before its socket stops being read (TCP backpressure). */
+const INBOX_PAUSE = 64;
+/** Incoming frames past which a connection is closed: it kept sending after it was paused. */
+const INBOX_MAX = 4096;
 
 /** The streaming API: hand it each authenticated socket. */
 export interface StreamApi {
@@ -42,6 +49,7 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
   let sessions = 0;
   let streams = 0;
   const perFrame = opts.maxMessagesPerFrame ?? 4096;
+  const pacer = createPacer(opts.clock, opts.turnBudgetMs ?? 4);
 
   const onConnection = (peer: WsPeer): void => {
     const format = formatOf(peer.protocol);
@@ -139,7 +147,7 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
       push({ type: 'accepted', id, request: res.request, model: res.model, version: res.version });
     };
 
-    peer.onMessage((data) => {
+    const handle = (data: Uint8Array | string): void => {
       const frame = decodeClientFrame(data, format);
       if (!frame.ok) {
         metrics.refused('invalid_request');
@@ -150,6 +158,23 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
         if (m.type === 'submit') submit(m);
         else live.get(m.id)?.cancel();
       }
+    };
+    // Frames wait in a bounded inbox and are handled on later turns, round-robin across connections within one time
+    // budget, so a burst of submits cannot hold back the node link, timers and other clients; a full inbox stops
+    // reading its socket (TCP backpressure).
+    const inbox: Inbox = { frames: [], head: 0, paused: false, handle, peer };
+    peer.onMessage((data) => {
+      inbox.frames.push(data);
+      const waiting = inbox.frames.length - inbox.head;
+      if (waiting > INBOX_MAX) {
+        peer.close(1008, 'too many frames waiting');
+        return;
+      }
+      if (waiting >= INBOX_PAUSE && !inbox.paused) {
+        inbox.paused = true;
+        peer.pause();
+      }
+      pacer.wake(inbox);
     });
     peer.onClose(() => {
       sessions--;
@@ -162,4 +187,57 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
   };
 
   return { onConnection, sessions: () => sessions, streams: () => streams };
+}
+
+/** A connection's waiting frames. */
+interface Inbox {
+  frames: (Uint8Array | string)[];
+  head: number;
+  paused: boolean;
+  handle(data: Uint8Array | string): void;
+  peer: WsPeer;
+}
+
+/** Handles waiting frames round-robin across connections, at most `budgetMs` per turn of the event loop. */
+function createPacer(clock: Clock, budgetMs: number): { wake(inbox: Inbox): void } {
+  const ready: Inbox[] = [];
+  const queued = new Set<Inbox>();
+  let scheduled = false;
+  const turn = (): void => {
+    scheduled = false;
+    const until = clock.now() + budgetMs;
+    while (ready.length > 0 && clock.now() < until) {
+      const box = ready.shift()!;
+      const d = box.frames[box.head];
+      if (d !== undefined && box.peer.isOpen()) {
+        box.frames[box.head++] = '';
+        box.handle(d);
+      }
+      if (box.head < box.frames.length && box.peer.isOpen()) ready.push(box);
+      else {
+        queued.delete(box);
+        box.frames = [];
+        box.head = 0;
+      }
+      if (box.paused && box.frames.length - box.head < INBOX_PAUSE / 2) {
+        box.paused = false;
+        box.peer.resume();
+      }
+    }
+    if (ready.length > 0) schedule();
+  };
+  const schedule = (): void => {
+    if (scheduled) return;
+    scheduled = true;
+    clock.setTimeout(turn, 0);
+  };
+  return {
+    wake: (box) => {
+      if (!queued.has(box)) {
+        queued.add(box);
+        ready.push(box);
+      }
+      schedule();
+    },
+  };
 }

@@ -24,7 +24,7 @@ function stepping(): AnyMachineSnapshot {
 
 // Event i < 8 is rank i's result for step 1; event 8 is the fault on GPU 3.
 const eventOf = (i: number): ReplicaEvent =>
-  i < 8 ? { type: 'step.completed', gpu: i, epoch: 1, step: 1, more: 'none' } : { type: 'gpu.failed', gpu: FAILED, code: 'xid_79' };
+  i < 8 ? { type: 'step.completed', gpu: i, epoch: 1, step: 1 } : { type: 'gpu.failed', gpu: FAILED, code: 'xid_79' };
 const project = (s: AnyMachineSnapshot): string => {
   const c = s.context as Record<string, unknown>;
   return JSON.stringify({ value: s.value, epoch: c['epoch'], failedGpus: c['failedGpus'], stepping: c['stepping'], pendingRanks: c['pendingRanks'] });

@@ -45,9 +45,9 @@ describe('placement under the switch policy (simulation)', () => {
   });
 
   it('keeps switches per minute within the thrash bound while demand oscillates faster than a switch', () => {
-    // Ten-second phases of only-large and only-small traffic, for three minutes.
+    // Ten-second phases of only-large and only-small traffic, for two minutes.
     const traffic: unknown[] = [];
-    for (let p = 0; p < 18; p++) traffic.push(p % 2 === 0 ? poisson('big', 1, 8, p * 10) : poisson('small', 8, 70, p * 10));
+    for (let p = 0; p < 12; p++) traffic.push(p % 2 === 0 ? poisson('big', 1, 8, p * 10) : poisson('small', 8, 70, p * 10));
     const s = twoModels({ traffic });
     const r = record(s);
     const switched = r.report.placement.filter((e) => e.kind === 'mode.switched').map((e) => e.t);

@@ -1,7 +1,7 @@
 // The /v1/ws session with a fake socket and a fake serving facade: frame order, one terminal frame per request,
 // merging while congested, refused frames, limits, and cancellation when the socket closes.
 import { describe, expect, it } from 'vitest';
-import { createVirtualClock } from '../../../actors/runtime/clock.ts';
+import { createWallClock } from '../../../actors/runtime/clock.ts';
 import { failure } from '../../../actors/outcomes.ts';
 import { SUBPROTOCOL_JSON, type ServerMessage } from '../../../transport/client-protocol.ts';
 import type { ServerMetrics } from '../../../transport/server/metrics.ts';
@@ -9,13 +9,16 @@ import type { Serving, StreamSink } from '../../../transport/server/serving.ts';
 import { createStreamApi } from '../../../transport/server/stream-api.ts';
 import type { WsPeer } from '../../../transport/ws.ts';
 
-const tick = (): Promise<void> => new Promise((r) => setImmediate(r));
+// Frames are handled on a later turn and replies leave at the end of that turn: two turns see them out.
+const tick = async (): Promise<void> => {
+  for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
+};
 
 function fakePeer() {
   let onMessage: (d: Uint8Array | string) => void = () => {};
   let onClose: (code: number, reason: string) => void = () => {};
   const frames: ServerMessage[][] = [];
-  const state = { open: true, congested: false };
+  const state = { open: true, congested: false, paused: false };
   const peer: WsPeer = {
     protocol: SUBPROTOCOL_JSON,
     remote: 'test',
@@ -31,6 +34,12 @@ function fakePeer() {
       onClose(1000, '');
     },
     terminate: () => {},
+    pause: () => {
+      state.paused = true;
+    },
+    resume: () => {
+      state.paused = false;
+    },
     onMessage: (fn) => (onMessage = fn),
     onClose: (fn) => (onClose = fn),
   };
@@ -59,7 +68,7 @@ const done = { finishReason: 'length' as const, usage: { promptTokens: 3, comple
 
 describe('stream api', () => {
   it('greets, accepts, streams contiguous tokens and ends with one done frame', async () => {
-    const clock = createVirtualClock();
+    const clock = createWallClock();
     const s = fakeServing();
     const api = createStreamApi(s.serving, metrics, { clock, maxStreamsPerConnection: 10 });
     const p = fakePeer();
@@ -80,7 +89,7 @@ describe('stream api', () => {
   });
 
   it('sends what one tick produced as one frame, merging tokens of the same request', async () => {
-    const clock = createVirtualClock();
+    const clock = createWallClock();
     const s = fakeServing();
     const api = createStreamApi(s.serving, metrics, { clock, maxStreamsPerConnection: 10 });
     const p = fakePeer();
@@ -103,7 +112,7 @@ describe('stream api', () => {
   });
 
   it('holds frames while the socket is congested, keeping one merged tokens message per request', async () => {
-    const clock = createVirtualClock();
+    const clock = createWallClock();
     const s = fakeServing();
     const api = createStreamApi(s.serving, metrics, { clock, maxStreamsPerConnection: 10, congestionRetryMs: 5 });
     const p = fakePeer();
@@ -119,13 +128,13 @@ describe('stream api', () => {
     }
     expect(p.frames.length).toBe(before);
     p.state.congested = false;
-    clock.run(10);
+    await new Promise((r) => setTimeout(r, 30));
     const last = p.frames.at(-1)!;
     expect(last).toEqual([{ type: 'tokens', id: 'a', seq: 0, n: 500, text: ' w'.repeat(500) }]);
   });
 
   it('answers a bad frame with an error without id and stays usable', async () => {
-    const clock = createVirtualClock();
+    const clock = createWallClock();
     const s = fakeServing();
     const api = createStreamApi(s.serving, metrics, { clock, maxStreamsPerConnection: 10 });
     const p = fakePeer();
@@ -141,7 +150,7 @@ describe('stream api', () => {
   });
 
   it('passes a rejection on as one rejected frame, and refuses duplicate ids and streams over the limit', async () => {
-    const clock = createVirtualClock();
+    const clock = createWallClock();
     const rejecting = fakeServing({ reject: true });
     const p1 = fakePeer();
     createStreamApi(rejecting.serving, metrics, { clock, maxStreamsPerConnection: 10 }).onConnection(p1.peer);
@@ -162,8 +171,21 @@ describe('stream api', () => {
     expect(types).toEqual(['hello:', 'accepted:a', 'error:', 'rejected:b']);
   });
 
+  it('stops reading a socket whose inbox fills, and reads again once it drains', async () => {
+    const clock = createWallClock();
+    const s = fakeServing();
+    const api = createStreamApi(s.serving, metrics, { clock, maxStreamsPerConnection: 100_000 });
+    const p = fakePeer();
+    api.onConnection(p.peer);
+    for (let i = 0; i < 100; i++) p.send({ type: 'submit', id: `r${i}`, model: 'm', maxTokens: 2 });
+    expect(p.state.paused).toBe(true);
+    await tick();
+    expect(p.state.paused).toBe(false);
+    expect(p.all().filter((m) => m.type === 'accepted')).toHaveLength(100);
+  });
+
   it('cancels a request on cancel and every live request when the socket closes', async () => {
-    const clock = createVirtualClock();
+    const clock = createWallClock();
     const s = fakeServing();
     const api = createStreamApi(s.serving, metrics, { clock, maxStreamsPerConnection: 10 });
     const p = fakePeer();
@@ -175,6 +197,7 @@ describe('stream api', () => {
     ]);
     p.send({ type: 'cancel', id: 'a' });
     p.send({ type: 'cancel', id: 'nope' });
+    await tick();
     expect(s.cancelled).toEqual(['req.1']);
     expect(api.sessions()).toBe(1);
     p.peer.close();
