@@ -99,12 +99,14 @@ export interface ControlPlaneOptions {
   keepTraces?: boolean;
   /** Called when no request is live any more. */
   onIdle?(): void;
+  /** The collector to record into (serving passes a bounded one: a long-running server cannot keep every record). */
+  collector?: Collector;
 }
 
 /** Starts a control plane on `runtime` for `scenario`. */
 export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: ControlPlaneOptions = {}): ControlPlane {
   const { clock } = runtime;
-  const collector = createCollector();
+  const collector = opts.collector ?? createCollector();
   const live = new Map<string, Live>();
   const held = new Map<string, Live[]>();
   const finishedTraces = new Map<string, DecisionTrace[]>();

@@ -28,11 +28,12 @@ interface Figures {
 }
 
 // Eight single-GPU replicas of the small model with room for thousands of sequences each (the executor is zero-cost,
-// so KV is nominal), and queue budgets that never shed.
+// so KV is nominal), and queue budgets that never shed. Routing spreads by least requests: this measures serving
+// overhead, and the cost policy's predictions (in model time) do not describe a zero-cost executor.
 const CONFIG = `
 name: bench-live
 node: { gpu: H100-SXM, gpus: 8 }
-routing: { policy: cost }
+routing: { policy: least-requests }
 detection: { heartbeatMs: 1000, missedHeartbeats: 5 }
 models:
   - name: llama-3-8b

@@ -42,6 +42,11 @@ export interface LinkOptions {
   deliver(to: string, msg: NodeMessage): void;
   /** Called with each refused frame's reason. */
   onRefused?(reason: string): void;
+  /**
+   * Schedules the flush of what was queued (default: the end of the current task). Deferring to the end of the event
+   * loop's turn (a zero-delay timer on the wall clock) also gathers what several I/O callbacks of that turn queued.
+   */
+  defer?(flush: () => void): void;
 }
 
 /** A link: `send` queues, the queue is flushed as frames at the end of the tick. */
@@ -115,8 +120,8 @@ export function createLink(peer: WsPeer, opts: LinkOptions): Link {
       queue.push({ to, msg });
       if (!scheduled) {
         scheduled = true;
-        // End of the current tick: everything the actors said in this turn of the event loop goes out together.
-        queueMicrotask(flush);
+        // Everything the actors said in this tick (or turn, with `defer`) goes out together.
+        (opts.defer ?? queueMicrotask)(flush);
       }
     },
   };

@@ -14,6 +14,8 @@ export const DEFAULT_HEARTBEAT_MS = 5_000;
 export const DEFAULT_MAX_BUFFERED = 16 * 1024 * 1024;
 /** Outgoing bytes above which a peer counts as congested (senders coalesce instead of queueing more). */
 export const DEFAULT_HIGH_WATER = 1024 * 1024;
+/** Most fragments of one incoming message (empty ones count too); more close the socket with 1008. */
+export const DEFAULT_MAX_FRAGMENTS = 1024;
 
 /** Documented close codes switchyard uses (1000–1015 are the RFC's own). */
 export const CLOSE = {
@@ -64,6 +66,8 @@ export interface WsPeer {
 export interface WsLimits {
   /** Largest incoming message in bytes, summed over its fragments (ws refuses more with close 1009). */
   maxPayload?: number;
+  /** Most fragments of one incoming message; ws closes with 1008 past it (a flood of tiny fragments). */
+  maxFragments?: number;
   heartbeatMs?: number;
   maxBufferedBytes?: number;
   highWaterBytes?: number;
@@ -268,6 +272,7 @@ export function attachWsServer(server: Server, opts: WsServerOptions): WsServer 
       wss = new WebSocketServer({
         noServer: true,
         maxPayload,
+        maxFragments: opts.maxFragments ?? DEFAULT_MAX_FRAGMENTS,
         // No compression: an inflated frame could dwarf maxPayload's intent, and tokens are small.
         perMessageDeflate: false,
         clientTracking: false,
@@ -305,7 +310,7 @@ export function attachWsServer(server: Server, opts: WsServerOptions): WsServer 
         return refuse(socket, 400, `Bad Request: ask for one of the subprotocols ${route.protocols.join(', ')}`);
       }
     }
-    if (opts.maxConnections !== undefined && count >= opts.maxConnections) return refuse(socket, 503, 'Service Unavailable');
+    if (opts.maxConnections !== undefined && count >= opts.maxConnections) return refuse(socket, 503, 'Service Unavailable', 'Retry-After: 1\r\n');
     wssFor(path, route).handleUpgrade(req, socket, head, (ws) => {
       count++;
       ws.on('close', () => {
@@ -350,6 +355,7 @@ export function connectWs(url: string, opts: WsConnectOptions): Promise<{ ok: tr
     try {
       ws = new WebSocket(url, [...(opts.protocols ?? [])], {
         maxPayload: opts.maxPayload ?? DEFAULT_MAX_PAYLOAD,
+        maxFragments: opts.maxFragments ?? DEFAULT_MAX_FRAGMENTS,
         perMessageDeflate: false,
         followRedirects: false,
         skipUTF8Validation: false,

@@ -102,6 +102,10 @@ export function startNodeLink(runtime: Runtime, opts: NodeLinkOptions): NodeLink
       const link = createLink(peer, {
         accepts: (to) => (registered ? controlAccepts(to) : to === 'control'),
         deliver: (to, msg) => {
+          // A node speaks only for the GPUs it registered: a claim about any other is refused and the link closed.
+          if (registered && 'gpu' in msg && current?.peer === peer && !current.gpus.includes(msg.gpu)) {
+            return refuse(peer, CLOSE.policy, `node ${current.node} sent ${msg.type} for gpu ${msg.gpu}, which it did not register`);
+          }
           if (to !== 'control') return runtime.send(to, msg);
           if (msg.type === 'node.register' && !registered) {
             register(peer, link, msg);
@@ -109,6 +113,7 @@ export function startNodeLink(runtime: Runtime, opts: NodeLinkOptions): NodeLink
           }
         },
         onRefused: (reason) => log(`refused frame from worker: ${reason}`),
+        defer: (fn) => void clock.setTimeout(fn, 0),
       });
       peer.onClose((code, reason) => {
         clock.clearTimeout(timeout);

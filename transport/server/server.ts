@@ -9,7 +9,8 @@ import { createRng } from '../../actors/runtime/rng.ts';
 import { createRuntime, type Runtime } from '../../actors/runtime/system.ts';
 import { CLIENT_SUBPROTOCOLS } from '../client-protocol.ts';
 import { createHttpHandler } from '../http/handler.ts';
-import { attachWsServer, isLoopback, tokenSet, type WsServer } from '../ws.ts';
+import { createBoundedCollector } from './bounded-collector.ts';
+import { DEFAULT_MAX_BUFFERED, attachWsServer, isLoopback, tokenSet, type WsServer } from '../ws.ts';
 import { createServerMetrics, type ServerMetrics } from './metrics.ts';
 import { startNodeLink, type NodeLink } from './node-link.ts';
 import { createServing, type Serving } from './serving.ts';
@@ -34,6 +35,14 @@ export interface ServerOptions {
   heartbeatMs?: number;
   maxStreamsPerConnection?: number;
   maxConnections?: number;
+  /** Most concurrent WebSocket connections (clients, workers, inspectors); more get HTTP 503 at the upgrade. Default 4096. */
+  maxWsConnections?: number;
+  /** Time a connection has to send complete request headers (slow upgrades, idle sockets); then HTTP 408. Default 10 s. */
+  headersTimeoutMs?: number;
+  /** Outgoing bytes (socket buffer plus merged messages waiting) past which a client is cut off with 4001. Default 16 MiB. */
+  maxBufferedBytes?: number;
+  /** Outgoing bytes above which a socket counts as congested. Default 1 MiB. */
+  highWaterBytes?: number;
   /** Browser Origins allowed on WebSocket routes; absent allows any (non-browser clients send none). */
   allowedOrigins?: readonly string[];
   clock?: Clock;
@@ -82,7 +91,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const clock = opts.clock ?? createWallClock();
   const log = opts.log ?? (() => {});
   const runtime = createRuntime({ name: 'control', clock, rng: createRng(opts.scenario.seed).fork('control') });
-  const cp = startControlPlane(runtime, opts.scenario, { checkInvariants: false });
+  const cp = startControlPlane(runtime, opts.scenario, { checkInvariants: false, collector: createBoundedCollector() });
   const node = startNodeLink(runtime, {
     gpus: opts.scenario.node.gpus,
     graceMs: opts.nodeGraceMs ?? 2_000,
@@ -97,7 +106,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const metrics = createServerMetrics(cp, node);
   cp.onStep = (r, plan) => metrics.step(r.model, plan.entries.length);
   const serving = createServing(cp, node, metrics);
-  const streams = createStreamApi(serving, metrics, { clock, maxStreamsPerConnection: opts.maxStreamsPerConnection ?? 16_384 });
+  const maxBufferedBytes = opts.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED;
+  const streams = createStreamApi(serving, metrics, { clock, maxStreamsPerConnection: opts.maxStreamsPerConnection ?? 16_384, maxQueuedBytes: maxBufferedBytes });
   const clientSet = clientTokens.length > 0 ? tokenSet(clientTokens) : null;
   const inspector = createInspectorRoutes({ cp, tokens: clientSet, allowedOrigins: opts.allowedOrigins ?? null });
   const handler = createHttpHandler({
@@ -109,7 +119,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     adminTokens: tokenSet(opts.adminTokens),
     ...(opts.status ? { status: opts.status } : {}),
   });
-  const server: Server = createServer({ maxHeaderSize: 16 * 1024, requestTimeout: 0, headersTimeout: 30_000, keepAliveTimeout: 5_000 }, (req, res) => {
+  const headersTimeoutMs = opts.headersTimeoutMs ?? 10_000;
+  const server: Server = createServer({ maxHeaderSize: 16 * 1024, requestTimeout: 0, headersTimeout: headersTimeoutMs, connectionsCheckingInterval: Math.min(1_000, Math.max(50, headersTimeoutMs / 4)), keepAliveTimeout: 5_000 }, (req, res) => {
     if (!inspector.handleHttp(req, res)) handler(req, res);
   });
   if (opts.maxConnections !== undefined) server.maxConnections = opts.maxConnections;
@@ -117,6 +128,9 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const ws: WsServer = attachWsServer(server, {
     clock,
     log,
+    maxConnections: opts.maxWsConnections ?? 4096,
+    maxBufferedBytes,
+    ...(opts.highWaterBytes !== undefined ? { highWaterBytes: opts.highWaterBytes } : {}),
     ...(opts.heartbeatMs !== undefined ? { heartbeatMs: opts.heartbeatMs } : {}),
     ...(origins ? { checkOrigin: (o: string | undefined) => o === undefined || origins.has(o) } : {}),
     routes: {

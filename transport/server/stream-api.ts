@@ -11,7 +11,7 @@ import {
   type ClientMessage,
   type ServerMessage,
 } from '../client-protocol.ts';
-import type { WsPeer } from '../ws.ts';
+import { CLOSE, DEFAULT_MAX_BUFFERED, type WsPeer } from '../ws.ts';
 import type { ServerMetrics } from './metrics.ts';
 import type { Serving } from './serving.ts';
 
@@ -26,6 +26,8 @@ export interface StreamApiOptions {
   congestionRetryMs?: number;
   /** Most time one turn of the event loop spends on a connection's incoming frames before yielding. */
   turnBudgetMs?: number;
+  /** Outgoing bytes (socket buffer plus merged messages waiting) past which a client that does not read is cut off (4001). */
+  maxQueuedBytes?: number;
 }
 
 /** Incoming frames a connection may have waiting before its socket stops being read (TCP backpressure). */
@@ -49,7 +51,8 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
   let sessions = 0;
   let streams = 0;
   const perFrame = opts.maxMessagesPerFrame ?? 4096;
-  const pacer = createPacer(opts.clock, opts.turnBudgetMs ?? 4);
+  const maxQueuedBytes = opts.maxQueuedBytes ?? DEFAULT_MAX_BUFFERED;
+  const pacer = createPacer(opts.clock, opts.turnBudgetMs ?? 10);
 
   const onConnection = (peer: WsPeer): void => {
     const format = formatOf(peer.protocol);
@@ -59,12 +62,20 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
     const lastTokens = new Map<string, TokensMsg>();
     let scheduled = false;
     let retry: TimerId | null = null;
+    // Rough size of what waits in `out` (merged token text included): a client that never reads is bounded by it.
+    let waitingBytes = 0;
     sessions++;
 
     const flush = (): void => {
       scheduled = false;
       if (out.length === 0 || !peer.isOpen()) return;
       if (peer.congested()) {
+        if (peer.bufferedAmount() + waitingBytes > maxQueuedBytes) {
+          metrics.refused('slow_consumer');
+          peer.close(CLOSE.slowConsumer, 'too slow reading');
+          peer.terminate();
+          return;
+        }
         if (retry === null) {
           retry = opts.clock.setTimeout(() => {
             retry = null;
@@ -75,10 +86,12 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
       }
       const msgs = out;
       out = [];
+      waitingBytes = 0;
       lastTokens.clear();
       for (let i = 0; i < msgs.length; i += perFrame) peer.send(encodeFrame(i === 0 && msgs.length <= perFrame ? msgs : msgs.slice(i, i + perFrame), format));
     };
     const push = (m: ServerMessage): void => {
+      waitingBytes += m.type === 'tokens' ? 24 + (m.text?.length ?? 0) : 128;
       if (m.type === 'tokens') {
         const prev = lastTokens.get(m.id);
         if (prev && prev.seq + prev.n === m.seq) {
@@ -93,7 +106,8 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
       out.push(m);
       if (!scheduled && retry === null) {
         scheduled = true;
-        queueMicrotask(flush);
+        // At the end of the loop's turn: tokens from every step applied in this turn share one frame per client.
+        opts.clock.setTimeout(flush, 0);
       }
     };
 

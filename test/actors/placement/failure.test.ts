@@ -78,3 +78,26 @@ describe('one GPU of eight failing while the large model streams', () => {
     expect(JSON.stringify(again.report)).toBe(JSON.stringify(run.report));
   });
 });
+
+describe('waiting for a repair instead of refusing', () => {
+  it('holds new large-model requests within their budget while the gang cannot be placed, and serves them after the repair', () => {
+    const run = record(
+      twoModels({
+        seed: 3,
+        placement: { initialMode: 'large', waitForRepairMs: 30_000 },
+        largeClass: { maxQueueMs: 90_000 },
+        traffic: [poisson('big', 0.5, 30)],
+        faults: [{ at: 10, gpu: 1, kind: 'fault', repairAt: 20 }],
+      }),
+    );
+    const big = run.records.filter((r) => r.model === 'big');
+    expect(big.some((r) => r.code === 'model_unavailable')).toBe(false);
+    // Requests that arrived during the outage were held, then served once the gang was back.
+    const back = run.report.failures![0]!;
+    const outage = big.filter((r) => r.receivedAt - run.report.sim.originMs! > 10_500 && r.receivedAt - run.report.sim.originMs! < 20_000);
+    expect(outage.length).toBeGreaterThan(0);
+    for (const r of outage) expect(r.outcome).toBe('done');
+    expect(back.largeBackAfterRepairMs).not.toBeNull();
+    expect(run.violations).toEqual([]);
+  });
+});

@@ -1,0 +1,357 @@
+// Deterministic simulation testing: the whole system (control plane, node agent, clients) in virtual time, each
+// seed with a random schedule of faults, and the promises P1–P9 checked while it runs. A failing seed is
+// reproducible from its number and its fault schedule can be shrunk.
+import { createHash } from 'node:crypto';
+import { createVirtualClock } from '../runtime/clock.ts';
+import { createRng, type Rng } from '../runtime/rng.ts';
+import { createRuntime, type Msg } from '../runtime/system.ts';
+import { createCostModelExecutor } from '../gpu/executor.ts';
+import { startNodeAgent, type NodeAgent } from '../node/agent.ts';
+import { startControlPlane, type ControlPlane, type TerminalOutcome } from '../control-plane.ts';
+import { normalizeScenario, type Scenario } from '../config.ts';
+import { loadTrace, type TraceRow } from './traffic.ts';
+import { connectSimLink } from '../../transport/sim-link.ts';
+
+/** A fault the harness can inject, at virtual seconds from the start of traffic. */
+export type DstFault =
+  | { kind: 'gpu-fault'; at: number; gpu: number; repairAt?: number }
+  | { kind: 'straggle'; at: number; gpu: number; factor: number; repairAt?: number }
+  | { kind: 'hang'; at: number; gpu: number; repairAt?: number }
+  | { kind: 'silent'; at: number; gpu: number; repairAt?: number }
+  | { kind: 'partition'; at: number; until?: number; direction: 'both' | 'aToB' | 'bToA' }
+  | { kind: 'delay'; at: number; until: number; ms: number }
+  | { kind: 'worker-crash'; at: number; restartAt?: number }
+  | { kind: 'client-disconnect'; at: number; count: number };
+
+/** Test-only mutations that break a promise on purpose, to show the battery catches them. */
+export type DstMutation = 'none' | 'skip-gpu-release' | 'drop-interrupted';
+
+/** What one seed's run found. */
+export interface DstResult {
+  seed: number;
+  layout: string;
+  faults: DstFault[];
+  requests: number;
+  outcomes: Record<string, number>;
+  violations: string[];
+  /** Hash of everything observable (outcomes, token streams, placement events): equal for equal seeds. */
+  traceHash: string;
+  simulatedSeconds: number;
+  permanent: boolean;
+}
+
+/** Options of a DST run. */
+export interface DstOptions {
+  simSeconds: number;
+  faults?: DstFault[];
+  mutation?: DstMutation;
+}
+
+const LAYOUTS = ['small-exclusive', 'large-exclusive', 'mixed-switch'] as const;
+type Layout = (typeof LAYOUTS)[number];
+
+function scenarioFor(layout: Layout, seed: number): Scenario {
+  const small = { name: 'llama-3-8b', profile: 'llama-3-8b', tp: 1, replicas: 3, resume: { maxResumes: 2, budgetMs: 60_000 } };
+  const large = { name: 'llama-3-70b', profile: 'llama-3-70b', tp: 8, replicas: 1, resume: { maxResumes: 2, budgetMs: 120_000 } };
+  const base = {
+    name: `dst-${layout}`,
+    seed,
+    detection: { heartbeatMs: 500, missedHeartbeats: 3 },
+    node: { repairMs: 5_000 },
+    sim: { checkInvariants: true },
+  };
+  if (layout === 'small-exclusive') return normalizeScenario({ ...base, models: [small] });
+  if (layout === 'large-exclusive') return normalizeScenario({ ...base, models: [large] });
+  return normalizeScenario({
+    ...base,
+    placement: { policy: 'switch', drainDeadlineMs: 10_000, minResidencyMs: 20_000 },
+    models: [large, { ...small, replicas: 8 }],
+  });
+}
+
+/** Draws a random fault schedule for a seed; some seeds make a fault permanent (liveness mode). */
+export function drawFaults(rng: Rng, simSeconds: number, gpus: number): { faults: DstFault[]; permanent: boolean } {
+  const faults: DstFault[] = [];
+  const n = 1 + rng.int(4);
+  const permanent = rng.next() < 0.15;
+  const window = simSeconds * 0.5;
+  for (let i = 0; i < n; i++) {
+    const at = Math.round(rng.next() * window * 10) / 10;
+    const repairAt = Math.round((at + 2 + rng.next() * 10) * 10) / 10;
+    const gpu = rng.int(gpus);
+    const keep = permanent && i === 0;
+    switch (rng.int(8)) {
+      case 0:
+        faults.push({ kind: 'gpu-fault', at, gpu, ...(keep ? {} : { repairAt }) });
+        break;
+      case 1:
+        faults.push({ kind: 'straggle', at, gpu, factor: 2 + rng.int(4), repairAt });
+        break;
+      case 2:
+        faults.push({ kind: 'hang', at, gpu, ...(keep ? {} : { repairAt }) });
+        break;
+      case 3:
+        faults.push({ kind: 'silent', at, gpu, ...(keep ? {} : { repairAt }) });
+        break;
+      case 4:
+        faults.push({ kind: 'partition', at, until: repairAt, direction: (['both', 'aToB', 'bToA'] as const)[rng.int(3)]! });
+        break;
+      case 5:
+        faults.push({ kind: 'delay', at, until: repairAt, ms: 20 + rng.int(400) });
+        break;
+      case 6:
+        faults.push({ kind: 'worker-crash', at, restartAt: repairAt });
+        break;
+      default:
+        faults.push({ kind: 'client-disconnect', at, count: 1 + rng.int(5) });
+    }
+  }
+  return { faults, permanent };
+}
+
+interface ClientView {
+  model: string;
+  expected: number;
+  terminal: TerminalOutcome | null;
+  terminals: number;
+  streaming: boolean;
+}
+
+/** Runs one seed: the full system, the seed's faults (or the given ones), and the P1–P9 monitors. */
+export function runDstSeed(seed: number, opts: DstOptions): DstResult {
+  const rng = createRng(seed);
+  const layout = LAYOUTS[seed % LAYOUTS.length]!;
+  const scenario = scenarioFor(layout, seed);
+  const drawn = drawFaults(rng.fork('faults'), opts.simSeconds, scenario.node.gpus);
+  const faults = opts.faults ?? drawn.faults;
+  const permanent = faults.some((f) => (f.kind === 'gpu-fault' || f.kind === 'hang' || f.kind === 'silent') && f.repairAt === undefined) ||
+    faults.some((f) => f.kind === 'worker-crash' && f.restartAt === undefined) ||
+    faults.some((f) => f.kind === 'partition' && f.until === undefined);
+  const mutation = opts.mutation ?? 'none';
+  const violations: string[] = [];
+  const violate = (p: string, what: string): void => {
+    if (violations.length < 50) violations.push(`${p}: ${what}`);
+  };
+
+  const clock = createVirtualClock();
+  const control = createRuntime({ name: 'control', clock, rng: rng.fork('control') });
+  const nodeRt = createRuntime({ name: 'node', clock, rng: rng.fork('node') });
+  const link = connectSimLink(control, nodeRt, clock, rng.fork('link'), { latencyMs: 0.05, jitterMs: 0.02 });
+  if (mutation === 'skip-gpu-release') {
+    // A mutated copy of the wire that loses every GPU release: a failed replica never gives its GPUs back.
+    const inner = control.send;
+    const patched = (to: string, msg: Msg): void => (msg.type === 'gpu.release' ? undefined : inner(to, msg));
+    (control as { send: typeof control.send }).send = patched;
+  }
+  const gpus = Array.from({ length: scenario.node.gpus }, (_, i) => i);
+  const startAgent = (): NodeAgent =>
+    startNodeAgent(nodeRt, { gpus, executor: createCostModelExecutor(clock), repairMs: scenario.node.repairMs, heartbeatMs: scenario.detection.heartbeatMs });
+  const cp: ControlPlane = startControlPlane(control, scenario, { checkInvariants: true });
+  let agent: NodeAgent | null = startAgent();
+  if (mutation === 'drop-interrupted') {
+    // A mutated control plane that forgets requests its failed replica handed back.
+    cp.placement.watch(() => {
+      for (const r of cp.placement.replicas.values()) {
+        const b = r.batcher as unknown as { evictAll(): unknown[]; __mutated?: boolean };
+        if (b.__mutated) continue;
+        const evict = b.evictAll.bind(b);
+        b.evictAll = () => (evict(), []);
+        b.__mutated = true;
+      }
+    });
+  }
+
+  clock.run(600_000);
+  const origin = clock.now();
+  if (cp.placement.replicas.size === 0) violate('boot', 'the initial placement did not load');
+
+  // Clients: every token frame and terminal checked as it arrives (P1, P2).
+  const clients = new Map<string, ClientView>();
+  const hash = createHash('sha256');
+  const listener = {
+    tokens: (id: string, seqNo: number, n: number) => {
+      const c = clients.get(id);
+      if (!c) return violate('P2', `tokens for unknown request ${id}`);
+      if (c.terminal) violate('P2', `${id}: token after its terminal outcome`);
+      if (seqNo !== c.expected) violate('P2', `${id}: token sequence ${seqNo} where ${c.expected} was expected`);
+      c.expected = seqNo + n;
+      c.streaming = true;
+    },
+    terminal: (id: string, o: TerminalOutcome) => {
+      const c = clients.get(id);
+      if (!c) return violate('P1', `terminal for unknown request ${id}`);
+      c.terminals++;
+      if (c.terminals > 1) violate('P1', `${id}: a second terminal outcome (${o.outcome})`);
+      c.terminal = o;
+      if (o.tokens !== c.expected) violate('P2', `${id}: terminal says ${o.tokens} tokens, the client received ${c.expected}`);
+      if (o.code === 'overloaded' && !(o.retryAfterMs !== undefined && o.retryAfterMs > 0)) violate('P5', `${id}: overloaded without retryAfterMs`);
+      hash.update(`${id}:${o.outcome}:${o.code}:${o.tokens};`);
+    },
+  };
+
+  // Traffic: Poisson per model at a moderate share of its capacity, lengths from the conversation trace.
+  const rows: TraceRow[] = loadTrace('splitwise_conv').filter((r) => r.prompt + r.output <= 4096);
+  const trafficRng = rng.fork('traffic');
+  const rates: Record<string, number> = layout === 'small-exclusive' ? { 'llama-3-8b': 12 } : layout === 'large-exclusive' ? { 'llama-3-70b': 3 } : { 'llama-3-8b': 6, 'llama-3-70b': 0.5 };
+  const endMs = origin + opts.simSeconds * 1000;
+  const arrivalsEnd = origin + opts.simSeconds * 0.75 * 1000;
+  let submitted = 0;
+  for (const [model, rate] of Object.entries(rates)) {
+    const r = trafficRng.fork(model);
+    let t = origin;
+    for (;;) {
+      t += r.exponential(1000 / rate);
+      if (t >= arrivalsEnd) break;
+      const row = rows[r.int(rows.length)]!;
+      clock.at(t, () => {
+        submitted++;
+        const res = cp.submit({ model, promptTokens: row.prompt, maxTokens: row.output, outputTokens: row.output }, listener);
+        if (!res.ok) {
+          const c = clients.get(res.id)!;
+          if (c.terminals === 0) violate('P1', `${res.id}: rejected without a terminal outcome`);
+        }
+      });
+    }
+  }
+  // `submit` reports synchronously for rejections, so register the view before the listener can fire.
+  const innerSubmit = cp.submit;
+  (cp as { submit: typeof cp.submit }).submit = (spec, l) => {
+    const id = control.ids.next('req');
+    clients.set(id, { model: spec.model, expected: 0, terminal: null, terminals: 0, streaming: false });
+    return innerSubmit({ ...spec, id }, l);
+  };
+
+  // Faults.
+  let lastFaultEnd = origin;
+  const at = (s: number, fn: () => void): void => {
+    const t = origin + s * 1000;
+    lastFaultEnd = Math.max(lastFaultEnd, t);
+    clock.at(t, fn);
+  };
+  const inject = (gpu: number, fault: string, factor?: number): void =>
+    nodeRt.send('node', { type: 'gpu.inject', gpu, fault, ...(factor ? { factor } : {}) } as Msg);
+  for (const f of faults) {
+    switch (f.kind) {
+      case 'gpu-fault':
+      case 'hang':
+      case 'silent':
+      case 'straggle':
+        at(f.at, () => inject(f.gpu, f.kind === 'gpu-fault' ? 'fault' : f.kind, f.kind === 'straggle' ? f.factor : undefined));
+        if (f.repairAt !== undefined) at(f.repairAt, () => inject(f.gpu, 'repair'));
+        break;
+      case 'partition':
+        at(f.at, () => link.cut(f.direction));
+        if (f.until !== undefined) at(f.until, () => link.heal());
+        break;
+      case 'delay':
+        at(f.at, () => link.setExtraLatency(f.ms));
+        at(f.until, () => link.setExtraLatency(0));
+        break;
+      case 'worker-crash':
+        at(f.at, () => {
+          agent?.stop();
+          agent = null;
+          link.cut('both');
+        });
+        if (f.restartAt !== undefined)
+          at(f.restartAt, () => {
+            link.heal();
+            agent = startAgent();
+          });
+        break;
+      case 'client-disconnect':
+        at(f.at, () => {
+          let n = f.count;
+          for (const [id, c] of clients) {
+            if (n <= 0) break;
+            if (c.streaming && !c.terminal) {
+              cp.cancel(id);
+              n--;
+            }
+          }
+        });
+        break;
+    }
+  }
+
+  // Continuous checks after every applied step: ledger (P8 via the control plane), ownership and gangs (P6),
+  // bounded queues (P5), readiness apart from liveness (P7).
+  const classLimit = new Map(scenario.models.map((m) => [m.name, Math.max(...m.classes.map((c) => c.maxQueued))]));
+  cp.onStep = (r) => {
+    for (const v of cp.placement.checkInvariants()) violate('P6', v);
+    const st = r.batcher.stats();
+    if (st.waiting > (classLimit.get(r.model) ?? Infinity) * 2) violate('P5', `${r.id} queue of ${st.waiting} beyond its bounds`);
+  };
+  const healthy = (): number => [...cp.placement.gpus.values()].filter((g) => g.healthy).length;
+  const checkReadiness = (): void => {
+    for (const m of scenario.models) {
+      if (healthy() < m.tp && cp.placement.unavailable(m.name) === null) violate('P7', `${m.name} reported available with ${healthy()} healthy GPUs`);
+    }
+  };
+  for (let s = 1; s < opts.simSeconds; s += 1) clock.at(origin + s * 1000, checkReadiness);
+
+  clock.run(endMs);
+
+  // P9 liveness: once faults stop, every model the healthy GPUs can hold serves again within the bound.
+  const settleMs = 180_000;
+  const probeAt = Math.max(clock.now(), lastFaultEnd) + settleMs;
+  clock.run(probeAt);
+  const probes: string[] = [];
+  for (const m of scenario.models) {
+    if (healthy() < m.tp) continue;
+    const res = cp.submit({ model: m.name, promptTokens: 16, maxTokens: 4, outputTokens: 4, deadlineMs: 120_000 }, listener);
+    probes.push(res.id);
+  }
+  clock.run(probeAt + 300_000);
+  for (const id of probes) {
+    const c = clients.get(id);
+    if (!c?.terminal || c.terminal.outcome !== 'done') {
+      violate('P9', `${c?.model ?? id}: not serving ${settleMs / 1000} s after the last fault (probe ${id} ${c?.terminal ? `${c.terminal.outcome} ${c.terminal.code}` : 'still waiting'})`);
+    }
+  }
+
+  // P1 at the end: every request has exactly one terminal outcome; P3 queue budgets; P4 resumes.
+  for (const [id, c] of clients) if (!c.terminal) violate('P1', `${id}: no terminal outcome`);
+  if (cp.collector.overBudget() > 0) violate('P3', `${cp.collector.overBudget()} requests waited past their queue budget`);
+  const maxResumes = new Map(scenario.models.map((m) => [m.name, m.resume.maxResumes]));
+  for (const r of cp.collector.records) {
+    if (r.resumes > (maxResumes.get(r.model) ?? 0)) violate('P4', `${r.id}: resumed ${r.resumes} times`);
+  }
+  for (const [id, c] of clients) {
+    if (c.terminal?.outcome === 'done') {
+      const rec = cp.collector.records.find((x) => x.id === id);
+      if (rec && rec.tokens !== c.expected) violate('P4', `${id}: done with ${rec.tokens} tokens recorded, ${c.expected} streamed`);
+    }
+  }
+  for (const v of cp.violations) violate('P8', v);
+  for (const f of [...control.faults, ...nodeRt.faults]) violate('actor', `${f.actor}: ${String(f.error)}`);
+
+  const outcomes: Record<string, number> = {};
+  for (const c of clients.values()) {
+    const k = c.terminal ? (c.terminal.outcome === 'done' ? 'done' : (c.terminal.code ?? c.terminal.outcome)) : 'none';
+    outcomes[k] = (outcomes[k] ?? 0) + 1;
+  }
+  hash.update(JSON.stringify(cp.placement.events));
+  return {
+    seed,
+    layout,
+    faults,
+    requests: submitted,
+    outcomes: Object.fromEntries(Object.entries(outcomes).sort(([a], [b]) => a.localeCompare(b))),
+    violations,
+    traceHash: hash.digest('hex').slice(0, 16),
+    simulatedSeconds: Math.round((clock.now() - origin) / 1000),
+    permanent,
+  };
+}
+
+/** Shrinks a failing fault schedule: drops faults one at a time while the seed still fails. */
+export function shrinkFaults(seed: number, opts: DstOptions, faults: DstFault[]): DstFault[] {
+  let current = faults;
+  for (let i = 0; i < current.length; ) {
+    const candidate = current.filter((_, j) => j !== i);
+    if (runDstSeed(seed, { ...opts, faults: candidate }).violations.length > 0) current = candidate;
+    else i++;
+  }
+  return current;
+}
