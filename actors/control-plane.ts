@@ -512,7 +512,7 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
     }
     if (!adm.ok) {
       // Refused only because no replica is ready yet: still demand for placement (the client will retry).
-      if (adm.failure.code === 'overloaded' && adm.trace.candidates.length === 0) placement.demand(spec.model, true);
+      if (adm.failure.code === 'overloaded' && adm.trace.candidates.length === 0) placement.demand(spec.model, true, adm.failure.retryAfterMs);
       actor.send({ type: 'request.rejected', code: adm.failure.code, message: adm.failure.message, t });
       return { id, ok: false, failure: adm.failure };
     }

@@ -53,5 +53,7 @@ export function runNodeAgentCommand(argv: string[]): Promise<number> {
     };
     process.once('SIGINT', stop);
     process.once('SIGTERM', stop);
+    // Started by `serve`: leave with it.
+    if (process.send) process.once('disconnect', stop);
   });
 }

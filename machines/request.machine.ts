@@ -199,7 +199,16 @@ export const requestMachine = setup({
     },
     requeued: {
       tags: ['waiting', 'cancellable'],
-      entry: [assign({ deadlineAt: ({ context }) => context.queuedAt + context.resumeBudgetMs }), 'armDeadline'],
+      // A request that was never scheduled keeps its queue deadline (and expires, if it must, as `expired`);
+      // one that was already running gets the resume budget from now.
+      entry: [
+        assign({
+          deadlineAt: ({ context }) =>
+            context.scheduledAt < 0 ? context.receivedAt + context.queueBudgetMs : context.queuedAt + context.resumeBudgetMs,
+          requeueCode: ({ context }) => (context.scheduledAt < 0 ? 'expired' : context.requeueCode),
+        }),
+        'armDeadline',
+      ],
       on: {
         'request.requeued': { actions: assign({ replica: ({ event }) => event.replica }) },
         'request.scheduled': {

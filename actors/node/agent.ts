@@ -141,6 +141,9 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
       if (!slot) continue;
       slot.inflight = null;
       slot.actor.send({ type: 'gpu.fault', code });
+      // A device that is not itself broken (fenced because of a partition or a lost node) is reset: it goes
+      // through repair and probing and comes back as a new, free GPU.
+      if (!slot.hung && !slot.silent) slot.actor.send({ type: 'gpu.repair' });
     }
   };
   const beat = (): void => {

@@ -87,8 +87,9 @@ export interface Placement {
   drain(replica: string, deadlineMs?: number): boolean;
   /** True when the node is in a mode (no switch under way) and every replica of it is ready. */
   settled(): boolean;
-  /** The control plane's demand signal: work of `model` was held, released or (rejected) refused for want of a replica. */
-  demand(model: string, rejected?: boolean): void;
+  /** The control plane's demand signal: work of `model` was held, released or (rejected) refused for want of a
+   * replica; a refused client was told to retry after `retryAfterMs`, so its demand lasts until then. */
+  demand(model: string, rejected?: boolean, retryAfterMs?: number): void;
   /** Calls `fn` after placement handles anything (simulation stop checks, tests). */
   watch(fn: () => void): void;
   /** The placement machine's state, mode, target and switch count. */
@@ -358,6 +359,7 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
     for (const w of watchers) w();
   };
 
+  const fencing = new Map<number, string>();
   const failGpu = (found: Detected): void => {
     const rec = gpus.get(found.gpu);
     if (!rec || !rec.healthy) return;
@@ -373,8 +375,12 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
       const h = holderOf(d);
       if (h && replicas.has(h)) runtime.send(h, { type: 'gpu.failed', gpu: d, code: found.code });
     }
-    // A GPU the control plane declared failed (rather than one that reported it) is taken out of service at the node.
-    if (found.path !== 'reported') runtime.send('node', { type: 'gpu.fence', gpu: found.gpu, code: found.code });
+    // A GPU the control plane declared failed (rather than one that reported it) is taken out of service at the node;
+    // the fence is repeated on later heartbeats until the node confirms it (it may be lost in a partition).
+    if (found.path !== 'reported') {
+      fencing.set(found.gpu, found.code);
+      runtime.send('node', { type: 'gpu.fence', gpu: found.gpu, code: found.code });
+    }
     actor.send({ type: 'gpu.failed', gpu: found.gpu });
   };
 
@@ -415,10 +421,12 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
         break;
       }
       case 'gpu.failed':
+        fencing.delete((msg['gpu'] as number) % n);
         failGpu({ gpu: (msg['gpu'] as number) % n, code: String(msg['code']), path: 'reported' });
         schedule();
         break;
       case 'node.heartbeat':
+        for (const [g, code] of fencing) runtime.send('node', { type: 'gpu.fence', gpu: g, code });
         detector.heartbeat(msg['gpus'] as number[] | undefined);
         break;
       case 'replica.ready': {
@@ -524,10 +532,11 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
       for (const r of replicas.values()) if (!ids.has(r.id)) return false;
       return want.every((e) => replicas.get(e.id)?.state().startsWith('ready') === true);
     },
-    demand: (model, rejected = false) => {
+    demand: (model, rejected = false, retryAfterMs = 0) => {
       if (rejected) {
-        lastReject.set(model, now());
-        runtime.clock.setTimeout(schedule, rejectWindowMs + 1);
+        const until = now() + Math.min(retryAfterMs, pc.drainDeadlineMs);
+        if (until > (lastReject.get(model) ?? -Infinity)) lastReject.set(model, until);
+        runtime.clock.setTimeout(schedule, until - now() + rejectWindowMs + 1);
       }
       schedule();
     },

@@ -53,7 +53,8 @@ export function superviseWorker(opts: SupervisorOptions): WorkerSupervisor {
     timer = null;
     const c = spawn(process.execPath, ['--import', import.meta.resolve('tsx'), BIN, 'node-agent', ...opts.args], {
       env: { ...process.env, SWITCHYARD_WORKER_TOKEN: opts.token },
-      stdio: ['ignore', 'pipe', 'pipe'],
+      // The IPC channel is how the worker learns that serve died (even by SIGKILL): it then exits instead of lingering.
+      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
     });
     child = c;
     const startedAt = opts.clock.now();
