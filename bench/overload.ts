@@ -161,14 +161,18 @@ async function calibrate(wsUrl: string, concurrency: number, ms: number): Promis
   let done = 0;
   let seq = 0;
   let running = true;
+  const outcomes = new Map<string, number>();
   const pool = await openPool(
     wsUrl,
     4,
     (m) => {
       if (m.type === 'done') done++;
+      else if (m.type === 'rejected' || m.type === 'error') outcomes.set(m.code, (outcomes.get(m.code) ?? 0) + 1);
       if (m.type === 'done' || m.type === 'rejected' || (m.type === 'error' && m.id !== undefined)) {
-        // A rejected slot retries shortly; a finished one starts the next request at once.
-        if (running) clock.setTimeout(() => running && pool.submit(`cal${++seq}`), m.type === 'done' ? 0 : 5);
+        // A finished slot starts the next request at once; a refused one retries after the server's hint, as a
+        // well-behaved client does (retrying at once turns the calibration into a rejection storm that eats the CPU).
+        const delay = m.type === 'done' ? 0 : Math.max(20, m.type === 'rejected' ? (m.retryAfterMs ?? 100) : 100);
+        if (running) clock.setTimeout(() => running && pool.submit(`cal${++seq}`), delay);
       }
     },
     () => {},
@@ -182,6 +186,7 @@ async function calibrate(wsUrl: string, concurrency: number, ms: number): Promis
   running = false;
   await sleep(1_000);
   pool.close();
+  process.stderr.write(`bench:overload: calibration ${done} done, ${JSON.stringify(Object.fromEntries(outcomes))}\n`);
   return rate;
 }
 
@@ -196,7 +201,8 @@ async function main(): Promise<void> {
 }
 
 async function run(url: string, wsUrl: string): Promise<void> {
-  const capacity = await calibrate(wsUrl, 2 * 2 * 16, PHASES.calibrate);
+  // Four requests per slot: refused ones wait out their retry hint, and the slots must stay full meanwhile.
+  const capacity = await calibrate(wsUrl, 4 * 2 * 16, PHASES.calibrate);
   const steadyRate = STEADY_FRACTION * capacity;
   const overloadRate = OVERLOAD_FACTOR * capacity;
   process.stderr.write(`bench:overload: capacity ${capacity.toFixed(1)} req/s; steady ${steadyRate.toFixed(1)}, overload ${overloadRate.toFixed(1)} req/s\n`);
