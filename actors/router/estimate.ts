@@ -54,6 +54,18 @@ function stepWith(r: ReplicaHandle, prefill: number, decodes: number, context: n
   return r.cost.stepS(fullShape);
 }
 
+const harmonic = (n: number): number => (n <= 0 ? 0 : n < 20 ? Array.from({ length: n }, (_, i) => 1 / (i + 1)).reduce((a, b) => a + b, 0) : Math.log(n) + 0.5772156649 + 1 / (2 * n));
+
+/**
+ * Expected time, in mean remaining lengths, until `k` of `n` running sequences have finished, if remaining lengths
+ * are exponential (heavy-tailed traces are at least that spread): the k-th order statistic, H(n) - H(n - k).
+ * Linear k/n underestimates it badly once k is a large share of n, which let overload be admitted and then expire.
+ */
+function slotsFreedAfter(n: number, k: number): number {
+  if (k < n) return harmonic(n) - harmonic(n - k);
+  return harmonic(n) + (k - n) / n;
+}
+
 /**
  * Predicts the wait and headroom of `work` on replica `r`. `slowdown` scales the cost model's step times by how much
  * slower (or faster) the replica's steps have really been running (measured by outlier ejection), so admission
@@ -103,14 +115,14 @@ export function estimateWait(r: ReplicaHandle, work: WorkSpec, slowdown = 1): Wa
   // Waiting for running sequences to finish: for KV (the deficit's share of what is held) or for a slot.
   const kvS = needBlocks > freeBlocks && committed > 0 ? Math.min(1, (needBlocks - freeBlocks) / committed) * avgRemain * decodeS : 0;
   const over = st.running + aheadCount + 1 - lim.maxRunning;
-  const slotS = over > 0 && st.running > 0 ? Math.min(1, over / st.running) * avgRemain * decodeS : 0;
+  const slotS = over > 0 && st.running > 0 ? slotsFreedAfter(st.running, over) * avgRemain * decodeS : 0;
   const blockedS = Math.max(kvS, slotS);
 
   const waitS = inflightS + blockedS + queuedS(ahead);
   const ttftS = inflightS + blockedS + prefillPhaseS(ahead + work.promptTokens);
   const topAhead = runningAhead + (st.waitingTokensByClass[0] ?? 0);
   const topOver = st.running + (st.waitingByClass[0] ?? 0) + 1 - lim.maxRunning;
-  const topSlotS = topOver > 0 && st.running > 0 ? Math.min(1, topOver / st.running) * avgRemain * decodeS : 0;
+  const topSlotS = topOver > 0 && st.running > 0 ? slotsFreedAfter(st.running, topOver) * avgRemain * decodeS : 0;
   const topWaitS = (st.running + st.waiting > 0 ? (topAhead > 0 ? fullS : decodeS) / 2 : 0) + topSlotS + queuedS(topAhead);
   const k = slowdown * 1000;
   return {
