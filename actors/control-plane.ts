@@ -134,6 +134,7 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
     while (healthSeen < ev.length) {
       const e = ev[healthSeen++]!;
       if (e.kind === 'replica.failed' && e.replica) health.failed(e.replica, e.detail ?? 'replica failed');
+      else if (e.kind === 'replica.created' && e.replica) health.reset(e.replica);
     }
   };
   const addTrace = (l: Live, t: DecisionTrace): void => {

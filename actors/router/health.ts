@@ -57,6 +57,8 @@ export interface Health {
   ejected(replica: string): string | null;
   /** The moving ratio of actual to predicted step time of a replica (1 when unknown). */
   ratio(replica: string): number;
+  /** Forgets a replica: a new one created under the same id (on new GPUs, after a failure) starts with a clean slate. */
+  reset(replica: string): void;
   readonly events: HealthEvent[];
 }
 
@@ -90,6 +92,9 @@ export function createHealth(deps: HealthDeps, cfg: EjectionConfig = DEFAULT_EJE
     return r;
   };
   const isEjected = (r: Record, t: number): boolean => r.until > t;
+  const reset = (id: string): void => {
+    recs.delete(id);
+  };
   const ejectedOfModel = (model: string, t: number): number => {
     let n = 0;
     for (const [id, r] of recs) if (isEjected(r, t) && deps.modelOf(id) === model) n++;
@@ -149,6 +154,7 @@ export function createHealth(deps: HealthDeps, cfg: EjectionConfig = DEFAULT_EJE
       return null;
     },
     ratio: (id) => recs.get(id)?.ratio ?? 1,
+    reset,
     events,
   };
 }
