@@ -1,8 +1,8 @@
 // `switchyard plan <scenario.yaml>`: simulates the candidate placements for the scenario's traffic and targets, prints
 // a table per candidate, and says which meet every model's target — or "infeasible" and what must change.
-import { ConfigError, loadScenario } from '../actors/config.ts';
 import { plan, type CandidateResult, type PlanProgress, type PlanResult } from '../actors/placement/planner.ts';
 import { intFlag, parseArgs } from './args.ts';
+import { scenarioOrReport } from './scenario-file.ts';
 
 const USAGE = 'usage: switchyard plan <scenario.yaml> [--seed N] [--json]\n';
 
@@ -14,16 +14,8 @@ export function runPlanCommand(argv: string[]): number {
     process.stderr.write(USAGE);
     return 2;
   }
-  let scenario;
-  try {
-    scenario = loadScenario(file);
-  } catch (e) {
-    if (e instanceof ConfigError) {
-      process.stderr.write(`switchyard: invalid scenario ${file}: ${e.message}\n`);
-      return 2;
-    }
-    throw e;
-  }
+  let scenario = scenarioOrReport(file);
+  if (!scenario) return 2;
   scenario = { ...scenario, seed: intFlag(args, 'seed', scenario.seed) };
   const bar = progressBar();
   const result = plan(scenario, bar.update);

@@ -1,7 +1,7 @@
 // `switchyard simulate`: runs a scenario and prints a table, or one JSON report with --json.
-import { loadScenario, ConfigError } from '../actors/config.ts';
 import { simulate, type SimReport } from '../actors/sim/simulate.ts';
 import { parseArgs, intFlag } from './args.ts';
+import { scenarioOrReport } from './scenario-file.ts';
 import { formatTraces } from '../actors/router/explain.ts';
 import { startRecording, writeRecording, type Recorder } from '../inspector/record.ts';
 import type { ControlPlane } from '../actors/control-plane.ts';
@@ -14,16 +14,8 @@ export function runSimulateCommand(argv: string[]): number {
     process.stderr.write('usage: switchyard simulate <scenario.yaml> [--seed N] [--json] [--wall] [--explain req.N] [--trace out.json]\n');
     return 2;
   }
-  let scenario;
-  try {
-    scenario = loadScenario(file);
-  } catch (e) {
-    if (e instanceof ConfigError) {
-      process.stderr.write(`switchyard: invalid scenario ${file}: ${e.message}\n`);
-      return 2;
-    }
-    throw e;
-  }
+  const scenario = scenarioOrReport(file);
+  if (!scenario) return 2;
   const seed = intFlag(args, 'seed', scenario.seed);
   const explain = typeof args.flags.get('explain') === 'string' ? [args.flags.get('explain') as string] : [];
   const t0 = performance.now();

@@ -32,6 +32,18 @@ export type CodecErrorCode =
   | 'forbidden_key'
   | 'invalid_message';
 
+// Every code a refused frame can carry, for callers that check a result is a typed error.
+export const CODEC_ERROR_CODES: ReadonlySet<string> = new Set<CodecErrorCode>([
+  'frame_too_large',
+  'malformed',
+  'too_deep',
+  'too_many_items',
+  'extension_refused',
+  'unsafe_integer',
+  'forbidden_key',
+  'invalid_message',
+]);
+
 // A refused frame: the code, a human-readable reason, and for invalid_message the schema path.
 export interface CodecError { code: CodecErrorCode; message: string; path?: string }
 

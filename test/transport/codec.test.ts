@@ -2,6 +2,7 @@ import fc from 'fast-check';
 import { Packr, pack } from 'msgpackr';
 import { describe, expect, it } from 'vitest';
 import {
+  CODEC_ERROR_CODES,
   DEFAULT_LIMITS,
   decodeMessage,
   decodeUntrusted,
@@ -13,16 +14,7 @@ import {
 } from '../../transport/codec.ts';
 import { arr, bytes, int, num, obj, optional, str, union } from '../../transport/schema.ts';
 
-const CODES: ReadonlySet<string> = new Set<CodecErrorCode>([
-  'frame_too_large',
-  'malformed',
-  'too_deep',
-  'too_many_items',
-  'extension_refused',
-  'unsafe_integer',
-  'forbidden_key',
-  'invalid_message',
-]);
+const CODES = CODEC_ERROR_CODES;
 
 const HUGE: CodecLimits = { maxBytes: 2 ** 33, maxDepth: 32, maxArrayLength: 2 ** 33, maxMapSize: 2 ** 33, maxStringBytes: 2 ** 33 };
 

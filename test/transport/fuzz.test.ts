@@ -2,23 +2,14 @@
 // field of every protocol message. Only typed errors come out; nothing unvalidated gets through.
 import { Packr } from 'msgpackr';
 import { describe, expect, it } from 'vitest';
-import { decodeMessage, encode, type CodecErrorCode } from '../../transport/codec.ts';
+import { CODEC_ERROR_CODES, decodeMessage, encode } from '../../transport/codec.ts';
 import { nodeMessageSchema, type NodeMessage } from '../../transport/protocol.ts';
 import { validate } from '../../transport/schema.ts';
 import { createRng, type Rng } from '../../actors/runtime/rng.ts';
 
 const FRAMES = Number(process.env['FUZZ_FRAMES'] ?? 1_000_000);
 
-const CODES = new Set<CodecErrorCode>([
-  'frame_too_large',
-  'malformed',
-  'too_deep',
-  'too_many_items',
-  'extension_refused',
-  'unsafe_integer',
-  'forbidden_key',
-  'invalid_message',
-]);
+const CODES = CODEC_ERROR_CODES;
 
 /** One valid sample of every protocol message. */
 const samples: NodeMessage[] = [
