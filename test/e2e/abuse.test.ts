@@ -278,12 +278,21 @@ describe('WebSocket abuse', () => {
   it('bounds thousands of idle sockets: silent TCP sockets get 408, WebSockets past the cap get 503 with Retry-After', async () => {
     await whileStreaming(async () => {
       const before = server.streams.sessions();
-      // Silent TCP connections never send a request line: the headers timeout closes them.
-      const silent = Array.from({ length: 1_000 }, () => rawHttp(server.port, null));
-      // Authenticated WebSockets that then say nothing: the connection cap bounds them.
+      const silent: Raw[] = [];
       const idle: Raw[] = [];
-      for (let i = 0; i < 400; i++) idle.push(rawHttp(server.port, upgradeRequest('/v1/ws', { Authorization: `Bearer ${TOKEN}`, 'Sec-WebSocket-Protocol': SUBPROTOCOL_JSON })));
-      await until(() => idle.every((r) => r.status !== 0), 10_000, 'every upgrade answered');
+      try {
+      // Silent TCP connections never send a request line: the headers timeout closes them. They are opened in
+      // waves so the kernel's accept backlog does not drop SYNs (a dropped SYN retries seconds later).
+      for (let wave = 0; wave < 5; wave++) {
+        for (let i = 0; i < 200; i++) silent.push(rawHttp(server.port, null));
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      // Authenticated WebSockets that then say nothing: the connection cap bounds them.
+      for (let i = 0; i < 400; i++) {
+        idle.push(rawHttp(server.port, upgradeRequest('/v1/ws', { Authorization: `Bearer ${TOKEN}`, 'Sec-WebSocket-Protocol': SUBPROTOCOL_JSON })));
+        if (i % 100 === 99) await new Promise((r) => setTimeout(r, 100));
+      }
+      await until(() => idle.every((r) => r.status !== 0), 20_000, 'every upgrade answered');
       const accepted = idle.filter((r) => r.status === 101);
       const refused = idle.filter((r) => r.status === 503);
       expect(accepted.length + refused.length).toBe(idle.length);
@@ -299,8 +308,12 @@ describe('WebSocket abuse', () => {
       expect(again.status).toBe(101);
       again.socket.destroy();
       report('idle sockets', silent.length + idle.length, `${silent.length} silent TCP answered 408; ${accepted.length} WebSockets admitted, ${refused.length} refused 503`);
+      } finally {
+        // Whatever happened, leave no socket behind for the tests that follow.
+        for (const r of [...silent, ...idle]) r.socket.destroy();
+      }
     });
-  }, 30_000);
+  }, 90_000);
 
   it('cuts off a client that never reads once its queued bytes pass the cap, and cancels its requests', async () => {
     await whileStreaming(async () => {
