@@ -53,6 +53,9 @@ export interface ReplicaOptions {
   onStep?(replica: ReplicaHandle, plan: StepPlan): void;
 }
 
+/** How often a replica repeats GPU releases that have not been answered. */
+const RELEASE_RETRY_MS = 2_000;
+
 /** Creates and starts a replica actor registered as its system id. */
 export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandle {
   const batcher = createContinuousBatcher({ ...o.limits, blocksTotal: o.limits.blocksTotal ?? o.cost.kvBlocks(o.limits.blockTokens) });
@@ -156,6 +159,18 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
           if (context.failedGpus.includes(g)) continue;
           runtime.send(`gpu.${g}`, { type: 'gpu.release', gpu: g, replica: context.id, epoch: context.gpuEpoch });
         }
+        // Releases (or their answers) can be lost in a partition: repeat them until every GPU is accounted for.
+        const resend = (): void => {
+          const snap = actor.getSnapshot();
+          if (snap.status !== 'active' || !(snap.matches('unloading') || snap.matches('failed'))) return;
+          const c = snap.context;
+          for (const g of c.gpus) {
+            if (c.failedGpus.includes(g) || c.releasedGpus.includes(g)) continue;
+            runtime.send(`gpu.${g}`, { type: 'gpu.release', gpu: g, replica: c.id, epoch: c.gpuEpoch });
+          }
+          runtime.clock.setTimeout(resend, RELEASE_RETRY_MS);
+        };
+        runtime.clock.setTimeout(resend, RELEASE_RETRY_MS);
       },
     },
   });

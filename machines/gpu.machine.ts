@@ -116,6 +116,14 @@ export const gpuMachine = setup({
             unloadMs: ({ event }) => event.unloadMs,
           }),
         },
+        // A repeated release (its first answer was lost on the wire) is answered again: this GPU holds nothing.
+        'gpu.release': {
+          actions: emit(({ context, event }) => ({
+            type: 'out' as const,
+            to: event.replica,
+            msg: { type: 'gpu.released', gpu: context.index, replica: event.replica, epoch: event.epoch },
+          })),
+        },
       },
     },
     allocated: {
@@ -143,6 +151,8 @@ export const gpuMachine = setup({
           tags: ['serving'],
         },
         unloading: {
+          // Already unloading: a repeated release must not restart the unload.
+          on: { 'gpu.release': {} },
           after: {
             unloadTime: {
               target: '#gpu.free',

@@ -134,11 +134,18 @@ export const replicaMachine = setup({
       !context.releasedGpus.includes(event.gpu),
     allAccountedFor: ({ context }) => context.released + context.failedGpus.length >= context.gpus.length,
     ownGpu: ({ context, event }) => event.type === 'gpu.failed' && context.gpus.includes(event.gpu),
+    // A release answered twice (a repeated release) counts once; a failed GPU is not also counted released.
     allReleased: ({ context, event }) =>
       event.type === 'gpu.released' &&
       event.epoch === context.gpuEpoch &&
+      !context.releasedGpus.includes(event.gpu) &&
+      !context.failedGpus.includes(event.gpu) &&
       context.released + 1 + context.failedGpus.length >= context.gpus.length,
-    releasedOne: ({ context, event }) => event.type === 'gpu.released' && event.epoch === context.gpuEpoch,
+    releasedOne: ({ context, event }) =>
+      event.type === 'gpu.released' &&
+      event.epoch === context.gpuEpoch &&
+      !context.releasedGpus.includes(event.gpu) &&
+      !context.failedGpus.includes(event.gpu),
     allReleasedAfterFault: ({ context, event }) =>
       event.type === 'gpu.failed' &&
       context.gpus.includes(event.gpu) &&

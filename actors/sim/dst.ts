@@ -255,6 +255,8 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
         });
         if (f.restartAt !== undefined)
           at(f.restartAt, () => {
+            // A worker that is already running (restarted by an earlier crash's restart) is not started twice.
+            if (agent) return;
             link.heal();
             agent = startAgent();
           });
