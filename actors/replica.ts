@@ -79,23 +79,35 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
   const steps = { count: 0, batchSizeSum: 0, tokens: 0, predictedMs: 0, busyMs: 0 };
   let handle: ReplicaHandle;
 
+  const assignTo = (gpus: readonly number[], id: string, epoch: number): void => {
+    for (const g of gpus) {
+      runtime.send(`gpu.${g}`, {
+        type: 'gpu.assign',
+        gpu: g,
+        replica: id,
+        epoch,
+        model: o.modelProfile,
+        gpuType: o.gpuType,
+        tp: o.gpus.length,
+        loadMs,
+        unloadMs,
+        ...(o.slowdown && o.slowdown > 1 ? { slowdown: o.slowdown } : {}),
+      });
+    }
+  };
   const machine = replicaMachine.provide({
     actions: {
       assignGpus: ({ context }) => {
-        for (const g of context.gpus) {
-          runtime.send(`gpu.${g}`, {
-            type: 'gpu.assign',
-            gpu: g,
-            replica: context.id,
-            epoch: context.gpuEpoch,
-            model: o.modelProfile,
-            gpuType: o.gpuType,
-            tp: context.gpus.length,
-            loadMs,
-            unloadMs,
-            ...(o.slowdown && o.slowdown > 1 ? { slowdown: o.slowdown } : {}),
-          });
-        }
+        assignTo(context.gpus, context.id, context.gpuEpoch);
+        // Assignments (or their answers) can be lost in a partition: repeat them while loading.
+        const again = (): void => {
+          const snap = actor.getSnapshot();
+          if (snap.status !== 'active' || !snap.matches('loading')) return;
+          const c = snap.context;
+          assignTo(c.gpus.filter((g) => !c.loadedGpus.includes(g)), c.id, c.gpuEpoch);
+          runtime.clock.setTimeout(again, Math.max(RELEASE_RETRY_MS, loadMs));
+        };
+        runtime.clock.setTimeout(again, Math.max(RELEASE_RETRY_MS, loadMs));
       },
       dispatchStep: ({ context, self }) => {
         const plan = stateless ? planStateless(runtime.clock.now()) : batcher.plan(runtime.clock.now());

@@ -55,6 +55,8 @@ export const gpuMachine = setup({
     repairTime: ({ context }) => context.repairMs,
   },
   guards: {
+    sameAssignment: ({ context, event }) =>
+      event.type === 'gpu.assign' && event.replica === context.replica && event.epoch === context.epoch,
     sameOwner: ({ context, event }) =>
       event.type === 'gpu.release' && event.replica === context.replica && event.epoch === context.epoch,
   },
@@ -149,6 +151,17 @@ export const gpuMachine = setup({
         // here and owned by the step's replica and epoch (a per-step event on eight ranks would dominate the hot path).
         serving: {
           tags: ['serving'],
+          on: {
+            // A repeated assignment from the same replica and epoch (its `gpu.loaded` was lost) is answered again.
+            'gpu.assign': {
+              guard: 'sameAssignment',
+              actions: emit(({ context }) => ({
+                type: 'out' as const,
+                to: context.replica ?? context.reportTo,
+                msg: { type: 'gpu.loaded', gpu: context.index, replica: context.replica, epoch: context.epoch },
+              })),
+            },
+          },
         },
         unloading: {
           // Already unloading: a repeated release must not restart the unload.

@@ -18,6 +18,8 @@ export interface ReplicaContext {
   /** True between dispatching a step and hearing it was applied. */
   stepping: boolean;
   loaded: number;
+  /** GPUs that reported loaded (a repeated report counts once). */
+  loadedGpus: readonly number[];
   released: number;
   /** GPUs that reported released: a fault they report afterwards no longer concerns this replica. */
   releasedGpus: readonly number[];
@@ -106,6 +108,10 @@ export const replicaMachine = setup({
     addFailedGpu: assign({
       failedGpus: ({ context, event }) => (event.type === 'gpu.failed' ? [...context.failedGpus, event.gpu] : context.failedGpus),
     }),
+    countLoaded: assign({
+      loaded: ({ context }) => context.loaded + 1,
+      loadedGpus: ({ context, event }) => (event.type === 'gpu.loaded' ? [...context.loadedGpus, event.gpu] : context.loadedGpus),
+    }),
     countReleased: assign({
       released: ({ context }) => context.released + 1,
       releasedGpus: ({ context, event }) => (event.type === 'gpu.released' ? [...context.releasedGpus, event.gpu] : context.releasedGpus),
@@ -116,8 +122,11 @@ export const replicaMachine = setup({
   },
   guards: {
     allLoaded: ({ context, event }) =>
-      event.type === 'gpu.loaded' && event.epoch === context.gpuEpoch && context.loaded + 1 >= context.gpus.length,
-    loadedOne: ({ context, event }) => event.type === 'gpu.loaded' && event.epoch === context.gpuEpoch,
+      event.type === 'gpu.loaded' &&
+      event.epoch === context.gpuEpoch &&
+      !context.loadedGpus.includes(event.gpu) &&
+      context.loaded + 1 >= context.gpus.length,
+    loadedOne: ({ context, event }) => event.type === 'gpu.loaded' && event.epoch === context.gpuEpoch && !context.loadedGpus.includes(event.gpu),
     rankOfStep: ({ context, event }) =>
       event.type === 'step.completed' && event.epoch === context.epoch && event.step === context.step && context.pendingRanks > 0,
     lastRankOfStep: ({ context, event }) =>
@@ -166,6 +175,7 @@ export const replicaMachine = setup({
     pendingRanks: 0,
     stepping: false,
     loaded: 0,
+    loadedGpus: [],
     released: 0,
     releasedGpus: [],
     failedGpus: [],
@@ -188,8 +198,8 @@ export const replicaMachine = setup({
       entry: 'assignGpus',
       on: {
         'gpu.loaded': [
-          { guard: 'allLoaded', target: 'ready', actions: assign({ loaded: ({ context }) => context.loaded + 1 }) },
-          { guard: 'loadedOne', actions: assign({ loaded: ({ context }) => context.loaded + 1 }) },
+          { guard: 'allLoaded', target: 'ready', actions: 'countLoaded' },
+          { guard: 'loadedOne', actions: 'countLoaded' },
         ],
         'replica.drain': 'unloading',
         'replica.stop': 'unloading',
