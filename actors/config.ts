@@ -4,6 +4,7 @@ import { parse } from 'yaml';
 import { arr, bool, int, num, obj, oneOf, optional, record, str, validate, type Infer } from '../transport/schema.ts';
 import { GPU_PROFILES, MODEL_PROFILES } from './gpu/profiles.ts';
 import { DEFAULT_EJECTION, type EjectionConfig } from './router/health.ts';
+import type { ClassLimits } from './router/router.ts';
 import {
   checkPlacementSections,
   detectionDefaults,
@@ -130,17 +131,9 @@ export const scenarioSchema = obj({
 /** A scenario file as written. */
 export type ScenarioFile = Infer<typeof scenarioSchema>;
 
-/** A priority class with every default filled in. */
-export interface ClassConfig {
+/** A priority class with every default filled in: the router's limits, named. */
+export interface ClassConfig extends Required<ClassLimits> {
   name: string;
-  rank: number;
-  ttftMs: number;
-  tpotMs: number;
-  maxQueueMs: number;
-  maxQueued: number;
-  maxQueuedTokens: number;
-  /** Shed this class once a top-class request would wait past this fraction of the top class's maxQueueMs. */
-  shedAt: number;
 }
 
 /** A model with every default filled in. */

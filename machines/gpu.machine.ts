@@ -46,6 +46,12 @@ export const gpuMachine = setup({
   actions: {
     /** Abandons whatever the executor is running for this GPU. */
     abortStep: () => {},
+    /** Tells the owning replica its weights are loaded (again, when a repeated assignment asks). */
+    reportLoaded: emit(({ context }) => ({
+      type: 'out' as const,
+      to: context.replica ?? context.reportTo,
+      msg: { type: 'gpu.loaded', gpu: context.index, replica: context.replica, epoch: context.epoch },
+    })),
     /** Runs the health probe; answered with `gpu.probed`. */
     probe: () => {},
   },
@@ -139,11 +145,7 @@ export const gpuMachine = setup({
           after: {
             loadTime: {
               target: 'serving',
-              actions: emit(({ context }) => ({
-                type: 'out' as const,
-                to: context.replica ?? context.reportTo,
-                msg: { type: 'gpu.loaded', gpu: context.index, replica: context.replica, epoch: context.epoch },
-              })),
+              actions: 'reportLoaded',
             },
           },
         },
@@ -155,11 +157,7 @@ export const gpuMachine = setup({
             // A repeated assignment from the same replica and epoch (its `gpu.loaded` was lost) is answered again.
             'gpu.assign': {
               guard: 'sameAssignment',
-              actions: emit(({ context }) => ({
-                type: 'out' as const,
-                to: context.replica ?? context.reportTo,
-                msg: { type: 'gpu.loaded', gpu: context.index, replica: context.replica, epoch: context.epoch },
-              })),
+              actions: 'reportLoaded',
             },
           },
         },

@@ -80,6 +80,12 @@ export const requestMachine = setup({
   actions: {
     /** Reports the terminal outcome (to metrics, the client stream and the report). */
     reportOutcome: () => {},
+    /** Records a failure's code, message, the tokens the client has, and when it ended. */
+    recordFailure: assign(({ context, event }) =>
+      event.type === 'request.failed' || event.type === 'request.interrupted'
+        ? { code: event.code, message: event.message, tokens: event.tokens, finishedAt: event.t }
+        : context,
+    ),
     /** Arms a timer that sends `request.deadline` with `at = context.deadlineAt` (one wheel for all requests). */
     armDeadline: () => {},
     /** Tells the replica (or router) holding it in a queue to forget it. */
@@ -246,22 +252,12 @@ export const requestMachine = setup({
       },
       {
         target: '.failed',
-        actions: assign({
-          code: ({ event }) => event.code,
-          message: ({ event }) => event.message,
-          tokens: ({ event }) => event.tokens,
-          finishedAt: ({ event }) => event.t,
-        }),
+        actions: 'recordFailure',
       },
     ],
     'request.failed': {
       target: '.failed',
-      actions: assign({
-        code: ({ event }) => event.code,
-        message: ({ event }) => event.message,
-        tokens: ({ event }) => event.tokens,
-        finishedAt: ({ event }) => event.t,
-      }),
+      actions: 'recordFailure',
     },
     'request.cancel': {
       target: '.cancelled',
