@@ -27,7 +27,11 @@ const classSchema = obj({
   maxQueuedTokens: optional(int({ min: 0 })),
   shedAt: optional(num({ min: 0, max: 1 })),
 });
-const lengthDist = obj({ mean: num({ min: 1, max: 1e6 }), cv: optional(num({ min: 0, max: 10 })), max: optional(int({ min: 1 })) });
+const lengthDist = obj({
+  mean: num({ min: 1, max: 1e6 }),
+  cv: optional(num({ min: 0, max: 10 })),
+  max: optional(int({ min: 1 })),
+});
 
 const modelSchema = obj({
   name: str({ min: 1, max: 100, pattern: /^[A-Za-z0-9._-]+$/ }),
@@ -94,7 +98,11 @@ export const scenarioSchema = obj({
   name: optional(str({ max: 200 })),
   seed: optional(int({ min: 0, max: 2 ** 31 - 1 })),
   node: optional(
-    obj({ gpu: optional(oneOf(...(Object.keys(GPU_PROFILES) as [string, ...string[]]))), gpus: optional(int({ min: 1, max: 64 })), repairMs: optional(pos) }),
+    obj({
+      gpu: optional(oneOf(...(Object.keys(GPU_PROFILES) as [string, ...string[]]))),
+      gpus: optional(int({ min: 1, max: 64 })),
+      repairMs: optional(pos),
+    }),
   ),
   routing: optional(
     obj({
@@ -202,10 +210,15 @@ export function normalizeScenario(raw: unknown): Scenario {
     const versions = m.versions ?? ['v1'];
     const aliases = { ...(m.aliases ?? {}) };
     for (const [a, ver] of Object.entries(aliases)) {
-      if (!versions.includes(ver)) throw new ConfigError(`models[${i}].aliases.${a}`, `names unknown version "${ver}" (versions: ${versions.join(', ')})`);
+      if (!versions.includes(ver))
+        throw new ConfigError(
+          `models[${i}].aliases.${a}`,
+          `names unknown version "${ver}" (versions: ${versions.join(', ')})`,
+        );
     }
     for (const ver of Object.keys(m.split ?? {})) {
-      if (!versions.includes(ver)) throw new ConfigError(`models[${i}].split.${ver}`, `unknown version (versions: ${versions.join(', ')})`);
+      if (!versions.includes(ver))
+        throw new ConfigError(`models[${i}].split.${ver}`, `unknown version (versions: ${versions.join(', ')})`);
     }
     const profile = MODEL_PROFILES[m.profile]!;
     const classNames = Object.keys(m.classes ?? DEFAULT_CLASSES);
@@ -256,9 +269,13 @@ export function normalizeScenario(raw: unknown): Scenario {
   const gpus = f.node?.gpus ?? 8;
   (f.traffic ?? []).forEach((t, i) => {
     const m = models.find((x) => x.name === t.model);
-    if (!m) throw new ConfigError(`traffic[${i}].model`, `unknown model "${t.model}" (models: ${[...names].join(', ')})`);
+    if (!m)
+      throw new ConfigError(`traffic[${i}].model`, `unknown model "${t.model}" (models: ${[...names].join(', ')})`);
     if (t.priority && !m.classes.some((c) => c.name === t.priority)) {
-      throw new ConfigError(`traffic[${i}].priority`, `unknown class "${t.priority}" (classes: ${m.classes.map((c) => c.name).join(', ')})`);
+      throw new ConfigError(
+        `traffic[${i}].priority`,
+        `unknown class "${t.priority}" (classes: ${m.classes.map((c) => c.name).join(', ')})`,
+      );
     }
     if (!t.lengths.trace && !(t.lengths.prompt && t.lengths.output)) {
       throw new ConfigError(`traffic[${i}].lengths`, 'give a trace, or both prompt and output distributions');
@@ -280,7 +297,10 @@ export function normalizeScenario(raw: unknown): Scenario {
     name: f.name ?? 'scenario',
     seed: f.seed ?? 1,
     node: { gpu: f.node?.gpu ?? 'H100-SXM', gpus, repairMs: f.node?.repairMs ?? 60_000 },
-    routing: { policy: f.routing?.policy ?? 'cost', ejection: { ...DEFAULT_EJECTION, ...definedOnly(f.routing?.ejection ?? {}) } },
+    routing: {
+      policy: f.routing?.policy ?? 'cost',
+      ejection: { ...DEFAULT_EJECTION, ...definedOnly(f.routing?.ejection ?? {}) },
+    },
     placement: placementDefaults(f.placement),
     detection: detectionDefaults(f.detection),
     planner,
@@ -309,14 +329,16 @@ function statelessBatching(
 ): ModelConfig['batching']['stateless'] {
   const buckets: number[] = [];
   if (b.buckets) {
-    if (b.buckets.some((x, k) => k > 0 && x <= b.buckets![k - 1]!)) throw new ConfigError(`models[${i}].batching.buckets`, 'must be strictly ascending');
+    if (b.buckets.some((x, k) => k > 0 && x <= b.buckets![k - 1]!))
+      throw new ConfigError(`models[${i}].batching.buckets`, 'must be strictly ascending');
     buckets.push(...b.buckets);
   } else {
     for (let x = 16; x < maxContext; x *= 2) buckets.push(x);
     buckets.push(maxContext);
   }
   const maxBatchTokens = b.maxBatchTokens ?? 16_384;
-  if (buckets[0]! > maxBatchTokens) throw new ConfigError(`models[${i}].batching.maxBatchTokens`, `is below the smallest bucket (${buckets[0]})`);
+  if (buckets[0]! > maxBatchTokens)
+    throw new ConfigError(`models[${i}].batching.maxBatchTokens`, `is below the smallest bucket (${buckets[0]})`);
   return { maxBatch: b.maxBatch ?? 32, maxBatchTokens, maxDelayMs: b.maxDelayMs ?? 5, buckets };
 }
 

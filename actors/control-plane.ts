@@ -7,15 +7,15 @@ import type { StepPlan } from './batcher/continuous.ts';
 import type { StatelessBatcher, StatelessItem } from './batcher/stateless.ts';
 import type { Scenario } from './config.ts';
 import { createCollector, type Collector } from './metrics/collector.ts';
-import { failure, type Failure } from './outcomes.ts';
+import { failure, type Failure } from '../machines/outcomes.ts';
 import { startPlacement, type Placement } from './placement/placement.ts';
 import type { ReplicaHandle } from './replica.ts';
 import { createRegistry } from './router/registry.ts';
 import { createRouter, type DecisionTrace, type Router } from './router/router.ts';
 import { createHealth, type Health } from './router/health.ts';
 import { expiryTrace, MAX_TRACES } from './router/explain.ts';
-import type { Runtime } from './runtime/system.ts';
-import { createDeadlineWheel } from './runtime/deadlines.ts';
+import type { Runtime } from '../runtime/system.ts';
+import { createDeadlineWheel } from '../runtime/deadlines.ts';
 
 /** A request as a client submits it. */
 export interface SubmitSpec {
@@ -166,7 +166,9 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
     l.firstScheduledAt = t;
     // No request waits past its bound: checked as it is scheduled, not only in the final report.
     if (opts.checkInvariants && t - l.receivedAt > l.budgetMs + 1e-6) {
-      violations.push(`${l.id} at ${t} ms: scheduled after waiting ${t - l.receivedAt} ms, past its ${l.budgetMs} ms bound`);
+      violations.push(
+        `${l.id} at ${t} ms: scheduled after waiting ${t - l.receivedAt} ms, past its ${l.budgetMs} ms bound`,
+      );
     }
     const predicted = l.traces[0]?.candidates.find((c) => c.replica === l.traces[0]!.chosen);
     if (predicted) collector.estimate('queueWaitMs', predicted.waitMs, t - l.receivedAt);
@@ -220,7 +222,13 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
     let best = r;
     let bestQueued = r.stateless?.stats().queued ?? 0;
     for (const x of placement.replicas.values()) {
-      if (x.model !== r.model || x.version !== r.version || !x.actor.getSnapshot().matches('ready') || health.ejected(x.id)) continue;
+      if (
+        x.model !== r.model ||
+        x.version !== r.version ||
+        !x.actor.getSnapshot().matches('ready') ||
+        health.ejected(x.id)
+      )
+        continue;
       const q = x.stateless?.stats().queued ?? 0;
       if (q < bestQueued) {
         best = x;
@@ -240,7 +248,12 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
       const l = seq.tag as Live;
       markScheduled(l, t);
       l.awaitingToken = true;
-      l.actor.send({ type: 'request.scheduled', replica: l.actor.getSnapshot().context.replica ?? 'router', t, prefilling: true });
+      l.actor.send({
+        type: 'request.scheduled',
+        replica: l.actor.getSnapshot().context.replica ?? 'router',
+        t,
+        prefilling: true,
+      });
     },
     preempted: (seq, t) => {
       (seq.tag as Live).actor.send({ type: 'request.preempted', t });
@@ -311,7 +324,13 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
       const l = s.tag as Live;
       if (l.actor.getSnapshot().status !== 'active') continue;
       const from = l.actor.getSnapshot().context.replica;
-      l.actor.send({ type: 'request.interrupted', code: reason, message: `the replica serving it failed (${reason})`, tokens: s.generated, t });
+      l.actor.send({
+        type: 'request.interrupted',
+        code: reason,
+        message: `the replica serving it failed (${reason})`,
+        tokens: s.generated,
+        t,
+      });
       if (l.actor.getSnapshot().status !== 'active') continue;
       // Resumed: re-prefill what the client already has, on another replica of the same model@version.
       const pick = router.resume(l.model, l.version, l.spec.priority, {
@@ -353,7 +372,8 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
           // Every member of a step is a request for this replica's model@version.
           for (const e of plan.entries) {
             const l = e.seq.tag as Live;
-            if (l.model !== r.model || l.version !== r.version) throw new Error(`step holds ${l.id} for ${l.model}@${l.version}`);
+            if (l.model !== r.model || l.version !== r.version)
+              throw new Error(`step holds ${l.id} for ${l.model}@${l.version}`);
           }
         } catch (e) {
           violations.push(`${r.id} at ${clock.now()} ms: ${(e as Error).message}`);
@@ -364,7 +384,12 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
   });
 
   const registry = createRegistry(
-    scenario.models.map((m) => ({ name: m.name, versions: m.versions, aliases: m.aliases, ...(m.split ? { split: m.split } : {}) })),
+    scenario.models.map((m) => ({
+      name: m.name,
+      versions: m.versions,
+      aliases: m.aliases,
+      ...(m.split ? { split: m.split } : {}),
+    })),
   );
   const limits = new Map(
     scenario.models.map((m) => [
@@ -419,7 +444,8 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
   const finish = (l: Live, c: RequestContext): void => {
     const outcome = c.outcome ?? 'failed';
     live.delete(l.id);
-    if (c.code === 'expired') addTrace(l, expiryTrace(router.policy, l, c, placement.replicas.get(c.replica ?? ''), clock.now()));
+    if (c.code === 'expired')
+      addTrace(l, expiryTrace(router.policy, l, c, placement.replicas.get(c.replica ?? ''), clock.now()));
     if (opts.keepTraces) finishedTraces.set(l.id, l.traces);
     collector.record({
       id: l.id,
@@ -442,15 +468,23 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
       message: c.message,
       tokens: l.streamed,
       ...(l.retryAfterMs !== undefined ? { retryAfterMs: l.retryAfterMs } : {}),
-      timings: { receivedAt: l.receivedAt, firstTokenAt: c.firstTokenAt, finishedAt: c.finishedAt >= 0 ? c.finishedAt : clock.now() },
+      timings: {
+        receivedAt: l.receivedAt,
+        firstTokenAt: c.firstTokenAt,
+        finishedAt: c.finishedAt >= 0 ? c.finishedAt : clock.now(),
+      },
     });
     if (live.size === 0) opts.onIdle?.();
   };
 
-  const submit = (spec: SubmitSpec, clientListener?: ClientListener): { id: string; ok: boolean; failure?: Failure } => {
+  const submit = (
+    spec: SubmitSpec,
+    clientListener?: ClientListener,
+  ): { id: string; ok: boolean; failure?: Failure } => {
     const t = clock.now();
     const id = spec.id ?? runtime.ids.next('req');
-    if (live.has(id)) return { id, ok: false, failure: failure('invalid_request', `request id ${id} is already in flight`) };
+    if (live.has(id))
+      return { id, ok: false, failure: failure('invalid_request', `request id ${id} is already in flight`) };
     const m = modelByName.get(spec.model);
     const priority = spec.priority ?? m?.classes[0]?.name ?? 'interactive';
     const full = { ...spec, priority, outputTokens: Math.min(spec.outputTokens ?? spec.maxTokens, spec.maxTokens) };
@@ -467,22 +501,19 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
       ...(spec.deadlineMs !== undefined ? { deadlineMs: spec.deadlineMs } : {}),
     });
     const budgetMs = adm.ok ? adm.budgetMs : 0;
-    const actor = createActor(
-      requestActorMachine,
-      {
-        input: {
-          id,
-          model: spec.model,
-          priority,
-          receivedAt: t,
-          queueBudgetMs: budgetMs,
-          resumeBudgetMs: m?.resume.budgetMs ?? 30_000,
-          maxResumes: m?.resume.maxResumes ?? 1,
-        },
-        clock,
+    const actor = createActor(requestActorMachine, {
+      input: {
         id,
+        model: spec.model,
+        priority,
+        receivedAt: t,
+        queueBudgetMs: budgetMs,
+        resumeBudgetMs: m?.resume.budgetMs ?? 30_000,
+        maxResumes: m?.resume.maxResumes ?? 1,
       },
-    );
+      clock,
+      id,
+    });
     const l: Live = {
       id,
       actor,
@@ -513,7 +544,8 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
     }
     if (!adm.ok) {
       // Refused only because no replica is ready yet: still demand for placement (the client will retry).
-      if (adm.failure.code === 'overloaded' && adm.trace.candidates.length === 0) placement.demand(spec.model, true, adm.failure.retryAfterMs);
+      if (adm.failure.code === 'overloaded' && adm.trace.candidates.length === 0)
+        placement.demand(spec.model, true, adm.failure.retryAfterMs);
       actor.send({ type: 'request.rejected', code: adm.failure.code, message: adm.failure.message, t });
       return { id, ok: false, failure: adm.failure };
     }

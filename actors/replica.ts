@@ -1,12 +1,24 @@
 // A replica actor: the pure replica machine, provided with a continuous batcher and the runtime's messaging.
+import { stateName } from '../machines/state-name.ts';
 import { createActor, type ActorRefFrom } from 'xstate';
 import { replicaMachine } from '../machines/replica.machine.ts';
-import { createContinuousBatcher, type ContinuousBatcher, type ContinuousLimits, type StepPlan } from './batcher/continuous.ts';
+import {
+  createContinuousBatcher,
+  type ContinuousBatcher,
+  type ContinuousLimits,
+  type StepPlan,
+} from './batcher/continuous.ts';
 import type { CostModel } from './gpu/cost-model.ts';
-import type { Runtime } from './runtime/system.ts';
+import type { Runtime } from '../runtime/system.ts';
 import type { Sequence } from './batcher/sequence.ts';
-import { batchShape, createStatelessBatcher, type ClosedBatch, type StatelessBatcher, type StatelessLimits } from './batcher/stateless.ts';
-import { failure } from './outcomes.ts';
+import {
+  batchShape,
+  createStatelessBatcher,
+  type ClosedBatch,
+  type StatelessBatcher,
+  type StatelessLimits,
+} from './batcher/stateless.ts';
+import { failure } from '../machines/outcomes.ts';
 
 /** What a replica is, as the router and placement see it. */
 export interface ReplicaHandle {
@@ -58,7 +70,10 @@ const RELEASE_RETRY_MS = 2_000;
 
 /** Creates and starts a replica actor registered as its system id. */
 export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandle {
-  const batcher = createContinuousBatcher({ ...o.limits, blocksTotal: o.limits.blocksTotal ?? o.cost.kvBlocks(o.limits.blockTokens) });
+  const batcher = createContinuousBatcher({
+    ...o.limits,
+    blocksTotal: o.limits.blocksTotal ?? o.cost.kvBlocks(o.limits.blockTokens),
+  });
   const loadMs = o.cost.loadS() * 1000;
   const unloadMs = 1000;
   let inflight: StepPlan | null = null;
@@ -74,7 +89,16 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
     const b = stateless?.next() ?? null;
     inflightBatch = b;
     if (!b) return null;
-    return { entries: [], shape: batchShape(b), tokens: b.tokens, prefillTokens: b.tokens, decodes: 0, blocksUsed: 0, predictedMs: 0, dispatchedAt: now };
+    return {
+      entries: [],
+      shape: batchShape(b),
+      tokens: b.tokens,
+      prefillTokens: b.tokens,
+      decodes: 0,
+      blocksUsed: 0,
+      predictedMs: 0,
+      dispatchedAt: now,
+    };
   };
   const steps = { count: 0, batchSizeSum: 0, tokens: 0, predictedMs: 0, busyMs: 0 };
   let handle: ReplicaHandle;
@@ -104,7 +128,11 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
           const snap = actor.getSnapshot();
           if (snap.status !== 'active' || !snap.matches('loading')) return;
           const c = snap.context;
-          assignTo(c.gpus.filter((g) => !c.loadedGpus.includes(g)), c.id, c.gpuEpoch);
+          assignTo(
+            c.gpus.filter((g) => !c.loadedGpus.includes(g)),
+            c.id,
+            c.gpuEpoch,
+          );
           runtime.clock.setTimeout(again, Math.max(RELEASE_RETRY_MS, loadMs));
         };
         runtime.clock.setTimeout(again, Math.max(RELEASE_RETRY_MS, loadMs));
@@ -148,7 +176,11 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
         if (plan) {
           batcher.complete(plan, runtime.clock.now());
           // The simulated model's result for each member: what it was given.
-          if (batch) stateless?.complete(batch.id, batch.members.map((m) => ({ tokens: m.tokens })));
+          if (batch)
+            stateless?.complete(
+              batch.id,
+              batch.members.map((m) => ({ tokens: m.tokens })),
+            );
           steps.count++;
           steps.batchSizeSum += batch ? batch.members.length : plan.entries.length;
           steps.tokens += plan.tokens;
@@ -212,30 +244,29 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
       return stateless;
     },
     useStateless: (limits) => {
-      stateless ??= createStatelessBatcher({ clock: runtime.clock, limits, name: o.id, onReady: () => actor.send({ type: 'work.available' }) });
+      stateless ??= createStatelessBatcher({
+        clock: runtime.clock,
+        limits,
+        name: o.id,
+        onReady: () => actor.send({ type: 'work.available' }),
+      });
       return stateless;
     },
     steps,
     inflight: () =>
-      inflight ? { step: inflightStep, since: inflight.dispatchedAt, predictedMs: inflight.predictedMs, reported } : null,
+      inflight
+        ? { step: inflightStep, since: inflight.dispatchedAt, predictedMs: inflight.predictedMs, reported }
+        : null,
   };
   runtime.register(o.id, (msg) => {
-    if (msg.type === 'step.completed' && msg['step'] === inflightStep && msg['epoch'] === inflightEpoch) reported.push(msg['gpu'] as number);
+    if (msg.type === 'step.completed' && msg['step'] === inflightStep && msg['epoch'] === inflightEpoch)
+      reported.push(msg['gpu'] as number);
     // A request leaving (cancelled, expired) is the batcher's business, not a change of the replica's state.
-    if (msg.type === 'request.withdraw') batcher.withdraw(msg['id'] as string) || stateless?.cancel(msg['id'] as string);
+    if (msg.type === 'request.withdraw')
+      batcher.withdraw(msg['id'] as string) || stateless?.cancel(msg['id'] as string);
     else actor.send(msg as never);
   });
   runtime.supervise(o.id, actor);
   actor.start();
   return handle;
-}
-
-/** A state value as a dotted path. */
-export function stateName(v: unknown): string {
-  if (typeof v === 'string') return v;
-  if (v && typeof v === 'object') {
-    const [k, child] = Object.entries(v)[0] ?? ['?', null];
-    return child ? `${k}.${stateName(child)}` : k;
-  }
-  return String(v);
 }

@@ -7,7 +7,11 @@ export type ChartSpec = Record<string, unknown>;
 
 /** Renders a Vega-Lite spec to an SVG string without a browser. */
 export async function renderSvg(spec: ChartSpec): Promise<string> {
-  const compiled = vl.compile({ $schema: 'https://vega.github.io/schema/vega-lite/v6.json', background: 'white', ...spec } as never).spec;
+  const compiled = vl.compile({
+    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
+    background: 'white',
+    ...spec,
+  } as never).spec;
   const view = new vega.View(vega.parse(compiled), { renderer: 'none' });
   return view.toSVG();
 }
@@ -38,7 +42,12 @@ export function lineChart(o: {
 }
 
 /** Box plots of a distribution per category (values already summarised as p50/p90/p99 are drawn as ticks). */
-export function percentileChart(o: { title: string; values: { series: string; p50: number; p90: number; p99: number }[]; yTitle: string; yLog?: boolean }): ChartSpec {
+export function percentileChart(o: {
+  title: string;
+  values: { series: string; p50: number; p90: number; p99: number }[];
+  yTitle: string;
+  yLog?: boolean;
+}): ChartSpec {
   const rows = o.values.flatMap((v) => [
     { series: v.series, q: 'p50', ms: v.p50 },
     { series: v.series, q: 'p90', ms: v.p90 },
@@ -60,7 +69,11 @@ export function percentileChart(o: { title: string; values: { series: string; p5
 }
 
 /** A timeline of GPU states: one row per GPU, bars from start to end coloured by state. */
-export function gpuTimeline(o: { title: string; values: { gpu: string; start: number; end: number; state: string }[]; marks?: { t: number; label: string }[] }): ChartSpec {
+export function gpuTimeline(o: {
+  title: string;
+  values: { gpu: string; start: number; end: number; state: string }[];
+  marks?: { t: number; label: string }[];
+}): ChartSpec {
   const layers: ChartSpec[] = [
     {
       data: { values: o.values },

@@ -44,7 +44,9 @@ function opsPerSecond(name: string, op: () => void): number {
     }
     perS = Math.max(perS, Math.round(iterations / (Number(elapsed) / 1e9)));
   }
-  console.log(`${name.padEnd(16)} ${perS.toLocaleString('en-US').padStart(12)} ops/s  ${(1e9 / perS).toFixed(0).padStart(6)} ns/op`);
+  console.log(
+    `${name.padEnd(16)} ${perS.toLocaleString('en-US').padStart(12)} ops/s  ${(1e9 / perS).toFixed(0).padStart(6)} ns/op`,
+  );
   return perS;
 }
 

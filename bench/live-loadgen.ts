@@ -1,13 +1,27 @@
 // The load generator of `npm run bench:live`, run as its own process: a lean client of /v1/ws (no per-token promises)
 // that measures streamed tokens/s (closed loop), TTFT and TBT at a fixed request rate (open loop), or holds many
 // streams open. Prints one JSON line with its figures.
-import { createWallClock } from '../actors/runtime/clock.ts';
-import { SUBPROTOCOL_MSGPACK, decodeServerFrame, encodeFrame, type ServerMessage } from '../transport/client-protocol.ts';
+import { createWallClock } from '../runtime/clock.ts';
+import {
+  SUBPROTOCOL_MSGPACK,
+  decodeServerFrame,
+  encodeFrame,
+  type ServerMessage,
+} from '../transport/client-protocol.ts';
 import { connectWs, type WsPeer } from '../transport/ws.ts';
 
 /** What the load generator is asked to do. */
 export type LoadSpec =
-  | { mode: 'throughput'; url: string; model: string; conns: number; perConn: number; maxTokens: number; warmupMs: number; windowMs: number }
+  | {
+      mode: 'throughput';
+      url: string;
+      model: string;
+      conns: number;
+      perConn: number;
+      maxTokens: number;
+      warmupMs: number;
+      windowMs: number;
+    }
   | { mode: 'latency'; url: string; model: string; conns: number; rate: number; durationMs: number; maxTokens: number }
   | { mode: 'hold'; url: string; model: string; conns: number; streams: number; maxTokens: number };
 
@@ -42,7 +56,8 @@ async function openConns(url: string, n: number, onMsg: (m: ServerMessage) => vo
     if (!r.ok) throw new Error(`loadgen: cannot connect to ${url}: ${r.error.message}`);
     const peer = r.peer;
     peer.onClose((code, reason) => {
-      if (code !== 1000 && code !== 1005) process.stderr.write(`loadgen: connection closed by the server (${code} ${reason})\n`);
+      if (code !== 1000 && code !== 1005)
+        process.stderr.write(`loadgen: connection closed by the server (${code} ${reason})\n`);
     });
     peer.onMessage((data) => {
       const f = decodeServerFrame(data, 'msgpack');
@@ -102,7 +117,12 @@ async function throughput(s: Extract<LoadSpec, { mode: 'throughput' }>): Promise
   const done0 = done;
   await sleep(s.windowMs);
   const secs = (now() - t0) / 1000;
-  const result = { tokensPerS: Math.round((tokens - tok0) / secs), requestsPerS: Math.round((done - done0) / secs), failed, firstFailure };
+  const result = {
+    tokensPerS: Math.round((tokens - tok0) / secs),
+    requestsPerS: Math.round((done - done0) / secs),
+    failed,
+    firstFailure,
+  };
   running = false;
   for (const c of conns) c.peer.close(1000);
   return result;

@@ -3,8 +3,15 @@
 // actors, routing, batching policy or KV accounting. Run as `relay-server` and `relay-worker` processes by bench/live.ts.
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createWallClock } from '../actors/runtime/clock.ts';
-import { CLIENT_PROTOCOL_VERSION, CLIENT_SUBPROTOCOLS, decodeClientFrame, encodeFrame, formatOf, type ServerMessage } from '../transport/client-protocol.ts';
+import { createWallClock } from '../runtime/clock.ts';
+import {
+  CLIENT_PROTOCOL_VERSION,
+  CLIENT_SUBPROTOCOLS,
+  decodeClientFrame,
+  encodeFrame,
+  formatOf,
+  type ServerMessage,
+} from '../transport/client-protocol.ts';
 import { createLink } from '../transport/ws-link.ts';
 import { attachWsServer, connectWs, type WsPeer } from '../transport/ws.ts';
 
@@ -59,7 +66,14 @@ export async function runRelayServer(): Promise<void> {
                 a.out({ type: 'tokens', id: a.id, seq: a.seq, n: 1 });
                 a.seq++;
                 if (--a.left > 0) still.push(a);
-                else a.out({ type: 'done', id: a.id, finishReason: 'length', usage: { promptTokens: 1, completionTokens: a.seq }, timings: { queueMs: 0, ttftMs: 0, e2eMs: 0 } });
+                else
+                  a.out({
+                    type: 'done',
+                    id: a.id,
+                    finishReason: 'length',
+                    usage: { promptTokens: 1, completionTokens: a.seq },
+                    timings: { queueMs: 0, ttftMs: 0, e2eMs: 0 },
+                  });
               }
               lane.active = still;
               kick(k);
@@ -100,7 +114,13 @@ export async function runRelayServer(): Promise<void> {
               kick(k);
             }
           });
-          out({ type: 'hello', protocol: CLIENT_PROTOCOL_VERSION, server: 'relay', backend: 'simulated', models: ['relay'] });
+          out({
+            type: 'hello',
+            protocol: CLIENT_PROTOCOL_VERSION,
+            server: 'relay',
+            backend: 'simulated',
+            models: ['relay'],
+          });
         },
       },
     },
@@ -123,7 +143,14 @@ export async function runRelayWorker(url: string): Promise<void> {
     accepts: (to) => to === 'node',
     deliver: (_to, msg) => {
       if (msg.type !== 'step.execute') return;
-      link.send(msg.replica, { type: 'step.completed', gpu: msg.gpus[0] ?? 0, replica: msg.replica, epoch: msg.epoch, step: msg.step, busyMs: 0 });
+      link.send(msg.replica, {
+        type: 'step.completed',
+        gpu: msg.gpus[0] ?? 0,
+        replica: msg.replica,
+        epoch: msg.epoch,
+        step: msg.step,
+        busyMs: 0,
+      });
     },
   });
   r.peer.onClose(() => process.exit(0));

@@ -8,7 +8,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { createWallClock } from '../actors/runtime/clock.ts';
+import { createWallClock } from '../runtime/clock.ts';
 import { runLoadgen, type LoadSpec } from './live-loadgen.ts';
 import { runRelayServer, runRelayWorker } from './live-relay.ts';
 
@@ -53,7 +53,9 @@ interface Proc {
 }
 
 function run(args: readonly string[], input = false): Proc {
-  const proc = spawn(process.execPath, ['--import', 'tsx', ...args], { stdio: [input ? 'pipe' : 'ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, ['--import', 'tsx', ...args], {
+    stdio: [input ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+  });
   const lines: string[] = [];
   const waiters: { re: RegExp; from: number; resolve(l: string): void }[] = [];
   const onLine = (l: string): void => {
@@ -85,7 +87,10 @@ function run(args: readonly string[], input = false): Proc {
         return Promise.resolve(lines[i]!);
       }
       return new Promise((resolve, reject) => {
-        const t = clock.setTimeout(() => reject(new Error(`no ${re} from ${args.join(' ')}:\n${lines.slice(-20).join('\n')}`)), timeoutMs);
+        const t = clock.setTimeout(
+          () => reject(new Error(`no ${re} from ${args.join(' ')}:\n${lines.slice(-20).join('\n')}`)),
+          timeoutMs,
+        );
         waiters.push({
           re,
           from: seen,
@@ -135,8 +140,25 @@ async function memory(url: string, samples = 15): Promise<{ rss: number; heap: n
   return m;
 }
 
-const throughputSpec = (url: string, model: string): LoadSpec => ({ mode: 'throughput', url, model, conns: 8, perConn: 128, maxTokens: 256, warmupMs: 1500, windowMs: 4000 });
-const latencySpec = (url: string, model: string): LoadSpec => ({ mode: 'latency', url, model, conns: 8, rate: 1000, durationMs: 5000, maxTokens: 16 });
+const throughputSpec = (url: string, model: string): LoadSpec => ({
+  mode: 'throughput',
+  url,
+  model,
+  conns: 8,
+  perConn: 128,
+  maxTokens: 256,
+  warmupMs: 1500,
+  windowMs: 4000,
+});
+const latencySpec = (url: string, model: string): LoadSpec => ({
+  mode: 'latency',
+  url,
+  model,
+  conns: 8,
+  rate: 1000,
+  durationMs: 5000,
+  maxTokens: 16,
+});
 
 async function main(): Promise<void> {
   const streams = Number(process.env['BENCH_STREAMS'] ?? 10_000);
@@ -155,7 +177,9 @@ async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'switchyard-bench-'));
   const config = join(dir, 'live.yaml');
   writeFileSync(config, CONFIG);
-  const startServe = async (executor: readonly string[]): Promise<{ sy: Proc; info: { url: string; wsUrl: string } }> => {
+  const startServe = async (
+    executor: readonly string[],
+  ): Promise<{ sy: Proc; info: { url: string; wsUrl: string } }> => {
     const p = run([BIN, 'serve', '--config', config, '--port', '0', '--json', ...executor, '--time-scale', '0.001']);
     const i = JSON.parse(await p.next(/^\{"url"/)) as { url: string; wsUrl: string };
     for (;;) {
@@ -168,7 +192,8 @@ async function main(): Promise<void> {
   const { sy, info } = await startServe(['--executor', 'zero-cost']);
   const syTp = await loadgen(throughputSpec(info.wsUrl, 'llama-3-8b'));
   const syLat = await loadgen(latencySpec(info.wsUrl, 'llama-3-8b'));
-  if (process.env['BENCH_DEBUG']) process.stderr.write(`${sy.lines.join('\n')}\n${JSON.stringify(syTp)}\n${JSON.stringify(syLat)}\n`);
+  if (process.env['BENCH_DEBUG'])
+    process.stderr.write(`${sy.lines.join('\n')}\n${JSON.stringify(syTp)}\n${JSON.stringify(syLat)}\n`);
   await sy.stop();
 
   // Holding streams is measured on a fresh server whose steps take 500 ms: every stream still gets a token each step,
@@ -177,7 +202,14 @@ async function main(): Promise<void> {
   const hold = await startServe(['--executor', 'fixed', '--step-ms', '500']);
   await sleep(2000);
   const before = await memory(hold.info.url);
-  const holder = run([SELF, 'loadgen', JSON.stringify({ mode: 'hold', url: hold.info.wsUrl, model: 'llama-3-8b', conns: 20, streams, maxTokens: 8000 })], true);
+  const holder = run(
+    [
+      SELF,
+      'loadgen',
+      JSON.stringify({ mode: 'hold', url: hold.info.wsUrl, model: 'llama-3-8b', conns: 20, streams, maxTokens: 8000 }),
+    ],
+    true,
+  );
   const held = JSON.parse(await holder.next(/^\{"held"/, 180_000)) as { held: number; ended: number; openMs: number };
   const live = await metric(hold.info.url, 'switchyard_live_requests');
   const during = await memory(hold.info.url);
@@ -208,19 +240,50 @@ async function main(): Promise<void> {
     meetsStreams: Math.min(held.held, live) >= streams,
   };
 
-  const row = (name: string, a: string, b: string, target = ''): string => `${name.padEnd(30)} ${a.padStart(14)} ${b.padStart(14)}   ${target}`;
+  const row = (name: string, a: string, b: string, target = ''): string =>
+    `${name.padEnd(30)} ${a.padStart(14)} ${b.padStart(14)}   ${target}`;
   const out: string[] = [];
   out.push('live serving over loopback (zero-cost executor; load generator in its own process)');
   out.push('');
   out.push(row('', 'switchyard', 'bare relay', 'target'));
-  out.push(row('streamed tokens/s', String(syTp['tokensPerS']), String(relayTp['tokensPerS']), `ratio ${figures.relayRatio} (>= 0.5)`));
-  out.push(row(`TTFT p50 / p99 ms @${syLat['achievedRate']} req/s`, `${syLat['ttftP50Ms']} / ${syLat['ttftP99Ms']}`, `${relayLat['ttftP50Ms']} / ${relayLat['ttftP99Ms']}`, 'p99 added <= 5 ms'));
-  out.push(row('TBT p50 / p99 ms', `${syLat['tbtP50Ms']} / ${syLat['tbtP99Ms']}`, `${relayLat['tbtP50Ms']} / ${relayLat['tbtP99Ms']}`));
-  out.push(row('requests finished / rejected', `${syLat['finished']} / ${syLat['rejected']}`, `${relayLat['finished']} / ${relayLat['rejected']}`));
+  out.push(
+    row(
+      'streamed tokens/s',
+      String(syTp['tokensPerS']),
+      String(relayTp['tokensPerS']),
+      `ratio ${figures.relayRatio} (>= 0.5)`,
+    ),
+  );
+  out.push(
+    row(
+      `TTFT p50 / p99 ms @${syLat['achievedRate']} req/s`,
+      `${syLat['ttftP50Ms']} / ${syLat['ttftP99Ms']}`,
+      `${relayLat['ttftP50Ms']} / ${relayLat['ttftP99Ms']}`,
+      'p99 added <= 5 ms',
+    ),
+  );
+  out.push(
+    row(
+      'TBT p50 / p99 ms',
+      `${syLat['tbtP50Ms']} / ${syLat['tbtP99Ms']}`,
+      `${relayLat['tbtP50Ms']} / ${relayLat['tbtP99Ms']}`,
+    ),
+  );
+  out.push(
+    row(
+      'requests finished / rejected',
+      `${syLat['finished']} / ${syLat['rejected']}`,
+      `${relayLat['finished']} / ${relayLat['rejected']}`,
+    ),
+  );
   out.push('');
-  out.push(`concurrent open streams held: ${figures.concurrentStreams} of ${streams}, each streaming (opened in ${held.openMs} ms; server saw ${live} live)`);
+  out.push(
+    `concurrent open streams held: ${figures.concurrentStreams} of ${streams}, each streaming (opened in ${held.openMs} ms; server saw ${live} live)`,
+  );
   out.push(`server memory per stream: ${heapPer} B of JS heap + external, ${rssPer} B of RSS`);
-  out.push(`  before: rss ${(before.rss / 1e6).toFixed(1)} MB, heap ${(before.heap / 1e6).toFixed(1)} MB; while held: rss ${(during.rss / 1e6).toFixed(1)} MB, heap ${(during.heap / 1e6).toFixed(1)} MB`);
+  out.push(
+    `  before: rss ${(before.rss / 1e6).toFixed(1)} MB, heap ${(before.heap / 1e6).toFixed(1)} MB; while held: rss ${(during.rss / 1e6).toFixed(1)} MB, heap ${(during.heap / 1e6).toFixed(1)} MB`,
+  );
   out.push('');
   process.stdout.write(`${out.join('\n')}\n${JSON.stringify(figures)}\n`);
 }

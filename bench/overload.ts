@@ -8,9 +8,14 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { createWallClock } from '../actors/runtime/clock.ts';
-import { createRng } from '../actors/runtime/rng.ts';
-import { SUBPROTOCOL_MSGPACK, decodeServerFrame, encodeFrame, type ServerMessage } from '../transport/client-protocol.ts';
+import { createWallClock } from '../runtime/clock.ts';
+import { createRng } from '../runtime/rng.ts';
+import {
+  SUBPROTOCOL_MSGPACK,
+  decodeServerFrame,
+  encodeFrame,
+  type ServerMessage,
+} from '../transport/client-protocol.ts';
 import { connectWs, type WsPeer } from '../transport/ws.ts';
 import { percentile } from './live-loadgen.ts';
 import { printFigures, quick, writeChartData } from './lib/data.ts';
@@ -41,7 +46,9 @@ models:
 `;
 
 /** Phase lengths (ms). */
-const PHASES = quick ? { calibrate: 3_000, steady: 8_000, overload: 4_000, recovery: 8_000 } : { calibrate: 8_000, steady: 60_000, overload: 30_000, recovery: 30_000 };
+const PHASES = quick
+  ? { calibrate: 3_000, steady: 8_000, overload: 4_000, recovery: 8_000 }
+  : { calibrate: 8_000, steady: 60_000, overload: 30_000, recovery: 30_000 };
 /** Steady load as a fraction of measured capacity; overload is three times capacity. */
 const STEADY_FRACTION = 0.5;
 const OVERLOAD_FACTOR = 3;
@@ -81,9 +88,27 @@ async function startServe(): Promise<{ url: string; wsUrl: string; stop(): Promi
   const dir = mkdtempSync(join(tmpdir(), 'switchyard-overload-'));
   const config = join(dir, 'overload.yaml');
   writeFileSync(config, CONFIG);
-  const proc = spawn(process.execPath, ['--import', 'tsx', BIN, 'serve', '--config', config, '--port', '0', '--json', '--executor', 'cost-model', '--time-scale', '1'], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const proc = spawn(
+    process.execPath,
+    [
+      '--import',
+      'tsx',
+      BIN,
+      'serve',
+      '--config',
+      config,
+      '--port',
+      '0',
+      '--json',
+      '--executor',
+      'cost-model',
+      '--time-scale',
+      '1',
+    ],
+    {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   const lines: string[] = [];
   const info = await new Promise<{ url: string; wsUrl: string }>((resolve, reject) => {
     let rest = '';
@@ -121,7 +146,12 @@ async function startServe(): Promise<{ url: string; wsUrl: string; stop(): Promi
 }
 
 /** A pool of WebSocket connections; submits of one tick leave as one frame per connection. */
-async function openPool(url: string, n: number, onMsg: (m: ServerMessage) => void, onLost: (why: string) => void): Promise<{ submit(id: string): void; close(): void }> {
+async function openPool(
+  url: string,
+  n: number,
+  onMsg: (m: ServerMessage) => void,
+  onLost: (why: string) => void,
+): Promise<{ submit(id: string): void; close(): void }> {
   const conns: { peer: WsPeer; pending: unknown[] }[] = [];
   for (let i = 0; i < n; i++) {
     const r = await connectWs(url, { clock, protocols: [SUBPROTOCOL_MSGPACK], maxPayload: 64 * 1024 * 1024 });
@@ -148,7 +178,14 @@ async function openPool(url: string, n: number, onMsg: (m: ServerMessage) => voi
           c.peer.send(encodeFrame(p, 'msgpack'));
         });
       }
-      c.pending.push({ type: 'submit', id, model: MODEL, promptTokens: PROMPT_TOKENS, maxTokens: MAX_TOKENS, text: false });
+      c.pending.push({
+        type: 'submit',
+        id,
+        model: MODEL,
+        promptTokens: PROMPT_TOKENS,
+        maxTokens: MAX_TOKENS,
+        text: false,
+      });
     },
     close: () => {
       for (const c of conns) c.peer.close(1000);
@@ -191,7 +228,9 @@ async function calibrate(wsUrl: string, concurrency: number, ms: number): Promis
 }
 
 async function main(): Promise<void> {
-  process.stderr.write(`bench:overload: starting switchyard serve (cost-model executor, real time)${quick ? ' [quick]' : ''}...\n`);
+  process.stderr.write(
+    `bench:overload: starting switchyard serve (cost-model executor, real time)${quick ? ' [quick]' : ''}...\n`,
+  );
   const srv = await startServe();
   try {
     await run(srv.url, srv.wsUrl);
@@ -205,7 +244,9 @@ async function run(url: string, wsUrl: string): Promise<void> {
   const capacity = await calibrate(wsUrl, 4 * 2 * 16, PHASES.calibrate);
   const steadyRate = STEADY_FRACTION * capacity;
   const overloadRate = OVERLOAD_FACTOR * capacity;
-  process.stderr.write(`bench:overload: capacity ${capacity.toFixed(1)} req/s; steady ${steadyRate.toFixed(1)}, overload ${overloadRate.toFixed(1)} req/s\n`);
+  process.stderr.write(
+    `bench:overload: capacity ${capacity.toFixed(1)} req/s; steady ${steadyRate.toFixed(1)}, overload ${overloadRate.toFixed(1)} req/s\n`,
+  );
   await sleep(1_000);
 
   const reqs = new Map<string, Req>();
@@ -245,7 +286,11 @@ async function run(url: string, wsUrl: string): Promise<void> {
 
   const rng = createRng(8).fork('overload');
   const t0 = now();
-  const ends = { steady: PHASES.steady, overload: PHASES.steady + PHASES.overload, recovery: PHASES.steady + PHASES.overload + PHASES.recovery };
+  const ends = {
+    steady: PHASES.steady,
+    overload: PHASES.steady + PHASES.overload,
+    recovery: PHASES.steady + PHASES.overload + PHASES.recovery,
+  };
   const phaseAt = (t: number): Phase => (t < ends.steady ? 'steady' : t < ends.overload ? 'overload' : 'recovery');
   const rateOf = (p: Phase): number => (p === 'overload' ? overloadRate : steadyRate);
   let n = 0;
@@ -255,7 +300,11 @@ async function run(url: string, wsUrl: string): Promise<void> {
     const h: HttpReq = { phase, sentAt: now(), endAt: -1, status: 0, retryAfter: null };
     http.push(h);
     inflightHttp.push(
-      fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: 'x'.repeat(PROMPT_TOKENS * 4), max_tokens: MAX_TOKENS }) })
+      fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, prompt: 'x'.repeat(PROMPT_TOKENS * 4), max_tokens: MAX_TOKENS }),
+      })
         .then(async (res) => {
           h.status = res.status;
           h.retryAfter = res.headers.get('retry-after');
@@ -277,7 +326,19 @@ async function run(url: string, wsUrl: string): Promise<void> {
         continue;
       }
       const id = `o${n++}`;
-      reqs.set(id, { phase, sentAt: now(), firstAt: -1, endAt: -1, end: null, code: '', retryAfterMs: undefined, terminals: 0, nextSeq: 0, gaps: 0, late: 0 });
+      reqs.set(id, {
+        phase,
+        sentAt: now(),
+        firstAt: -1,
+        endAt: -1,
+        end: null,
+        code: '',
+        retryAfterMs: undefined,
+        terminals: 0,
+        nextSeq: 0,
+        gaps: 0,
+        late: 0,
+      });
       pool.submit(id);
     }
     if (t - lastReport > 5_000) {
@@ -299,8 +360,11 @@ async function run(url: string, wsUrl: string): Promise<void> {
   const shed = all.filter((r) => r.end === 'rejected' && r.code === 'overloaded');
   const shedMs = shed.map((r) => r.endAt - r.sentAt);
   const noHint = shed.filter((r) => !(r.retryAfterMs !== undefined && r.retryAfterMs > 0)).length;
-  const otherFailures = all.filter((r) => r.end !== null && r.end !== 'done' && !(r.end === 'rejected' && r.code === 'overloaded'));
-  const ttftOf = (rs: Req[]): number[] => rs.filter((r) => r.end === 'done' && r.firstAt >= 0).map((r) => r.firstAt - r.sentAt);
+  const otherFailures = all.filter(
+    (r) => r.end !== null && r.end !== 'done' && !(r.end === 'rejected' && r.code === 'overloaded'),
+  );
+  const ttftOf = (rs: Req[]): number[] =>
+    rs.filter((r) => r.end === 'done' && r.firstAt >= 0).map((r) => r.firstAt - r.sentAt);
   const rel = (r: { sentAt: number }): number => r.sentAt - t0;
   // Steady state: the steady phase after its first fifth (warm-up).
   const steadyReqs = all.filter((r) => r.phase === 'steady' && rel(r) >= ends.steady / 5);
@@ -312,19 +376,29 @@ async function run(url: string, wsUrl: string): Promise<void> {
   for (let w = 0; w + WINDOW_MS <= ends.recovery; w += 250) {
     const inW = all.filter((r) => rel(r) >= w && rel(r) < w + WINDOW_MS);
     const p99 = percentile(ttftOf(inW), 99);
-    timeline.push({ t: r2(w / 1000), ttftP99Ms: r2(p99), sentPerS: r2(inW.length / (WINDOW_MS / 1000)), shedPerS: r2(inW.filter((r) => r.end === 'rejected').length / (WINDOW_MS / 1000)) });
+    timeline.push({
+      t: r2(w / 1000),
+      ttftP99Ms: r2(p99),
+      sentPerS: r2(inW.length / (WINDOW_MS / 1000)),
+      shedPerS: r2(inW.filter((r) => r.end === 'rejected').length / (WINDOW_MS / 1000)),
+    });
     if (recoveryAt < 0 && w >= ends.overload && p99 > 0 && p99 <= threshold) recoveryAt = w;
   }
   const recoveryS = recoveryAt < 0 ? -1 : r2((recoveryAt - ends.overload) / 1000);
   const recoveryWindows = timeline.filter((x) => x.t * 1000 >= recoveryAt && recoveryAt >= 0);
-  const stayed = recoveryWindows.length === 0 ? 0 : recoveryWindows.filter((x) => x.ttftP99Ms <= threshold).length / recoveryWindows.length;
+  const stayed =
+    recoveryWindows.length === 0
+      ? 0
+      : recoveryWindows.filter((x) => x.ttftP99Ms <= threshold).length / recoveryWindows.length;
   const httpShed = http.filter((h) => h.status === 429);
   const httpShedMs = httpShed.map((h) => h.endAt - h.sentAt);
   const httpNoRetryAfter = httpShed.filter((h) => !(Number(h.retryAfter) >= 1)).length;
   const byPhase = (p: Phase): Req[] => all.filter((r) => r.phase === p);
   const count = (rs: Req[], e: Req['end']): number => rs.filter((r) => r.end === e).length;
   // What the server really served while overloaded (WebSocket and HTTP): the closed-loop capacity is noisy on a shared machine.
-  const servedRps = (count(byPhase('overload'), 'done') + http.filter((h) => h.phase === 'overload' && h.status === 200).length) / (PHASES.overload / 1000);
+  const servedRps =
+    (count(byPhase('overload'), 'done') + http.filter((h) => h.phase === 'overload' && h.status === 200).length) /
+    (PHASES.overload / 1000);
   const phaseRow = (p: Phase, secs: number): string => {
     const rs = byPhase(p);
     const t = ttftOf(rs);
@@ -332,23 +406,45 @@ async function run(url: string, wsUrl: string): Promise<void> {
   };
 
   const out: string[] = [];
-  out.push(`live overload: switchyard serve, ${MODEL} x2 replicas (cost-model executor, real time), prompt ${PROMPT_TOKENS} / output ${MAX_TOKENS} tokens`);
-  out.push(`capacity (closed loop) ${capacity.toFixed(1)} req/s; steady ${steadyRate.toFixed(1)} req/s for ${PHASES.steady / 1000} s, overload ${overloadRate.toFixed(1)} req/s for ${PHASES.overload / 1000} s, steady again for ${PHASES.recovery / 1000} s`);
+  out.push(
+    `live overload: switchyard serve, ${MODEL} x2 replicas (cost-model executor, real time), prompt ${PROMPT_TOKENS} / output ${MAX_TOKENS} tokens`,
+  );
+  out.push(
+    `capacity (closed loop) ${capacity.toFixed(1)} req/s; steady ${steadyRate.toFixed(1)} req/s for ${PHASES.steady / 1000} s, overload ${overloadRate.toFixed(1)} req/s for ${PHASES.overload / 1000} s, steady again for ${PHASES.recovery / 1000} s`,
+  );
   out.push('');
-  out.push(`${'phase'.padEnd(10)} ${'sent'.padStart(7)} ${'req/s'.padStart(8)} ${'done'.padStart(7)} ${'rejected'.padStart(8)} ${'error'.padStart(6)} ${'TTFT p50'.padStart(9)} ${'TTFT p99'.padStart(9)}`);
+  out.push(
+    `${'phase'.padEnd(10)} ${'sent'.padStart(7)} ${'req/s'.padStart(8)} ${'done'.padStart(7)} ${'rejected'.padStart(8)} ${'error'.padStart(6)} ${'TTFT p50'.padStart(9)} ${'TTFT p99'.padStart(9)}`,
+  );
   out.push(phaseRow('steady', PHASES.steady / 1000));
   out.push(phaseRow('overload', PHASES.overload / 1000));
   out.push(phaseRow('recovery', PHASES.recovery / 1000));
   out.push('');
-  out.push(`served while overloaded: ${servedRps.toFixed(1)} req/s, so the offered load was ${(overloadRate / Math.max(1e-9, servedRps)).toFixed(2)}x what the server really served`);
-  out.push(`shed (overloaded) over /v1/ws: ${shed.length}, answered in p50 ${percentile(shedMs, 50).toFixed(2)} ms, p99 ${percentile(shedMs, 99).toFixed(2)} ms, max ${percentile(shedMs, 100).toFixed(2)} ms (target p99 <= 10 ms); without retryAfterMs: ${noHint}`);
-  out.push(`shed over HTTP: ${httpShed.length} x 429, p99 ${percentile(httpShedMs, 99).toFixed(2)} ms, without a Retry-After >= 1: ${httpNoRetryAfter}; HTTP samples ${http.length}`);
-  out.push(`lost (no terminal frame): ${lost}; duplicated (second terminal or tokens after it): ${duplicated}; sequence gaps: ${gaps}; frames for unknown ids: ${unknown}; other failures: ${otherFailures.length}${otherFailures[0] ? ` (first: ${otherFailures[0].code})` : ''}`);
-  out.push(`steady p99 TTFT ${steadyP99.toFixed(1)} ms; recovery: rolling ${WINDOW_MS / 1000} s p99 back within 1.2x (${threshold.toFixed(1)} ms) ${recoveryS < 0 ? 'NEVER' : `${recoveryS} s`} after the overload ended (target <= 5 s); ${(stayed * 100).toFixed(0)} % of later windows within`);
-  if (connectionLosses.length > 0) out.push(`connections lost: ${connectionLosses.length} (first: ${connectionLosses[0]})`);
+  out.push(
+    `served while overloaded: ${servedRps.toFixed(1)} req/s, so the offered load was ${(overloadRate / Math.max(1e-9, servedRps)).toFixed(2)}x what the server really served`,
+  );
+  out.push(
+    `shed (overloaded) over /v1/ws: ${shed.length}, answered in p50 ${percentile(shedMs, 50).toFixed(2)} ms, p99 ${percentile(shedMs, 99).toFixed(2)} ms, max ${percentile(shedMs, 100).toFixed(2)} ms (target p99 <= 10 ms); without retryAfterMs: ${noHint}`,
+  );
+  out.push(
+    `shed over HTTP: ${httpShed.length} x 429, p99 ${percentile(httpShedMs, 99).toFixed(2)} ms, without a Retry-After >= 1: ${httpNoRetryAfter}; HTTP samples ${http.length}`,
+  );
+  out.push(
+    `lost (no terminal frame): ${lost}; duplicated (second terminal or tokens after it): ${duplicated}; sequence gaps: ${gaps}; frames for unknown ids: ${unknown}; other failures: ${otherFailures.length}${otherFailures[0] ? ` (first: ${otherFailures[0].code})` : ''}`,
+  );
+  out.push(
+    `steady p99 TTFT ${steadyP99.toFixed(1)} ms; recovery: rolling ${WINDOW_MS / 1000} s p99 back within 1.2x (${threshold.toFixed(1)} ms) ${recoveryS < 0 ? 'NEVER' : `${recoveryS} s`} after the overload ended (target <= 5 s); ${(stayed * 100).toFixed(0)} % of later windows within`,
+  );
+  if (connectionLosses.length > 0)
+    out.push(`connections lost: ${connectionLosses.length} (first: ${connectionLosses[0]})`);
   out.push('');
   process.stdout.write(`${out.join('\n')}\n`);
-  writeChartData({ timeline, overloadStartS: ends.steady / 1000, overloadEndS: ends.overload / 1000, steadyTtftP99Ms: r2(steadyP99) });
+  writeChartData({
+    timeline,
+    overloadStartS: ends.steady / 1000,
+    overloadEndS: ends.overload / 1000,
+    steadyTtftP99Ms: r2(steadyP99),
+  });
   const shedP99Ms = r2(percentile(shedMs, 99));
   printFigures({
     shedP99Ms,

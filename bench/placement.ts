@@ -21,7 +21,13 @@ function starvationScenario(reserved: boolean): Scenario {
     name: `starvation-${reserved ? 'reserved' : 'naive'}`,
     seed: SEED,
     node: { gpu: 'H100-SXM', gpus: 8 },
-    placement: { policy: 'switch', initialMode: 'small', drainDeadlineMs: 30_000, minResidencyMs: 10_000, largeWaitReservation: reserved },
+    placement: {
+      policy: 'switch',
+      initialMode: 'small',
+      drainDeadlineMs: 30_000,
+      minResidencyMs: 10_000,
+      largeWaitReservation: reserved,
+    },
     models: [
       {
         name: 'llama-3-70b',
@@ -37,7 +43,15 @@ function starvationScenario(reserved: boolean): Scenario {
         profile: 'llama-3-8b',
         tp: 1,
         replicas: 8,
-        classes: { interactive: { ttftMs: 60_000, tpotMs: 100, maxQueueMs: 120_000, maxQueued: 50_000, maxQueuedTokens: 100_000_000 } },
+        classes: {
+          interactive: {
+            ttftMs: 60_000,
+            tpotMs: 100,
+            maxQueueMs: 120_000,
+            maxQueued: 50_000,
+            maxQueuedTokens: 100_000_000,
+          },
+        },
         resume: { maxResumes: 3, budgetMs: 120_000 },
       },
     ],
@@ -67,7 +81,8 @@ function servingIntervals(events: SimReport['placement'], model: string): [numbe
   for (const e of events) {
     if (e.replica === undefined || !e.replica.startsWith(`replica.${model}@`)) continue;
     if (e.kind === 'replica.ready') open.add(e.replica);
-    else if (e.kind === 'drain.started' || e.kind === 'replica.failed' || e.kind === 'replica.stopped') open.delete(e.replica);
+    else if (e.kind === 'drain.started' || e.kind === 'replica.failed' || e.kind === 'replica.stopped')
+      open.delete(e.replica);
     if (open.size > 0 && since < 0) since = e.t;
     if (open.size === 0 && since >= 0) {
       out.push([since, e.t]);
@@ -141,13 +156,27 @@ function runPolicy(reserved: boolean): PolicyRun {
     if (r.model === large!.name) continue;
     if (r.firstScheduledAt >= 0) {
       smallMax = Math.max(smallMax, r.firstScheduledAt - r.receivedAt);
-      smallMode = Math.max(smallMode, Math.min(r.firstScheduledAt - r.receivedAt, modeWait(smallServing, r.receivedAt)));
+      smallMode = Math.max(
+        smallMode,
+        Math.min(r.firstScheduledAt - r.receivedAt, modeWait(smallServing, r.receivedAt)),
+      );
     }
     const k = r.outcome === 'done' ? 'done' : (r.code ?? r.outcome);
     smallOutcomes[k] = (smallOutcomes[k] ?? 0) + 1;
   }
   const switches = report.placement.filter((e) => e.kind === 'mode.switched').length;
-  return { name: reserved ? 'reserved' : 'naive', report, largeWaits, smallMaxWaitS: r2(smallMax / 1000), smallMaxModeWaitS: r2(smallMode / 1000), smallOutcomes, switches, gpuInTwoReplicas: twice, gangSplit: split, wallS };
+  return {
+    name: reserved ? 'reserved' : 'naive',
+    report,
+    largeWaits,
+    smallMaxWaitS: r2(smallMax / 1000),
+    smallMaxModeWaitS: r2(smallMode / 1000),
+    smallOutcomes,
+    switches,
+    gpuInTwoReplicas: twice,
+    gangSplit: split,
+    wallS,
+  };
 }
 
 function largeWaitBoundS(scenario: Scenario): number {
@@ -161,24 +190,47 @@ function main(): void {
   const out: string[] = [];
   const bound = largeWaitBoundS(starvationScenario(true));
   const sc = starvationScenario(true);
-  const smallBound = r2((sc.placement.drainDeadlineMs + UNLOAD_MS + loadMsOf(sc, rolesOf(sc.models).small[0]!)) / 1000 + 0.1);
-  process.stderr.write(`starvation: ${RUN_S} s of small-model traffic at ${SMALL_RATE} req/s, one large request every ~${LARGE_EVERY_S} s (seed ${SEED})\n`);
+  const smallBound = r2(
+    (sc.placement.drainDeadlineMs + UNLOAD_MS + loadMsOf(sc, rolesOf(sc.models).small[0]!)) / 1000 + 0.1,
+  );
+  process.stderr.write(
+    `starvation: ${RUN_S} s of small-model traffic at ${SMALL_RATE} req/s, one large request every ~${LARGE_EVERY_S} s (seed ${SEED})\n`,
+  );
   const runs = [runPolicy(true), runPolicy(false)];
-  out.push(`bench:placement — starvation: 8 x H100, llama-3-8b at ${SMALL_RATE} req/s on eight 1-GPU replicas for ${RUN_S} s, llama-3-70b (TP-8) every ~${LARGE_EVERY_S} s; seed ${SEED}`);
-  out.push(`large-model wait bound = drain deadline 30 s + unload 1 s + load ${r2(loadMsOf(starvationScenario(true), rolesOf(starvationScenario(true).models).large!) / 1000)} s + one step = ${bound} s`);
+  out.push(
+    `bench:placement — starvation: 8 x H100, llama-3-8b at ${SMALL_RATE} req/s on eight 1-GPU replicas for ${RUN_S} s, llama-3-70b (TP-8) every ~${LARGE_EVERY_S} s; seed ${SEED}`,
+  );
+  out.push(
+    `large-model wait bound = drain deadline 30 s + unload 1 s + load ${r2(loadMsOf(starvationScenario(true), rolesOf(starvationScenario(true).models).large!) / 1000)} s + one step = ${bound} s`,
+  );
   out.push('');
-  out.push('policy     large max wait  within bound  switches  small max wait (for its mode)  device in 2 replicas  split gangs   wall s  small-model outcomes');
+  out.push(
+    'policy     large max wait  within bound  switches  small max wait (for its mode)  device in 2 replicas  split gangs   wall s  small-model outcomes',
+  );
   for (const r of runs) {
     const max = Math.max(0, ...r.largeWaits.map((w) => w.waitS));
     out.push(
-      `${r.name.padEnd(10)} ${`${max} s`.padStart(14)}  ${(max <= bound ? 'yes' : 'NO').padStart(12)}  ${String(r.switches).padStart(8)}  ${`${r.smallMaxWaitS} s (${r.smallMaxModeWaitS} s)`.padStart(29)}  ${String(r.gpuInTwoReplicas).padStart(20)}  ${String(r.gangSplit).padStart(11)}  ${r.wallS.toFixed(1).padStart(7)}  ${Object.entries(r.smallOutcomes).map(([k, v]) => `${k} ${v}`).join(', ')}`,
+      `${r.name.padEnd(10)} ${`${max} s`.padStart(14)}  ${(max <= bound ? 'yes' : 'NO').padStart(12)}  ${String(r.switches).padStart(8)}  ${`${r.smallMaxWaitS} s (${r.smallMaxModeWaitS} s)`.padStart(29)}  ${String(r.gpuInTwoReplicas).padStart(20)}  ${String(r.gangSplit).padStart(11)}  ${r.wallS.toFixed(1).padStart(7)}  ${Object.entries(
+        r.smallOutcomes,
+      )
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ')}`,
     );
   }
-  out.push(`small-model wait for its mode to come back: bound = drain deadline 30 s + unload 1 s + load + one step = ${smallBound} s; the rest of a`);
-  out.push('small request\'s wait is ordinary queueing behind the backlog that built up meanwhile (the traffic runs at capacity).');
+  out.push(
+    `small-model wait for its mode to come back: bound = drain deadline 30 s + unload 1 s + load + one step = ${smallBound} s; the rest of a`,
+  );
+  out.push(
+    "small request's wait is ordinary queueing behind the backlog that built up meanwhile (the traffic runs at capacity).",
+  );
   out.push('');
-  out.push('each large-model request: arrival (s) -> wait until first scheduled (s)  [* = still waiting when the run ended]');
-  for (const r of runs) out.push(`  ${r.name.padEnd(9)} ${r.largeWaits.map((w) => `${w.arrivedS}->${w.waitS}${w.scheduled ? '' : '*'}`).join('  ')}`);
+  out.push(
+    'each large-model request: arrival (s) -> wait until first scheduled (s)  [* = still waiting when the run ended]',
+  );
+  for (const r of runs)
+    out.push(
+      `  ${r.name.padEnd(9)} ${r.largeWaits.map((w) => `${w.arrivedS}->${w.waitS}${w.scheduled ? '' : '*'}`).join('  ')}`,
+    );
   out.push('');
 
   const failScenario = loadScenario('scenarios/gpu-failure.yaml');
@@ -187,15 +239,23 @@ function main(): void {
   const b = simulate(failScenario);
   const identical = JSON.stringify(a) === JSON.stringify(b);
   const faults = a.failures ?? [];
-  out.push(`GPU failure — scenarios/gpu-failure.yaml (policy switch, seed ${failScenario.seed}); same seed twice gives ${identical ? 'an identical' : 'a DIFFERENT'} report`);
+  out.push(
+    `GPU failure — scenarios/gpu-failure.yaml (policy switch, seed ${failScenario.seed}); same seed twice gives ${identical ? 'an identical' : 'a DIFFERENT'} report`,
+  );
   out.push('');
-  out.push('fault                detected by  after ms   bound ms  requests interrupted              unavailable reason                               small on 7 GPUs  large back after repair');
+  out.push(
+    'fault                detected by  after ms   bound ms  requests interrupted              unavailable reason                               small on 7 GPUs  large back after repair',
+  );
   for (const f of faults) out.push(faultRow(f));
   out.push('');
   for (const f of faults) {
-    out.push(`  gpu ${f.gpu} ${f.kind}: ${f.requests.map((q) => `${q.id}(${q.tokensBefore} tok) ${q.outcome}`).join(', ') || 'no request in flight'}`);
+    out.push(
+      `  gpu ${f.gpu} ${f.kind}: ${f.requests.map((q) => `${q.id}(${q.tokensBefore} tok) ${q.outcome}`).join(', ') || 'no request in flight'}`,
+    );
   }
-  out.push(`  large-model requests refused with model_unavailable while down: ${faults.map((f) => f.rejectedUnavailable).join(' + ')}`);
+  out.push(
+    `  large-model requests refused with model_unavailable while down: ${faults.map((f) => f.rejectedUnavailable).join(' + ')}`,
+  );
   process.stdout.write(`${out.join('\n')}\n`);
 
   const origin = a.sim.originMs ?? 0;
@@ -205,7 +265,12 @@ function main(): void {
     marks: faults.flatMap((f) => [
       { t: f.injectedAtS, label: `gpu ${f.gpu} ${f.kind}` },
       ...(failScenario.faults.find((x) => x.gpu === f.gpu && x.at === f.injectedAtS)?.repairAt !== undefined
-        ? [{ t: failScenario.faults.find((x) => x.gpu === f.gpu && x.at === f.injectedAtS)!.repairAt!, label: `gpu ${f.gpu} repair` }]
+        ? [
+            {
+              t: failScenario.faults.find((x) => x.gpu === f.gpu && x.at === f.injectedAtS)!.repairAt!,
+              label: `gpu ${f.gpu} repair`,
+            },
+          ]
         : []),
     ]),
     largeWaits: Object.fromEntries(runs.map((r) => [r.name, r.largeWaits])),
@@ -222,11 +287,17 @@ function main(): void {
     gpuInTwoReplicas: runs.reduce((s, r) => s + r.gpuInTwoReplicas, 0),
     gangSplits: runs.reduce((s, r) => s + r.gangSplit, 0),
     switches: Object.fromEntries(runs.map((r) => [r.name, r.switches])),
-    detectionMs: Object.fromEntries(['reported', 'progress', 'heartbeat'].map((p) => [p, path(p)?.detection?.afterMs ?? null])),
-    detectionBoundMs: Object.fromEntries(['reported', 'progress', 'heartbeat'].map((p) => [p, path(p)?.detection?.boundMs ?? null])),
+    detectionMs: Object.fromEntries(
+      ['reported', 'progress', 'heartbeat'].map((p) => [p, path(p)?.detection?.afterMs ?? null]),
+    ),
+    detectionBoundMs: Object.fromEntries(
+      ['reported', 'progress', 'heartbeat'].map((p) => [p, path(p)?.detection?.boundMs ?? null]),
+    ),
     interrupted: { resumed: sum('resumed'), replica_failed: sum('replica_failed') },
     smallOnHealthyS: faults.map((f) => (f.smallOnHealthyMs === null ? null : r2(f.smallOnHealthyMs / 1000))),
-    largeBackAfterRepairS: faults.map((f) => (f.largeBackAfterRepairMs === null ? null : r2(f.largeBackAfterRepairMs / 1000))),
+    largeBackAfterRepairS: faults.map((f) =>
+      f.largeBackAfterRepairMs === null ? null : r2(f.largeBackAfterRepairMs / 1000),
+    ),
     sameSeedIdentical: identical,
     quick,
   });
@@ -234,7 +305,10 @@ function main(): void {
 
 function faultRow(f: FaultReport): string {
   const d = f.detection;
-  const outcomes = Object.entries(f.outcomes).map(([k, v]) => `${v} ${k}`).join(', ') || 'none';
+  const outcomes =
+    Object.entries(f.outcomes)
+      .map(([k, v]) => `${v} ${k}`)
+      .join(', ') || 'none';
   const s = (ms: number | null): string => (ms === null ? 'never' : `${r2(ms / 1000)} s`);
   return [
     `gpu ${f.gpu} ${f.kind} @${f.injectedAtS}s`.padEnd(20),

@@ -20,10 +20,20 @@ const POLICY_REQUESTS = quick ? 1500 : 6000;
 const CAPACITY_REQUESTS = quick ? 1500 : 2400;
 const OVERLOAD_SECONDS = quick ? 10 : 30;
 const MAX_TOTAL_TOKENS = 8192;
-const KEY: Record<RoutingPolicy, string> = { cost: 'cost', 'round-robin': 'roundRobin', 'least-requests': 'leastRequests', 'power-of-two': 'powerOfTwo' };
+const KEY: Record<RoutingPolicy, string> = {
+  cost: 'cost',
+  'round-robin': 'roundRobin',
+  'least-requests': 'leastRequests',
+  'power-of-two': 'powerOfTwo',
+};
 
 /** A scenario of `replicas` Llama-3-8B replicas on H100 with the given classes and traffic. */
-function scenario(opts: { replicas: number; policy: RoutingPolicy; classes: Record<string, object>; traffic: object[] }): Scenario {
+function scenario(opts: {
+  replicas: number;
+  policy: RoutingPolicy;
+  classes: Record<string, object>;
+  traffic: object[];
+}): Scenario {
   return normalizeScenario({
     name: 'routing-bench',
     seed: SEED,
@@ -56,14 +66,25 @@ function measureCapacity(trace: Trace): { perReplica: number; node: number; toke
       replicas: 1,
       policy: 'round-robin',
       classes: { interactive: { maxQueueMs: 1e9, maxQueued: 1_000_000, maxQueuedTokens: 1e12 } },
-      traffic: [{ model: 'llama-3-8b', priority: 'interactive', requests: CAPACITY_REQUESTS, lengths: lengths(trace), arrival: { process: 'poisson', rate: 100 } }],
+      traffic: [
+        {
+          model: 'llama-3-8b',
+          priority: 'interactive',
+          requests: CAPACITY_REQUESTS,
+          lengths: lengths(trace),
+          arrival: { process: 'poisson', rate: 100 },
+        },
+      ],
     }),
     { onStart: audited(audit) },
   );
   const cp = audit.cp;
   const rejected = cp!.collector.records.filter((r) => r.outcome !== 'done').length;
   if (rejected > 0) throw new Error(`capacity run: ${rejected} requests did not complete`);
-  const f = cp!.collector.records.filter((r) => r.outcome === 'done').map((r) => r.finishedAt).sort((a, b) => a - b);
+  const f = cp!.collector.records
+    .filter((r) => r.outcome === 'done')
+    .map((r) => r.finishedAt)
+    .sort((a, b) => a - b);
   const a = Math.floor(0.1 * f.length);
   const b = Math.floor(0.9 * f.length);
   const perReplica = ((b - a) / (f[b]! - f[a]!)) * 1000;
@@ -71,7 +92,7 @@ function measureCapacity(trace: Trace): { perReplica: number; node: number; toke
     perReplica,
     node: perReplica * REPLICAS,
     tokensPerS: rateIn(audit, f[a]!, f[b]!).tokensPerS * REPLICAS,
-    note: `1 replica saturated by ${CAPACITY_REQUESTS} requests at 100 req/s: ${(b - a)} completions in ${((f[b]! - f[a]!) / 1000).toFixed(1)} s (10th-90th percentile of completions) = ${perReplica.toFixed(2)} req/s (${Math.round(rateIn(audit, f[a]!, f[b]!).tokensPerS)} prompt + output tok/s); x ${REPLICAS} replicas`,
+    note: `1 replica saturated by ${CAPACITY_REQUESTS} requests at 100 req/s: ${b - a} completions in ${((f[b]! - f[a]!) / 1000).toFixed(1)} s (10th-90th percentile of completions) = ${perReplica.toFixed(2)} req/s (${Math.round(rateIn(audit, f[a]!, f[b]!).tokensPerS)} prompt + output tok/s); x ${REPLICAS} replicas`,
   };
 }
 
@@ -106,7 +127,11 @@ function audited(a: Audit): (cp: ControlPlane) => void {
       const res = submit(spec, listener);
       a.submitted.add(res.id);
       a.prompts.set(res.id, spec.promptTokens);
-      if (!res.ok && res.failure?.code === 'overloaded' && !(typeof res.failure.retryAfterMs === 'number' && res.failure.retryAfterMs > 0)) {
+      if (
+        !res.ok &&
+        res.failure?.code === 'overloaded' &&
+        !(typeof res.failure.retryAfterMs === 'number' && res.failure.retryAfterMs > 0)
+      ) {
         a.rejectedWithoutRetryAfter++;
       }
       return res;
@@ -141,7 +166,15 @@ function runPolicy(trace: Trace, policy: RoutingPolicy, rate: number): PolicyRow
       replicas: REPLICAS,
       policy,
       classes: { interactive: {} },
-      traffic: [{ model: 'llama-3-8b', priority: 'interactive', requests: POLICY_REQUESTS, lengths: lengths(trace), arrival: { process: 'poisson', rate } }],
+      traffic: [
+        {
+          model: 'llama-3-8b',
+          priority: 'interactive',
+          requests: POLICY_REQUESTS,
+          lengths: lengths(trace),
+          arrival: { process: 'poisson', rate },
+        },
+      ],
     }),
     { onStart: audited(audit) },
   );
@@ -175,7 +208,9 @@ function policyTable(trace: Trace, rate: number, cap: { node: number; note: stri
   const cost = rows.find((r) => r.policy === 'cost')!;
   const rr = rows.find((r) => r.policy === 'round-robin')!;
   const ratio = rr.ttft.p99 / cost.ttft.p99;
-  lines.push(`   p99 TTFT round-robin / cost = ${fmt(ratio, 2)}x (target >= 2x: ${ratio >= 2 ? 'met' : 'NOT met'}); times in ms`);
+  lines.push(
+    `   p99 TTFT round-robin / cost = ${fmt(ratio, 2)}x (target >= 2x: ${ratio >= 2 ? 'met' : 'NOT met'}); times in ms`,
+  );
   return `${lines.join('\n')}\n`;
 }
 
@@ -216,7 +251,18 @@ function runOverload(trace: Trace, cap: { node: number; tokensPerS: number }) {
   const goodput = good.perS;
   let waitOver = 0;
   let maxWaitOverBudget = -Infinity;
-  const byClass: Record<string, { offered: number; admitted: number; rejected: number; expired: number; done: number; queueP99Ms: number; ttftP99Ms: number }> = {};
+  const byClass: Record<
+    string,
+    {
+      offered: number;
+      admitted: number;
+      rejected: number;
+      expired: number;
+      done: number;
+      queueP99Ms: number;
+      ttftP99Ms: number;
+    }
+  > = {};
   for (const cls of Object.keys(perClass)) {
     const rs = recs.filter((r) => r.priority === cls);
     const rejected = rs.filter((r) => r.outcome === 'rejected').length;
@@ -226,7 +272,8 @@ function runOverload(trace: Trace, cap: { node: number; tokensPerS: number }) {
       rejected,
       expired: rs.filter((r) => r.outcome === 'expired').length,
       done: rs.filter((r) => r.outcome === 'done').length,
-      queueP99Ms: summarize(rs.filter((r) => r.firstScheduledAt >= 0).map((r) => r.firstScheduledAt - r.receivedAt)).p99,
+      queueP99Ms: summarize(rs.filter((r) => r.firstScheduledAt >= 0).map((r) => r.firstScheduledAt - r.receivedAt))
+        .p99,
       ttftP99Ms: summarize(rs.filter((r) => r.outcome === 'done').map((r) => r.firstTokenAt - r.receivedAt)).p99,
     };
   }
@@ -265,18 +312,27 @@ function overloadTable(trace: Trace, o: ReturnType<typeof runOverload>['figures'
     `${'class'.padEnd(13)}${pad('offered', 9)}${pad('admitted', 10)}${pad('rejected', 10)}${pad('expired', 9)}${pad('done', 7)}${pad('queue p99', 11)}${pad('TTFT p99', 10)}`,
   ];
   for (const [cls, c] of Object.entries(o.byClass)) {
-    lines.push(`${cls.padEnd(13)}${pad(String(c.offered), 9)}${pad(String(c.admitted), 10)}${pad(String(c.rejected), 10)}${pad(String(c.expired), 9)}${pad(String(c.done), 7)}${pad(fmt(c.queueP99Ms), 11)}${pad(fmt(c.ttftP99Ms), 10)}`);
+    lines.push(
+      `${cls.padEnd(13)}${pad(String(c.offered), 9)}${pad(String(c.admitted), 10)}${pad(String(c.rejected), 10)}${pad(String(c.expired), 9)}${pad(String(c.done), 7)}${pad(fmt(c.queueP99Ms), 11)}${pad(fmt(c.ttftP99Ms), 10)}`,
+    );
   }
-  lines.push(`   admitted goodput ${fmt(o.goodputPerS)} req/s next to capacity ${fmt(o.capacityPerS)} req/s (${Math.round(o.goodputOfCapacity * 100)} %);`);
-  lines.push(`   in tokens (prompt + output) ${o.goodputTokensPerS} tok/s next to ${o.capacityTokensPerS} tok/s (${Math.round(o.goodputTokensOfCapacity * 100)} %), which weighs long and short requests alike`);
-  lines.push(`   admitted over budget ${o.admittedOverBudget} (max queue wait - budget ${fmt(o.maxQueueWaitMinusBudgetMs, 3)} ms), without exactly one outcome ${o.withoutOneOutcome}, overloaded without retryAfterMs ${o.rejectedWithoutRetryAfter}, rejected with another code ${o.rejectedNotOverloaded}`);
+  lines.push(
+    `   admitted goodput ${fmt(o.goodputPerS)} req/s next to capacity ${fmt(o.capacityPerS)} req/s (${Math.round(o.goodputOfCapacity * 100)} %);`,
+  );
+  lines.push(
+    `   in tokens (prompt + output) ${o.goodputTokensPerS} tok/s next to ${o.capacityTokensPerS} tok/s (${Math.round(o.goodputTokensOfCapacity * 100)} %), which weighs long and short requests alike`,
+  );
+  lines.push(
+    `   admitted over budget ${o.admittedOverBudget} (max queue wait - budget ${fmt(o.maxQueueWaitMinusBudgetMs, 3)} ms), without exactly one outcome ${o.withoutOneOutcome}, overloaded without retryAfterMs ${o.rejectedWithoutRetryAfter}, rejected with another code ${o.rejectedNotOverloaded}`,
+  );
   return `${lines.join('\n')}\n`;
 }
 
 function main(): void {
   const started = performance.now();
   const traces: Trace[] = ['splitwise_code', 'splitwise_conv'];
-  const perTrace: Record<string, { capacity: ReturnType<typeof measureCapacity>; rate: number; rows: PolicyRow[] }> = {};
+  const perTrace: Record<string, { capacity: ReturnType<typeof measureCapacity>; rate: number; rows: PolicyRow[] }> =
+    {};
   for (const trace of traces) {
     const capacity = measureCapacity(trace);
     const rate = LOAD * capacity.node;

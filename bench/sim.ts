@@ -12,8 +12,18 @@ function scenario(arrival: Record<string, unknown>) {
     name: 'bench-sim',
     seed: 1,
     node: { gpu: 'H100-SXM', gpus: 8 },
-    models: [{ name: 'llama-3-8b', profile: 'llama-3-8b', tp: 1, replicas: 1, batching: { policy: 'chunked', maxRunning: 256, tokenBudget: 2048 } }],
-    traffic: [{ model: 'llama-3-8b', requests: REQUESTS, lengths: { trace: 'splitwise_conv', maxTotalTokens: 8192 }, arrival }],
+    models: [
+      {
+        name: 'llama-3-8b',
+        profile: 'llama-3-8b',
+        tp: 1,
+        replicas: 1,
+        batching: { policy: 'chunked', maxRunning: 256, tokenBudget: 2048 },
+      },
+    ],
+    traffic: [
+      { model: 'llama-3-8b', requests: REQUESTS, lengths: { trace: 'splitwise_conv', maxTotalTokens: 8192 }, arrival },
+    ],
   });
 }
 
@@ -33,16 +43,18 @@ function run(label: string, arrival: Record<string, unknown>) {
 }
 
 loadTrace('splitwise_conv');
-console.log(`bench:sim — ${REQUESTS} requests of splitwise_conv, one Llama-3-8B replica on H100, chunked batching (seed 1)`);
+console.log(
+  `bench:sim — ${REQUESTS} requests of splitwise_conv, one Llama-3-8B replica on H100, chunked batching (seed 1)`,
+);
 const trace = run("trace's own timestamps (~5 req/s)", { process: 'trace' });
 const loaded = run('Poisson 18 req/s (~90 % of capacity)', { process: 'poisson', rate: 18 });
 const burst = run('all at t=0 (saturated)', { process: 'burst', rate: 1 });
 console.log('\ntarget: >= 10,000 simulated requests per wall second; the primary figure is the trace-timestamp run.');
 printFigures({
-    simRequestsPerWallS: Math.round(trace.perS),
-    simRequestsPerWallSAt90pct: Math.round(loaded.perS),
-    simRequestsPerWallSSaturated: Math.round(burst.perS),
-    stepsPerWallS: Math.round(trace.r.batch.steps / trace.wall),
-    requests: REQUESTS,
-    seed: 1,
+  simRequestsPerWallS: Math.round(trace.perS),
+  simRequestsPerWallSAt90pct: Math.round(loaded.perS),
+  simRequestsPerWallSSaturated: Math.round(burst.perS),
+  stepsPerWallS: Math.round(trace.r.batch.steps / trace.wall),
+  requests: REQUESTS,
+  seed: 1,
 });

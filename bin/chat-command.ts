@@ -1,5 +1,5 @@
 // `switchyard chat --model <name> "prompt"`: streams a reply from a running server into the terminal.
-import { connectClient, SwitchyardError } from '../transport/client.ts';
+import { connectClient, SwitchyardError } from '../api/client.ts';
 import { parseArgs, intFlag } from './args.ts';
 
 const USAGE = `usage: switchyard chat --model <name> "prompt" [--url http://127.0.0.1:8080] [--token T | SWITCHYARD_CLIENT_TOKEN=T]
@@ -19,7 +19,10 @@ export async function runChatCommand(argv: string[]): Promise<number> {
   const token = (args.flags.get('token') as string | undefined) ?? process.env['SWITCHYARD_CLIENT_TOKEN'];
   let client;
   try {
-    client = await connectClient(url, { ...(token ? { token } : {}), format: args.flags.has('json-frames') ? 'json' : 'msgpack' });
+    client = await connectClient(url, {
+      ...(token ? { token } : {}),
+      format: args.flags.has('json-frames') ? 'json' : 'msgpack',
+    });
   } catch (e) {
     process.stderr.write(`switchyard chat: cannot connect to ${url}: ${(e as Error).message}\n`);
     return 1;
@@ -36,7 +39,10 @@ export async function runChatCommand(argv: string[]): Promise<number> {
   try {
     for await (const chunk of stream) process.stdout.write(chunk.text);
     const r = await stream.result;
-    if (r.ok) process.stderr.write(`\n[${r.usage.completionTokens} tokens, ${r.finishReason}; ttft ${r.timings.ttftMs.toFixed(1)} ms, total ${r.timings.e2eMs.toFixed(1)} ms; backend ${client.backend}]\n`);
+    if (r.ok)
+      process.stderr.write(
+        `\n[${r.usage.completionTokens} tokens, ${r.finishReason}; ttft ${r.timings.ttftMs.toFixed(1)} ms, total ${r.timings.e2eMs.toFixed(1)} ms; backend ${client.backend}]\n`,
+      );
     return 0;
   } catch (e) {
     const err = e as SwitchyardError;

@@ -11,7 +11,15 @@ interface Job {
   mutation: DstMutation;
 }
 
-const args = parseArgs(process.argv.slice(2), ['seeds', 'sim-seconds', 'seed', 'from', 'workers', 'mutation', 'check-determinism']);
+const args = parseArgs(process.argv.slice(2), [
+  'seeds',
+  'sim-seconds',
+  'seed',
+  'from',
+  'workers',
+  'mutation',
+  'check-determinism',
+]);
 const self = fileURLToPath(import.meta.url);
 
 function reproduce(seed: number, simSeconds: number, mutation: DstMutation): string {
@@ -19,7 +27,13 @@ function reproduce(seed: number, simSeconds: number, mutation: DstMutation): str
 }
 
 /** Runs jobs in `workers` child processes; each child runs its seeds and sends back results. */
-function runParallel(seeds: number[], simSeconds: number, mutation: DstMutation, workers: number, onResult: (r: DstResult) => void): Promise<void> {
+function runParallel(
+  seeds: number[],
+  simSeconds: number,
+  mutation: DstMutation,
+  workers: number,
+  onResult: (r: DstResult) => void,
+): Promise<void> {
   const chunks: number[][] = Array.from({ length: workers }, () => []);
   seeds.forEach((s, i) => chunks[i % workers]!.push(s));
   return Promise.all(
@@ -28,7 +42,10 @@ function runParallel(seeds: number[], simSeconds: number, mutation: DstMutation,
       .map(
         (chunk) =>
           new Promise<void>((resolve, reject) => {
-            const child = fork(self, ['--worker'], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+            const child = fork(self, ['--worker'], {
+              execArgv: ['--import', 'tsx'],
+              stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+            });
             child.on('message', (m: DstResult | 'done') => (m === 'done' ? undefined : onResult(m)));
             child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`dst worker exited with ${code}`))));
             child.send({ seeds: chunk, simSeconds, mutation } satisfies Job);
@@ -40,13 +57,16 @@ function runParallel(seeds: number[], simSeconds: number, mutation: DstMutation,
 async function main(): Promise<number> {
   if (process.argv.includes('--worker')) {
     process.on('message', (job: Job) => {
-      for (const seed of job.seeds) process.send!(runDstSeed(seed, { simSeconds: job.simSeconds, mutation: job.mutation }));
+      for (const seed of job.seeds)
+        process.send!(runDstSeed(seed, { simSeconds: job.simSeconds, mutation: job.mutation }));
       process.exit(0);
     });
     return 0;
   }
   const simSeconds = intFlag(args, 'sim-seconds', 60);
-  const mutation = (typeof args.flags.get('mutation') === 'string' ? args.flags.get('mutation') : 'none') as DstMutation;
+  const mutation = (
+    typeof args.flags.get('mutation') === 'string' ? args.flags.get('mutation') : 'none'
+  ) as DstMutation;
   const single = args.flags.has('seed') ? intFlag(args, 'seed', 1) : null;
   const from = intFlag(args, 'from', 1);
   const count = intFlag(args, 'seeds', 100);
@@ -59,7 +79,9 @@ async function main(): Promise<number> {
     results.push(r);
     done++;
     if (r.violations.length > 0 || single !== null || done % 25 === 0 || done === seeds.length) {
-      process.stderr.write(`[${done}/${seeds.length}] seed ${r.seed} ${r.layout}: ${r.requests} requests, ${r.faults.length} faults${r.permanent ? ' (one permanent)' : ''}, ${r.violations.length} violations\n`);
+      process.stderr.write(
+        `[${done}/${seeds.length}] seed ${r.seed} ${r.layout}: ${r.requests} requests, ${r.faults.length} faults${r.permanent ? ' (one permanent)' : ''}, ${r.violations.length} violations\n`,
+      );
     }
   });
   results.sort((a, b) => a.seed - b.seed);
@@ -76,7 +98,13 @@ async function main(): Promise<number> {
   let nondeterministic = 0;
   if (det > 0) {
     const again: DstResult[] = [];
-    await runParallel(results.slice(0, det).map((r) => r.seed), simSeconds, mutation, workers, (r) => again.push(r));
+    await runParallel(
+      results.slice(0, det).map((r) => r.seed),
+      simSeconds,
+      mutation,
+      workers,
+      (r) => again.push(r),
+    );
     for (const r of again) {
       const first = results.find((x) => x.seed === r.seed)!;
       if (first.traceHash !== r.traceHash) {
@@ -91,9 +119,22 @@ async function main(): Promise<number> {
   const faultKinds: Record<string, number> = {};
   for (const r of results) for (const f of r.faults) faultKinds[f.kind] = (faultKinds[f.kind] ?? 0) + 1;
   const violations = failing.reduce((n, r) => n + r.violations.length, 0);
-  console.log(`\n${results.length} seeds × ${simSeconds} simulated s, ${results.reduce((n, r) => n + r.requests, 0)} requests, faults ${JSON.stringify(faultKinds)}, ${results.filter((r) => r.permanent).length} with a permanent fault`);
-  console.log(`outcomes ${JSON.stringify(outcomes)}; ${failing.length} failing seeds; wall ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-  console.log(JSON.stringify({ seeds: results.length, simulatedSeconds: results.reduce((n, r) => n + r.simulatedSeconds, 0), violations, failingSeeds: failing.map((r) => r.seed), nondeterministic, mutation }));
+  console.log(
+    `\n${results.length} seeds × ${simSeconds} simulated s, ${results.reduce((n, r) => n + r.requests, 0)} requests, faults ${JSON.stringify(faultKinds)}, ${results.filter((r) => r.permanent).length} with a permanent fault`,
+  );
+  console.log(
+    `outcomes ${JSON.stringify(outcomes)}; ${failing.length} failing seeds; wall ${((performance.now() - t0) / 1000).toFixed(1)} s`,
+  );
+  console.log(
+    JSON.stringify({
+      seeds: results.length,
+      simulatedSeconds: results.reduce((n, r) => n + r.simulatedSeconds, 0),
+      violations,
+      failingSeeds: failing.map((r) => r.seed),
+      nondeterministic,
+      mutation,
+    }),
+  );
   return violations > 0 || nondeterministic > 0 ? 1 : 0;
 }
 

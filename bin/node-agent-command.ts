@@ -1,7 +1,7 @@
 // `switchyard node-agent`: the worker process. Registers its GPUs with a control plane over WebSocket and executes
 // steps with the cost-model executor in real time, reconnecting with back-off until it is stopped.
-import { startNodeProcess, type ExecutorKind } from '../actors/node/process.ts';
-import { EXIT_UNAUTHORIZED } from '../transport/server/worker-supervisor.ts';
+import { startNodeProcess, type ExecutorKind } from '../actors/worker/process.ts';
+import { EXIT_UNAUTHORIZED } from '../actors/worker-supervisor.ts';
 import { parseArgs, intFlag } from './args.ts';
 
 const USAGE = `usage: switchyard node-agent --url ws://127.0.0.1:8080/v1/node [--token T | SWITCHYARD_WORKER_TOKEN=T]
@@ -11,7 +11,17 @@ const USAGE = `usage: switchyard node-agent --url ws://127.0.0.1:8080/v1/node [-
 
 /** Runs the node-agent command until SIGINT/SIGTERM; resolves with the exit code. */
 export function runNodeAgentCommand(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, ['url', 'token', 'gpus', 'node', 'executor', 'step-ms', 'time-scale', 'repair-ms', 'heartbeat-ms']);
+  const args = parseArgs(argv, [
+    'url',
+    'token',
+    'gpus',
+    'node',
+    'executor',
+    'step-ms',
+    'time-scale',
+    'repair-ms',
+    'heartbeat-ms',
+  ]);
   const url = args.flags.get('url');
   const token = (args.flags.get('token') as string | undefined) ?? process.env['SWITCHYARD_WORKER_TOKEN'];
   if (typeof url !== 'string' || !token) {

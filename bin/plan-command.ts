@@ -21,7 +21,14 @@ export function runPlanCommand(argv: string[]): number {
   const result = plan(scenario, bar.update);
   bar.done();
   if (args.flags.has('json')) {
-    const slim = { ...result, results: result.results.map((r) => ({ ...r, candidate: { name: r.candidate.name, describe: r.candidate.describe }, models: r.models.map(({ stretch: _s, ...m }) => m) })) };
+    const slim = {
+      ...result,
+      results: result.results.map((r) => ({
+        ...r,
+        candidate: { name: r.candidate.name, describe: r.candidate.describe },
+        models: r.models.map(({ stretch: _s, ...m }) => m),
+      })),
+    };
     process.stdout.write(`${JSON.stringify({ ...slim, best: result.best?.candidate.name ?? null })}\n`);
   } else process.stdout.write(formatPlan(scenario.name, result));
   return result.feasible ? 0 : 3;
@@ -30,25 +37,35 @@ export function runPlanCommand(argv: string[]): number {
 /** The human-readable plan: one table per candidate, a summary, and the verdict. */
 export function formatPlan(name: string, r: PlanResult): string {
   const lines: string[] = [];
-  lines.push(`plan for ${name}: each model must meet its TTFT and TPOT targets for ${r.attainment * 100}% of its requests`);
+  lines.push(
+    `plan for ${name}: each model must meet its TTFT and TPOT targets for ${r.attainment * 100}% of its requests`,
+  );
   const candidates = r.results.filter((x) => !x.candidate.name.startsWith('search:'));
   for (const [i, c] of candidates.entries()) {
     lines.push('');
-    lines.push(`candidate ${i + 1}/${candidates.length}: ${c.candidate.name} — ${c.candidate.describe} (${c.simulatedS} s simulated)`);
+    lines.push(
+      `candidate ${i + 1}/${candidates.length}: ${c.candidate.name} — ${c.candidate.describe} (${c.simulatedS} s simulated)`,
+    );
     lines.push(table(c));
   }
   lines.push('');
   lines.push('summary');
-  lines.push(`  ${'candidate'.padEnd(22)} ${candidates[0]?.models.map((m) => m.model.padStart(14)).join(' ') ?? ''}   verdict`);
+  lines.push(
+    `  ${'candidate'.padEnd(22)} ${candidates[0]?.models.map((m) => m.model.padStart(14)).join(' ') ?? ''}   verdict`,
+  );
   for (const c of candidates) {
-    lines.push(`  ${c.candidate.name.padEnd(22)} ${c.models.map((m) => `${m.attainment.toFixed(2)}${m.meets ? ' ok' : ' --'}`.padStart(14)).join(' ')}   ${c.feasible ? 'meets every target' : 'misses'}`);
+    lines.push(
+      `  ${c.candidate.name.padEnd(22)} ${c.models.map((m) => `${m.attainment.toFixed(2)}${m.meets ? ' ok' : ' --'}`.padStart(14)).join(' ')}   ${c.feasible ? 'meets every target' : 'misses'}`,
+    );
   }
   lines.push('');
   if (r.feasible) {
     const ok = r.results.filter((x) => x.feasible).map((x) => x.candidate.name);
     lines.push(`feasible: ${ok.join(', ')}; best: ${r.best?.candidate.name} (${r.best?.candidate.describe})`);
   } else {
-    lines.push(`infeasible: no candidate meets both models' targets on ${candidates[0]?.candidate.scenario.node.gpus ?? '?'} GPUs. What must change:`);
+    lines.push(
+      `infeasible: no candidate meets both models' targets on ${candidates[0]?.candidate.scenario.node.gpus ?? '?'} GPUs. What must change:`,
+    );
     for (const a of r.advice) lines.push(`  - ${a}`);
   }
   return `${lines.join('\n')}\n`;

@@ -3,9 +3,9 @@
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { ConfigError, loadScenario, type Scenario } from '../actors/config.ts';
-import { createWallClock } from '../actors/runtime/clock.ts';
-import { ServeError, startServer, type RunningServer } from '../transport/server/server.ts';
-import { superviseWorker, type WorkerSupervisor } from '../transport/server/worker-supervisor.ts';
+import { createWallClock } from '../runtime/clock.ts';
+import { ServeError, startServer, type RunningServer } from '../api/server.ts';
+import { superviseWorker, type WorkerSupervisor } from '../actors/worker-supervisor.ts';
 import { parseArgs, intFlag } from './args.ts';
 import { attachStatelyInspector } from '../inspector/stately.ts';
 
@@ -20,10 +20,29 @@ const USAGE = `usage: switchyard serve [--config file.yaml] [--host 127.0.0.1] [
 tokens may also come from SWITCHYARD_CLIENT_TOKENS (comma-separated), SWITCHYARD_ADMIN_TOKEN, SWITCHYARD_WORKER_TOKEN
 `;
 
-const VALUED = ['config', 'host', 'port', 'client-token', 'admin-token', 'worker-token', 'time-scale', 'executor', 'step-ms', 'node-grace-ms', 'repair-ms', 'heartbeat-ms', 'max-streams', 'stately-inspect'];
+const VALUED = [
+  'config',
+  'host',
+  'port',
+  'client-token',
+  'admin-token',
+  'worker-token',
+  'time-scale',
+  'executor',
+  'step-ms',
+  'node-grace-ms',
+  'repair-ms',
+  'heartbeat-ms',
+  'max-streams',
+  'stately-inspect',
+];
 
 const secret = (): string => randomBytes(18).toString('base64url');
-const list = (s: string | undefined): string[] => (s ?? '').split(',').map((x) => x.trim()).filter((x) => x.length > 0);
+const list = (s: string | undefined): string[] =>
+  (s ?? '')
+    .split(',')
+    .map((x) => x.trim())
+    .filter((x) => x.length > 0);
 
 /** Runs `serve` until SIGINT/SIGTERM; resolves with the exit code. */
 export async function runServeCommand(argv: string[]): Promise<number> {
@@ -49,7 +68,8 @@ export async function runServeCommand(argv: string[]): Promise<number> {
     }
     throw e;
   }
-  const flag = (k: string): string | undefined => (typeof args.flags.get(k) === 'string' ? (args.flags.get(k) as string) : undefined);
+  const flag = (k: string): string | undefined =>
+    typeof args.flags.get(k) === 'string' ? (args.flags.get(k) as string) : undefined;
   const timeScale = Number(flag('time-scale') ?? 1);
   if (!(timeScale > 0)) {
     process.stderr.write('switchyard serve: --time-scale must be a number > 0\n');
@@ -82,7 +102,13 @@ export async function runServeCommand(argv: string[]): Promise<number> {
       ...(args.flags.has('max-streams') ? { maxStreamsPerConnection: intFlag(args, 'max-streams', 16_384) } : {}),
       clock,
       log,
-      status: () => ({ worker: { pid: supervisor?.pid() ?? null, restarts: supervisor?.restarts() ?? 0, gaveUp: supervisor?.gaveUp() ?? false } }),
+      status: () => ({
+        worker: {
+          pid: supervisor?.pid() ?? null,
+          restarts: supervisor?.restarts() ?? 0,
+          gaveUp: supervisor?.gaveUp() ?? false,
+        },
+      }),
     });
   } catch (e) {
     if (e instanceof ServeError) {
@@ -98,13 +124,21 @@ export async function runServeCommand(argv: string[]): Promise<number> {
   }
   const out = (line: string): void => void process.stdout.write(`${line}\n`);
   const models = scenario.models.map((m) => `${m.name} (tp ${m.tp})`).join(', ');
-  out(`switchyard serving "${scenario.name}" on a simulated ${scenario.node.gpus}x${scenario.node.gpu} node: ${models}; placement ${scenario.placement.policy}`);
-  out(`  backend        simulated (${executor} executor${executor === 'cost-model' ? `, time scale ${timeScale}` : ''}; text is deterministic pseudo-text)`);
+  out(
+    `switchyard serving "${scenario.name}" on a simulated ${scenario.node.gpus}x${scenario.node.gpu} node: ${models}; placement ${scenario.placement.policy}`,
+  );
+  out(
+    `  backend        simulated (${executor} executor${executor === 'cost-model' ? `, time scale ${timeScale}` : ''}; text is deterministic pseudo-text)`,
+  );
   out(`  OpenAI HTTP    ${server.url}/v1  (POST /v1/chat/completions, /v1/completions, GET /v1/models)`);
   out(`  streaming      ${server.wsUrl}  (subprotocols switchyard.v1.msgpack, switchyard.v1.json)`);
   out(`  metrics        ${server.url}/metrics    health ${server.url}/healthz    ready ${server.url}/readyz`);
-  out(`  inspector      ${server.url}/inspector  (read-only live view; stream ${server.url.replace(/^http/, 'ws')}/v1/inspect)`);
-  const stately = flag('stately-inspect') ? attachStatelyInspector(server.inspector.session, flag('stately-inspect')!) : null;
+  out(
+    `  inspector      ${server.url}/inspector  (read-only live view; stream ${server.url.replace(/^http/, 'ws')}/v1/inspect)`,
+  );
+  const stately = flag('stately-inspect')
+    ? attachStatelyInspector(server.inspector.session, flag('stately-inspect')!)
+    : null;
   if (stately) out(`  stately        sending inspection events to ${flag('stately-inspect')}`);
   out(`  admin          ${server.url}/admin/  admin token: ${adminGiven ? '(as given)' : adminToken}`);
   out(`  workers        ${server.nodeUrl}  worker token: ${workerGiven ? '(as given)' : workerToken}`);
@@ -114,16 +148,41 @@ export async function runServeCommand(argv: string[]): Promise<number> {
       : `  client auth    bearer token required on /v1 (${clientTokens.length} token${clientTokens.length > 1 ? 's' : ''} configured)`,
   );
   if (!args.flags.has('no-worker')) {
-    const workerArgs = ['--url', server.nodeUrl, '--gpus', String(scenario.node.gpus), '--executor', executor, '--time-scale', String(timeScale)];
+    const workerArgs = [
+      '--url',
+      server.nodeUrl,
+      '--gpus',
+      String(scenario.node.gpus),
+      '--executor',
+      executor,
+      '--time-scale',
+      String(timeScale),
+    ];
     if (flag('step-ms')) workerArgs.push('--step-ms', flag('step-ms')!);
     if (flag('repair-ms')) workerArgs.push('--repair-ms', flag('repair-ms')!);
     if (flag('heartbeat-ms')) workerArgs.push('--heartbeat-ms', flag('heartbeat-ms')!);
-    supervisor = superviseWorker({ clock, args: workerArgs, token: workerToken, log, onStart: (pid) => out(`  worker         started, pid ${pid}`) });
+    supervisor = superviseWorker({
+      clock,
+      args: workerArgs,
+      token: workerToken,
+      log,
+      onStart: (pid) => out(`  worker         started, pid ${pid}`),
+    });
   } else {
     out('  worker         not started (--no-worker): run `switchyard node-agent --url ... --token ...`');
   }
   if (args.flags.has('json')) {
-    out(JSON.stringify({ url: server.url, wsUrl: server.wsUrl, nodeUrl: server.nodeUrl, port: server.port, adminToken, workerToken, openClientApi: server.openClientApi }));
+    out(
+      JSON.stringify({
+        url: server.url,
+        wsUrl: server.wsUrl,
+        nodeUrl: server.nodeUrl,
+        port: server.port,
+        adminToken,
+        workerToken,
+        openClientApi: server.openClientApi,
+      }),
+    );
   }
   return new Promise((resolve) => {
     let closing = false;

@@ -11,7 +11,9 @@ export function runSimulateCommand(argv: string[]): number {
   const args = parseArgs(argv, ['seed', 'explain', 'trace']);
   const file = args.positional[0];
   if (!file) {
-    process.stderr.write('usage: switchyard simulate <scenario.yaml> [--seed N] [--json] [--wall] [--explain req.N] [--trace out.json]\n');
+    process.stderr.write(
+      'usage: switchyard simulate <scenario.yaml> [--seed N] [--json] [--wall] [--explain req.N] [--trace out.json]\n',
+    );
     return 2;
   }
   const scenario = scenarioOrReport(file);
@@ -33,7 +35,9 @@ export function runSimulateCommand(argv: string[]): number {
     process.stderr.write(`recorded ${rec.frames.length} inspection frames (${rec.dropped} dropped) to ${trace}\n`);
   }
   const wall = (performance.now() - t0) / 1000;
-  process.stderr.write(`simulated ${report.sim.requests} requests, ${report.sim.simulatedSeconds} s in ${wall.toFixed(2)} s wall\n`);
+  process.stderr.write(
+    `simulated ${report.sim.requests} requests, ${report.sim.simulatedSeconds} s in ${wall.toFixed(2)} s wall\n`,
+  );
   if (args.flags.has('json')) process.stdout.write(`${JSON.stringify(report)}\n`);
   else process.stdout.write(formatReport(report));
   return report.invariants.violations.length > 0 ? 1 : 0;
@@ -43,7 +47,11 @@ export function runSimulateCommand(argv: string[]): number {
 export function formatReport(r: SimReport): string {
   const lines: string[] = [];
   lines.push(`scenario ${r.scenario}  seed ${r.seed}  simulated ${r.sim.simulatedSeconds} s`);
-  lines.push(`requests ${Object.entries(r.requests).map(([k, v]) => `${k}=${v}`).join('  ')}`);
+  lines.push(
+    `requests ${Object.entries(r.requests)
+      .map(([k, v]) => `${k}=${v}`)
+      .join('  ')}`,
+  );
   lines.push(`throughput ${r.throughput.requestsPerS} req/s, ${r.throughput.outputTokensPerS} output tok/s`);
   lines.push('');
   lines.push('metric            p50        p90        p99        max');
@@ -59,7 +67,9 @@ export function formatReport(r: SimReport): string {
   lines.push('');
   lines.push(`batch mean size ${r.batch.meanSize} over ${r.batch.steps} steps, ${r.batch.preemptions} preemptions`);
   lines.push(`gpu utilisation ${r.gpus.utilisation.map((u) => `${Math.round(u * 100)}%`).join(' ')}`);
-  lines.push(`invariants: ${r.invariants.violations.length} violations, ${r.invariants.overBudget} over budget, ${r.invariants.withoutOneOutcome} without an outcome`);
+  lines.push(
+    `invariants: ${r.invariants.violations.length} violations, ${r.invariants.overBudget} over budget, ${r.invariants.withoutOneOutcome} without an outcome`,
+  );
   for (const [id, traces] of Object.entries(r.explain ?? {})) lines.push('', formatTraces(id, traces).trimEnd());
   return `${lines.join('\n')}\n`;
 }

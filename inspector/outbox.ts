@@ -14,7 +14,8 @@ export interface Outbox {
 
 /** Creates an outbox holding at most `capacity` frames. */
 export function createOutbox(capacity: number): Outbox {
-  if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError(`outbox capacity must be a positive integer, got ${capacity}`);
+  if (!Number.isInteger(capacity) || capacity < 1)
+    throw new RangeError(`outbox capacity must be a positive integer, got ${capacity}`);
   const ring: (Frame | undefined)[] = new Array<Frame | undefined>(capacity);
   let head = 0;
   let count = 0;

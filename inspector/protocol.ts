@@ -92,7 +92,14 @@ export interface ReplicaView {
 export interface NodeFrame {
   k: 'node';
   t: number;
-  placement: { policy: string; state: string; mode: string; target: string; reservation: boolean; unavailable: Record<string, string> };
+  placement: {
+    policy: string;
+    state: string;
+    mode: string;
+    target: string;
+    reservation: boolean;
+    unavailable: Record<string, string>;
+  };
   gpus: GpuView[];
   replicas: ReplicaView[];
   live: number;
@@ -134,7 +141,8 @@ export interface Recording {
 }
 
 /** Field names that may hold client or model text: never copied, whatever their value. */
-const TEXT_FIELDS = /^(prompt|prompts|text|texts|content|contents|messages|message_text|output|outputs|completion|completions|choices|delta|input|inputs|body|token_text|tokenText|logprobs|stop|suffix|user)$/i;
+const TEXT_FIELDS =
+  /^(prompt|prompts|text|texts|content|contents|messages|message_text|output|outputs|completion|completions|choices|delta|input|inputs|body|token_text|tokenText|logprobs|stop|suffix|user)$/i;
 /** Longest string kept; longer ones are cut (ids, codes and system messages are short). */
 const MAX_STRING = 200;
 /** Longest array kept; longer ones are cut. */
@@ -170,7 +178,11 @@ export function clean(v: unknown, depth = 0): Clean | undefined {
 }
 
 /** Sanitizes an object's fields, keeping only `allow` (all non-text fields when null). */
-export function cleanFields(o: Record<string, unknown>, allow: readonly string[] | null, depth = 0): Record<string, Clean> {
+export function cleanFields(
+  o: Record<string, unknown>,
+  allow: readonly string[] | null,
+  depth = 0,
+): Record<string, Clean> {
   const out: Record<string, Clean> = {};
   for (const k of allow ?? Object.keys(o)) {
     if (TEXT_FIELDS.test(k) || !Object.hasOwn(o, k)) continue;

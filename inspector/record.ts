@@ -36,7 +36,14 @@ export function startRecording(cp: ControlPlane, opts: RecordOptions): Recorder 
       session.close();
       const dropped = box.droppedTotal;
       const frames: Frame[] = [hello, ...box.take(Number.MAX_SAFE_INTEGER, hello.t)];
-      return { format: RECORDING_FORMAT, v: INSPECT_VERSION, scenario: cp.scenario.name, seed: opts.seed, frames, dropped };
+      return {
+        format: RECORDING_FORMAT,
+        v: INSPECT_VERSION,
+        scenario: cp.scenario.name,
+        seed: opts.seed,
+        frames,
+        dropped,
+      };
     },
   };
 }

@@ -21,11 +21,16 @@ export async function startReplayServer(opts: { file?: string; port?: number } =
   const server: Server = createServer((req, res) => {
     const path = new URL(req.url ?? '/', 'http://x').pathname;
     if (path === '/inspector/recording.json' && recording) {
-      res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': String(recording.length), 'Cache-Control': 'no-store' });
+      res.writeHead(200, {
+        'Content-Type': 'application/json',
+        'Content-Length': String(recording.length),
+        'Cache-Control': 'no-store',
+      });
       res.end(recording);
       return;
     }
-    const asset = req.method === 'GET' ? pageAsset(path === '/inspector' || path === '/' ? '/inspector/' : path) : undefined;
+    const asset =
+      req.method === 'GET' ? pageAsset(path === '/inspector' || path === '/' ? '/inspector/' : path) : undefined;
     if (!asset) {
       res.writeHead(404, { 'Content-Type': 'text/plain' });
       res.end('not found');

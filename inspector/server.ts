@@ -2,7 +2,7 @@
 // the read-only /v1/inspect WebSocket. The socket takes the same client tokens as /v1 and refuses cross-site pages.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ControlPlane } from '../actors/control-plane.ts';
-import type { TimerId } from '../actors/runtime/clock.ts';
+import type { TimerId } from '../runtime/clock.ts';
 import { CLOSE, type TokenSet, type WsPeer, type WsRoute } from '../transport/ws.ts';
 import { createOutbox } from './outbox.ts';
 import { INSPECT_SUBPROTOCOL, INSPECT_VERSION, type InspectMessage } from './protocol.ts';
@@ -50,7 +50,8 @@ export function presentedToken(req: IncomingMessage): string | null {
   }
   for (const p of String(req.headers['sec-websocket-protocol'] ?? '').split(',')) {
     const s = p.trim();
-    if (s.startsWith(TOKEN_SUBPROTOCOL_PREFIX)) return Buffer.from(s.slice(TOKEN_SUBPROTOCOL_PREFIX.length), 'base64url').toString('utf8');
+    if (s.startsWith(TOKEN_SUBPROTOCOL_PREFIX))
+      return Buffer.from(s.slice(TOKEN_SUBPROTOCOL_PREFIX.length), 'base64url').toString('utf8');
   }
   return null;
 }

@@ -3,8 +3,19 @@
 import type { InspectionEvent } from 'xstate';
 import type { ControlPlane } from '../actors/control-plane.ts';
 import { gpuProfile } from '../actors/gpu/profiles.ts';
-import type { TimerId } from '../actors/runtime/clock.ts';
-import { cleanFields, INSPECT_VERSION, type ActorFrame, type Frame, type GpuView, type HelloFrame, type NodeFrame, type ReplicaView, type StateFrame, type TraceFrame } from './protocol.ts';
+import type { TimerId } from '../runtime/clock.ts';
+import {
+  cleanFields,
+  INSPECT_VERSION,
+  type ActorFrame,
+  type Frame,
+  type GpuView,
+  type HelloFrame,
+  type NodeFrame,
+  type ReplicaView,
+  type StateFrame,
+  type TraceFrame,
+} from './protocol.ts';
 import { inspectedMachines, type MachineDef } from './statechart.ts';
 import { createTap, type Tap } from './tap.ts';
 
@@ -39,11 +50,18 @@ export interface InspectionSession {
 }
 
 /** The state a GPU is shown in, from placement's record and the replica holding it. */
-function gpuState(healthy: boolean, up: boolean, replicaState: string | null, reserved: boolean): { state: string; machineState: string } {
+function gpuState(
+  healthy: boolean,
+  up: boolean,
+  replicaState: string | null,
+  reserved: boolean,
+): { state: string; machineState: string } {
   if (!healthy) return { state: 'failed', machineState: 'failed' };
   if (!up) return { state: 'probing', machineState: 'probing' };
-  if (replicaState === null) return reserved ? { state: 'reserved', machineState: 'free' } : { state: 'free', machineState: 'free' };
-  if (replicaState === 'placing' || replicaState === 'loading') return { state: 'loading', machineState: 'allocated.loading' };
+  if (replicaState === null)
+    return reserved ? { state: 'reserved', machineState: 'free' } : { state: 'free', machineState: 'free' };
+  if (replicaState === 'placing' || replicaState === 'loading')
+    return { state: 'loading', machineState: 'allocated.loading' };
   if (replicaState.startsWith('ready')) return { state: 'serving', machineState: 'allocated.serving' };
   if (replicaState.startsWith('draining')) return { state: 'draining', machineState: 'allocated.serving' };
   return { state: 'unloading', machineState: 'allocated.unloading' };
@@ -111,7 +129,17 @@ export function createInspectionSession(cp: ControlPlane, opts: SessionOptions):
           kvBytes += (x.batcher.stats().blocksUsed * x.batcher.limits.blockTokens * x.cost.kvBytesPerToken) / x.cost.tp;
         }
       }
-      gpus.push({ index: g.index, ...st, replica: g.owner, guest: guestId, model: r?.model ?? null, healthy: g.healthy, memoryBytes, weightsBytes, kvBytes });
+      gpus.push({
+        index: g.index,
+        ...st,
+        replica: g.owner,
+        guest: guestId,
+        model: r?.model ?? null,
+        healthy: g.healthy,
+        memoryBytes,
+        weightsBytes,
+        kvBytes,
+      });
     }
     const replicas: ReplicaView[] = [];
     for (const r of cp.placement.replicas.values()) {
@@ -204,13 +232,22 @@ export function createInspectionSession(cp: ControlPlane, opts: SessionOptions):
   return {
     hello: (mode) => {
       machines ??= inspectedMachines();
-      return { k: 'hello', v: INSPECT_VERSION, t: clock.now(), mode, scenario: cp.scenario.name, gpus: cp.placement.gpus.size, machines };
+      return {
+        k: 'hello',
+        v: INSPECT_VERSION,
+        t: clock.now(),
+        mode,
+        scenario: cp.scenario.name,
+        gpus: cp.placement.gpus.size,
+        machines,
+      };
     },
     subscribe: (sink) => {
       if (on) {
         // Catch the late reader up from the current view; the first reader gets it from the runtime's replay.
         const evs = cp.placement.events;
-        for (const e of evs.slice(Math.max(0, placementSeen - 50), placementSeen)) sink({ k: 'place', t: e.t, ev: cleanFields(e as unknown as Record<string, unknown>, null) });
+        for (const e of evs.slice(Math.max(0, placementSeen - 50), placementSeen))
+          sink({ k: 'place', t: e.t, ev: cleanFields(e as unknown as Record<string, unknown>, null) });
         for (const v of views.values()) {
           sink(v.actor);
           if (v.state) sink(v.state);

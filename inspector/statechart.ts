@@ -52,7 +52,8 @@ interface TransitionLike {
 const guardName = (g: unknown): string | null => {
   if (!g) return null;
   if (typeof g === 'string') return g;
-  if (typeof g === 'object' && 'type' in g && typeof (g as { type: unknown }).type === 'string') return (g as { type: string }).type;
+  if (typeof g === 'object' && 'type' in g && typeof (g as { type: unknown }).type === 'string')
+    return (g as { type: string }).type;
   return 'guard';
 };
 
@@ -60,7 +61,11 @@ const guardName = (g: unknown): string | null => {
 export function describeMachine(machine: AnyStateMachine): MachineDef {
   const edges: EdgeDef[] = [];
   const seen = new Set<string>();
-  const addEdges = (from: string, ts: readonly TransitionLike[] | undefined, label: (t: TransitionLike) => string): void => {
+  const addEdges = (
+    from: string,
+    ts: readonly TransitionLike[] | undefined,
+    label: (t: TransitionLike) => string,
+  ): void => {
     for (const t of ts ?? []) {
       for (const target of t.target ?? []) {
         const e = { from, to: target.path.join('.'), label: label(t), guard: guardName(t.guard) };
@@ -92,5 +97,10 @@ export function describeMachine(machine: AnyStateMachine): MachineDef {
 
 /** The machines the inspector shows, by machine id. */
 export function inspectedMachines(): Record<string, MachineDef> {
-  return Object.fromEntries([gpuMachine, replicaMachine, requestMachine, placementMachine].map((m) => [m.id, describeMachine(m as AnyStateMachine)]));
+  return Object.fromEntries(
+    [gpuMachine, replicaMachine, requestMachine, placementMachine].map((m) => [
+      m.id,
+      describeMachine(m as AnyStateMachine),
+    ]),
+  );
 }

@@ -14,7 +14,11 @@ export interface StatelySender {
 }
 
 /** Sends a session's inspection events (filtered and sanitized like the page's) to a Stately WebSocket inspector at `url`. */
-export function attachStatelyInspector(session: InspectionSession, url: string, maxDeferredEvents = 1_000): StatelySender {
+export function attachStatelyInspector(
+  session: InspectionSession,
+  url: string,
+  maxDeferredEvents = 1_000,
+): StatelySender {
   const inspector = createWebSocketInspector({
     url,
     maxDeferredEvents,

@@ -5,7 +5,13 @@ import type { InspectionEvent } from 'xstate';
 import { cleanFields, type ActorFrame, type Clean, type Frame, type StateFrame, type TraceFrame } from './protocol.ts';
 
 /** Events that arrive per step or per wake-up: shown only when they change the actor's state. */
-const HOT_EVENTS: ReadonlySet<string> = new Set(['step.completed', 'work.available', 'step.empty', 'work.saturated', 'work.unsaturated']);
+const HOT_EVENTS: ReadonlySet<string> = new Set([
+  'step.completed',
+  'work.available',
+  'step.empty',
+  'work.saturated',
+  'work.unsaturated',
+]);
 
 /** Context fields the page shows, per machine; nothing else leaves the process. */
 const CONTEXT_FIELDS: Readonly<Record<string, readonly string[]>> = {
@@ -16,7 +22,13 @@ const CONTEXT_FIELDS: Readonly<Record<string, readonly string[]>> = {
 };
 
 /** Events after which a request's decision trace may have grown (a resume adds a routing decision). */
-const TRACE_EVENTS: ReadonlySet<string> = new Set(['xstate.init', 'request.admitted', 'request.rejected', 'request.requeued', 'request.interrupted']);
+const TRACE_EVENTS: ReadonlySet<string> = new Set([
+  'xstate.init',
+  'request.admitted',
+  'request.rejected',
+  'request.requeued',
+  'request.interrupted',
+]);
 
 /** True for events that arrive per step or per wake-up (other senders filter with it too). */
 export function isHotEvent(type: string): boolean {
@@ -62,7 +74,9 @@ function sameValue(a: unknown, b: unknown): boolean {
   if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
   const ka = Object.keys(a);
   if (ka.length !== Object.keys(b).length) return false;
-  for (const k of ka) if (!Object.hasOwn(b, k) || !sameValue((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return false;
+  for (const k of ka)
+    if (!Object.hasOwn(b, k) || !sameValue((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]))
+      return false;
   return true;
 }
 

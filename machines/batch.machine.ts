@@ -43,7 +43,11 @@ export interface BatchOutput {
 }
 
 /** True when a member of `tokens` and `memoryBytes` fits a forming batch: the one rule the machine and its batcher share. */
-export function fitsBatch(c: Pick<BatchContext, 'size' | 'tokens' | 'memoryBytes' | 'maxSize' | 'maxTokens' | 'maxMemoryBytes'>, tokens: number, memoryBytes: number): boolean {
+export function fitsBatch(
+  c: Pick<BatchContext, 'size' | 'tokens' | 'memoryBytes' | 'maxSize' | 'maxTokens' | 'maxMemoryBytes'>,
+  tokens: number,
+  memoryBytes: number,
+): boolean {
   return c.size < c.maxSize && c.tokens + tokens <= c.maxTokens && c.memoryBytes + memoryBytes <= c.maxMemoryBytes;
 }
 

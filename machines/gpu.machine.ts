@@ -89,7 +89,13 @@ export const gpuMachine = setup({
         emit(({ context, event }) => ({
           type: 'out' as const,
           to: context.reportTo,
-          msg: { type: 'gpu.failed', gpu: context.index, code: event.code, replica: context.replica, epoch: context.epoch },
+          msg: {
+            type: 'gpu.failed',
+            gpu: context.index,
+            code: event.code,
+            replica: context.replica,
+            epoch: context.epoch,
+          },
         })),
       ],
     },

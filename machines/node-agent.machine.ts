@@ -45,7 +45,8 @@ export const nodeAgentMachine = setup({
     onDisconnect: () => {},
   },
   delays: {
-    backoff: ({ context }) => Math.min(context.maxBackoffMs, context.baseBackoffMs * 2 ** Math.min(context.attempt, 16)),
+    backoff: ({ context }) =>
+      Math.min(context.maxBackoffMs, context.baseBackoffMs * 2 ** Math.min(context.attempt, 16)),
   },
 }).createMachine({
   id: 'nodeAgent',

@@ -28,7 +28,14 @@ export interface PlacementInput {
 
 /** Events the placement actor handles: demand signals, replica lifecycle facts and GPU health. */
 export type PlacementEvent =
-  | { type: 'demand.shifted'; target: PlacementMode; t: number; reservedAt?: number; deadlineAt?: number; drainDelayMs?: number }
+  | {
+      type: 'demand.shifted';
+      target: PlacementMode;
+      t: number;
+      reservedAt?: number;
+      deadlineAt?: number;
+      drainDelayMs?: number;
+    }
   | { type: 'demand.subsided'; t: number }
   | { type: 'reservation.held' }
   | { type: 'replicas.drained' }
@@ -122,7 +129,10 @@ export const placementMachine = setup({
       after: { drainDelay: 'draining' },
       on: {
         'reservation.held': 'draining',
-        'demand.subsided': { target: 'steady', actions: [assign({ reservation: false, target: ({ context }) => context.mode }), 'releaseReservation'] },
+        'demand.subsided': {
+          target: 'steady',
+          actions: [assign({ reservation: false, target: ({ context }) => context.mode }), 'releaseReservation'],
+        },
       },
     },
     draining: {
@@ -130,7 +140,10 @@ export const placementMachine = setup({
       entry: 'drainForTarget',
       on: {
         'replicas.drained': 'switching',
-        'demand.subsided': { target: 'steady', actions: [assign({ reservation: false, target: ({ context }) => context.mode }), 'releaseReservation'] },
+        'demand.subsided': {
+          target: 'steady',
+          actions: [assign({ reservation: false, target: ({ context }) => context.mode }), 'releaseReservation'],
+        },
       },
     },
     switching: {

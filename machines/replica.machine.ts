@@ -92,12 +92,24 @@ export const replicaMachine = setup({
     tellFailed: emit(({ context }) => ({
       type: 'out' as const,
       to: 'placement',
-      msg: { type: 'replica.failed', replica: context.id, epoch: context.epoch, gpus: [...context.gpus], failedGpus: [...context.failedGpus] },
+      msg: {
+        type: 'replica.failed',
+        replica: context.id,
+        epoch: context.epoch,
+        gpus: [...context.gpus],
+        failedGpus: [...context.failedGpus],
+      },
     })),
     tellStopped: emit(({ context }) => ({
       type: 'out' as const,
       to: 'placement',
-      msg: { type: 'replica.stopped', replica: context.id, epoch: context.epoch, gpus: [...context.gpus], failedGpus: [...context.failedGpus] },
+      msg: {
+        type: 'replica.stopped',
+        replica: context.id,
+        epoch: context.epoch,
+        gpus: [...context.gpus],
+        failedGpus: [...context.failedGpus],
+      },
     })),
     nextStep: assign({
       step: ({ context }) => context.step + 1,
@@ -106,15 +118,18 @@ export const replicaMachine = setup({
     }),
     countRank: assign({ pendingRanks: ({ context }) => context.pendingRanks - 1 }),
     addFailedGpu: assign({
-      failedGpus: ({ context, event }) => (event.type === 'gpu.failed' ? [...context.failedGpus, event.gpu] : context.failedGpus),
+      failedGpus: ({ context, event }) =>
+        event.type === 'gpu.failed' ? [...context.failedGpus, event.gpu] : context.failedGpus,
     }),
     countLoaded: assign({
       loaded: ({ context }) => context.loaded + 1,
-      loadedGpus: ({ context, event }) => (event.type === 'gpu.loaded' ? [...context.loadedGpus, event.gpu] : context.loadedGpus),
+      loadedGpus: ({ context, event }) =>
+        event.type === 'gpu.loaded' ? [...context.loadedGpus, event.gpu] : context.loadedGpus,
     }),
     countReleased: assign({
       released: ({ context }) => context.released + 1,
-      releasedGpus: ({ context, event }) => (event.type === 'gpu.released' ? [...context.releasedGpus, event.gpu] : context.releasedGpus),
+      releasedGpus: ({ context, event }) =>
+        event.type === 'gpu.released' ? [...context.releasedGpus, event.gpu] : context.releasedGpus,
     }),
   },
   delays: {
@@ -126,9 +141,13 @@ export const replicaMachine = setup({
       event.epoch === context.gpuEpoch &&
       !context.loadedGpus.includes(event.gpu) &&
       context.loaded + 1 >= context.gpus.length,
-    loadedOne: ({ context, event }) => event.type === 'gpu.loaded' && event.epoch === context.gpuEpoch && !context.loadedGpus.includes(event.gpu),
+    loadedOne: ({ context, event }) =>
+      event.type === 'gpu.loaded' && event.epoch === context.gpuEpoch && !context.loadedGpus.includes(event.gpu),
     rankOfStep: ({ context, event }) =>
-      event.type === 'step.completed' && event.epoch === context.epoch && event.step === context.step && context.pendingRanks > 0,
+      event.type === 'step.completed' &&
+      event.epoch === context.epoch &&
+      event.step === context.step &&
+      context.pendingRanks > 0,
     lastRankOfStep: ({ context, event }) =>
       event.type === 'step.completed' &&
       event.epoch === context.epoch &&

@@ -173,7 +173,11 @@ export const requestMachine = setup({
         'request.prefillStarted': 'prefilling',
         'request.preempted': {
           target: 'requeued',
-          actions: assign({ preemptions: ({ context }) => context.preemptions + 1, queuedAt: ({ event }) => event.t, requeueCode: 'expired' }),
+          actions: assign({
+            preemptions: ({ context }) => context.preemptions + 1,
+            queuedAt: ({ event }) => event.t,
+            requeueCode: 'expired',
+          }),
         },
       },
     },
@@ -182,11 +186,17 @@ export const requestMachine = setup({
       on: {
         'request.firstToken': {
           target: 'decoding',
-          actions: assign({ firstTokenAt: ({ context, event }) => (context.firstTokenAt < 0 ? event.t : context.firstTokenAt) }),
+          actions: assign({
+            firstTokenAt: ({ context, event }) => (context.firstTokenAt < 0 ? event.t : context.firstTokenAt),
+          }),
         },
         'request.preempted': {
           target: 'requeued',
-          actions: assign({ preemptions: ({ context }) => context.preemptions + 1, queuedAt: ({ event }) => event.t, requeueCode: 'expired' }),
+          actions: assign({
+            preemptions: ({ context }) => context.preemptions + 1,
+            queuedAt: ({ event }) => event.t,
+            requeueCode: 'expired',
+          }),
         },
       },
     },
@@ -199,7 +209,11 @@ export const requestMachine = setup({
         },
         'request.preempted': {
           target: 'requeued',
-          actions: assign({ preemptions: ({ context }) => context.preemptions + 1, queuedAt: ({ event }) => event.t, requeueCode: 'expired' }),
+          actions: assign({
+            preemptions: ({ context }) => context.preemptions + 1,
+            queuedAt: ({ event }) => event.t,
+            requeueCode: 'expired',
+          }),
         },
       },
     },
@@ -210,7 +224,9 @@ export const requestMachine = setup({
       entry: [
         assign({
           deadlineAt: ({ context }) =>
-            context.scheduledAt < 0 ? context.receivedAt + context.queueBudgetMs : context.queuedAt + context.resumeBudgetMs,
+            context.scheduledAt < 0
+              ? context.receivedAt + context.queueBudgetMs
+              : context.queuedAt + context.resumeBudgetMs,
           requeueCode: ({ context }) => (context.scheduledAt < 0 ? 'expired' : context.requeueCode),
         }),
         'armDeadline',
@@ -224,7 +240,10 @@ export const requestMachine = setup({
         'request.deadline': {
           guard: 'currentDeadline',
           target: 'failed',
-          actions: [assign({ code: ({ context }) => context.requeueCode, message: 'could not resume within its budget' }), 'withdraw'],
+          actions: [
+            assign({ code: ({ context }) => context.requeueCode, message: 'could not resume within its budget' }),
+            'withdraw',
+          ],
         },
         'request.cancel': { target: 'cancelled', actions: [assign({ code: 'cancelled' }), 'withdraw'] },
       },
@@ -264,5 +283,10 @@ export const requestMachine = setup({
       actions: [assign({ code: 'cancelled', finishedAt: ({ event }) => event.t }), 'withdraw'],
     },
   },
-  output: ({ context }) => ({ id: context.id, outcome: context.outcome ?? 'failed', code: context.code, tokens: context.tokens }),
+  output: ({ context }) => ({
+    id: context.id,
+    outcome: context.outcome ?? 'failed',
+    code: context.code,
+    tokens: context.tokens,
+  }),
 });

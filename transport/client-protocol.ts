@@ -51,10 +51,20 @@ const failureFields = { code, message: str({ max: 2000 }), retryable: bool(), re
 
 /** Messages the server sends. Every accepted request ends with exactly one `done` or `error` carrying its id. */
 export const serverMessageSchema = union('type', {
-  hello: obj({ protocol: int({ min: 0 }), server: name, backend: oneOf('simulated', 'engine'), models: arr(name, { max: 64 }) }),
+  hello: obj({
+    protocol: int({ min: 0 }),
+    server: name,
+    backend: oneOf('simulated', 'engine'),
+    models: arr(name, { max: 64 }),
+  }),
   accepted: obj({ id: reqId, request: name, model: name, version: str({ max: 50 }) }),
   rejected: obj({ id: reqId, ...failureFields }),
-  tokens: obj({ id: reqId, seq: count, n: int({ min: 1, max: 10_000_000 }), text: optional(str({ max: 4 * 1024 * 1024 })) }),
+  tokens: obj({
+    id: reqId,
+    seq: count,
+    n: int({ min: 1, max: 10_000_000 }),
+    text: optional(str({ max: 4 * 1024 * 1024 })),
+  }),
   done: obj({
     id: reqId,
     finishReason: oneOf('length', 'stop'),
@@ -74,7 +84,13 @@ export const serverFrameSchema = arr(serverMessageSchema, { min: 1, max: 100_000
 const clientFrameArray = arr(clientMessageSchema, { min: 1, max: MAX_MESSAGES_PER_FRAME });
 
 /** Limits for client frames: small frames, shallow nesting. */
-export const CLIENT_FRAME_LIMITS: CodecLimits = Object.freeze({ ...DEFAULT_LIMITS, maxBytes: 1024 * 1024, maxDepth: 8, maxArrayLength: MAX_MESSAGES_PER_FRAME, maxMapSize: 32 });
+export const CLIENT_FRAME_LIMITS: CodecLimits = Object.freeze({
+  ...DEFAULT_LIMITS,
+  maxBytes: 1024 * 1024,
+  maxDepth: 8,
+  maxArrayLength: MAX_MESSAGES_PER_FRAME,
+  maxMapSize: 32,
+});
 
 /** Why a frame was refused. */
 export interface FrameError {
@@ -109,16 +125,23 @@ export function decodeFrame<T>(
 ): { ok: true; messages: T[] } | { ok: false; error: FrameError } {
   let value: unknown;
   if (format === 'json') {
-    if (typeof data !== 'string') return { ok: false, error: { code: 'invalid_request', message: 'binary frame on a JSON connection' } };
-    if (data.length > limits.maxBytes) return { ok: false, error: { code: 'invalid_request', message: `frame of ${data.length} characters exceeds ${limits.maxBytes}` } };
-    if (jsonTooDeep(data, limits.maxDepth)) return { ok: false, error: { code: 'invalid_request', message: `frame nests deeper than ${limits.maxDepth}` } };
+    if (typeof data !== 'string')
+      return { ok: false, error: { code: 'invalid_request', message: 'binary frame on a JSON connection' } };
+    if (data.length > limits.maxBytes)
+      return {
+        ok: false,
+        error: { code: 'invalid_request', message: `frame of ${data.length} characters exceeds ${limits.maxBytes}` },
+      };
+    if (jsonTooDeep(data, limits.maxDepth))
+      return { ok: false, error: { code: 'invalid_request', message: `frame nests deeper than ${limits.maxDepth}` } };
     try {
       value = JSON.parse(data);
     } catch (e) {
       return { ok: false, error: { code: 'invalid_request', message: `not JSON: ${(e as Error).message}` } };
     }
   } else {
-    if (typeof data === 'string') return { ok: false, error: { code: 'invalid_request', message: 'text frame on a msgpack connection' } };
+    if (typeof data === 'string')
+      return { ok: false, error: { code: 'invalid_request', message: 'text frame on a msgpack connection' } };
     const d = decodeUntrusted(data, limits);
     if (!d.ok) return { ok: false, error: { code: 'invalid_request', message: `${d.error.code}: ${d.error.message}` } };
     value = d.value;
@@ -129,13 +152,23 @@ export function decodeFrame<T>(
 }
 
 /** Decodes a client frame. */
-export function decodeClientFrame(data: Uint8Array | string, format: FrameFormat): ReturnType<typeof decodeFrame<ClientMessage>> {
+export function decodeClientFrame(
+  data: Uint8Array | string,
+  format: FrameFormat,
+): ReturnType<typeof decodeFrame<ClientMessage>> {
   return decodeFrame(data, format, clientMessageSchema, clientFrameArray);
 }
 
 /** Decodes a server frame (the client's side); server frames are larger, so the default codec limits apply. */
-export function decodeServerFrame(data: Uint8Array | string, format: FrameFormat): ReturnType<typeof decodeFrame<ServerMessage>> {
-  return decodeFrame(data, format, serverMessageSchema, serverFrameSchema, { ...DEFAULT_LIMITS, maxBytes: 16 * 1024 * 1024, maxStringBytes: 4 * 1024 * 1024 });
+export function decodeServerFrame(
+  data: Uint8Array | string,
+  format: FrameFormat,
+): ReturnType<typeof decodeFrame<ServerMessage>> {
+  return decodeFrame(data, format, serverMessageSchema, serverFrameSchema, {
+    ...DEFAULT_LIMITS,
+    maxBytes: 16 * 1024 * 1024,
+    maxStringBytes: 4 * 1024 * 1024,
+  });
 }
 
 /** Encodes a frame (one message or an array) in the connection's format. */

@@ -45,7 +45,11 @@ export const CODEC_ERROR_CODES: ReadonlySet<string> = new Set<CodecErrorCode>([
 ]);
 
 // A refused frame: the code, a human-readable reason, and for invalid_message the schema path.
-export interface CodecError { code: CodecErrorCode; message: string; path?: string }
+export interface CodecError {
+  code: CodecErrorCode;
+  message: string;
+  path?: string;
+}
 
 // Outcome of decoding: the value, or a typed refusal. Decoding never throws.
 export type DecodeResult<T> = { ok: true; value: T } | { ok: false; error: CodecError };
@@ -94,11 +98,35 @@ for (let t = 0x80; t <= 0x8f; t++) CLASS[t] = FIXMAP;
 for (let t = 0x90; t <= 0x9f; t++) CLASS[t] = FIXARRAY;
 for (let t = 0xa0; t <= 0xbf; t++) CLASS[t] = FIXSTR;
 for (const [t, cls, header] of [
-  [0xc1, NEVER_USED, 0], [0xc4, BIN, 1], [0xc5, BIN, 2], [0xc6, BIN, 4],
-  [0xc7, EXT, 0], [0xc8, EXT, 0], [0xc9, EXT, 0], [0xca, 4, 0], [0xcb, 8, 0],
-  [0xcc, 1, 0], [0xcd, 2, 0], [0xce, 4, 0], [0xcf, INT64, 0], [0xd0, 1, 0], [0xd1, 2, 0], [0xd2, 4, 0], [0xd3, INT64, 0],
-  [0xd4, EXT, 0], [0xd5, EXT, 0], [0xd6, EXT, 0], [0xd7, EXT, 0], [0xd8, EXT, 0],
-  [0xd9, STR, 1], [0xda, STR, 2], [0xdb, STR, 4], [0xdc, ARRAY, 2], [0xdd, ARRAY, 4], [0xde, MAP, 2], [0xdf, MAP, 4],
+  [0xc1, NEVER_USED, 0],
+  [0xc4, BIN, 1],
+  [0xc5, BIN, 2],
+  [0xc6, BIN, 4],
+  [0xc7, EXT, 0],
+  [0xc8, EXT, 0],
+  [0xc9, EXT, 0],
+  [0xca, 4, 0],
+  [0xcb, 8, 0],
+  [0xcc, 1, 0],
+  [0xcd, 2, 0],
+  [0xce, 4, 0],
+  [0xcf, INT64, 0],
+  [0xd0, 1, 0],
+  [0xd1, 2, 0],
+  [0xd2, 4, 0],
+  [0xd3, INT64, 0],
+  [0xd4, EXT, 0],
+  [0xd5, EXT, 0],
+  [0xd6, EXT, 0],
+  [0xd7, EXT, 0],
+  [0xd8, EXT, 0],
+  [0xd9, STR, 1],
+  [0xda, STR, 2],
+  [0xdb, STR, 4],
+  [0xdc, ARRAY, 2],
+  [0xdd, ARRAY, 4],
+  [0xde, MAP, 2],
+  [0xdf, MAP, 4],
 ] as const) {
   CLASS[t] = cls;
   HEADER[t] = header;
@@ -118,21 +146,57 @@ function refusal(code: CodecErrorCode, message: string): Refusal {
 function isForbiddenKey(b: Uint8Array, at: number, len: number): boolean {
   if (len === 9) {
     // __proto__ / prototype
-    if (b[at] === 0x5f && b[at + 1] === 0x5f && b[at + 2] === 0x70 && b[at + 3] === 0x72 && b[at + 4] === 0x6f &&
-      b[at + 5] === 0x74 && b[at + 6] === 0x6f && b[at + 7] === 0x5f && b[at + 8] === 0x5f) return true;
-    return b[at] === 0x70 && b[at + 1] === 0x72 && b[at + 2] === 0x6f && b[at + 3] === 0x74 && b[at + 4] === 0x6f &&
-      b[at + 5] === 0x74 && b[at + 6] === 0x79 && b[at + 7] === 0x70 && b[at + 8] === 0x65;
+    if (
+      b[at] === 0x5f &&
+      b[at + 1] === 0x5f &&
+      b[at + 2] === 0x70 &&
+      b[at + 3] === 0x72 &&
+      b[at + 4] === 0x6f &&
+      b[at + 5] === 0x74 &&
+      b[at + 6] === 0x6f &&
+      b[at + 7] === 0x5f &&
+      b[at + 8] === 0x5f
+    )
+      return true;
+    return (
+      b[at] === 0x70 &&
+      b[at + 1] === 0x72 &&
+      b[at + 2] === 0x6f &&
+      b[at + 3] === 0x74 &&
+      b[at + 4] === 0x6f &&
+      b[at + 5] === 0x74 &&
+      b[at + 6] === 0x79 &&
+      b[at + 7] === 0x70 &&
+      b[at + 8] === 0x65
+    );
   }
   // constructor
-  return len === 11 && b[at] === 0x63 && b[at + 1] === 0x6f && b[at + 2] === 0x6e && b[at + 3] === 0x73 &&
-    b[at + 4] === 0x74 && b[at + 5] === 0x72 && b[at + 6] === 0x75 && b[at + 7] === 0x63 && b[at + 8] === 0x74 &&
-    b[at + 9] === 0x6f && b[at + 10] === 0x72;
+  return (
+    len === 11 &&
+    b[at] === 0x63 &&
+    b[at + 1] === 0x6f &&
+    b[at + 2] === 0x6e &&
+    b[at + 3] === 0x73 &&
+    b[at + 4] === 0x74 &&
+    b[at + 5] === 0x72 &&
+    b[at + 6] === 0x75 &&
+    b[at + 7] === 0x63 &&
+    b[at + 8] === 0x74 &&
+    b[at + 9] === 0x6f &&
+    b[at + 10] === 0x72
+  );
 }
 
 function readLength(b: Uint8Array, at: number, size: number): number {
   if (size === 1) return b[at] as number;
   if (size === 2) return ((b[at] as number) << 8) | (b[at + 1] as number);
-  return (((b[at] as number) << 24) | ((b[at + 1] as number) << 16) | ((b[at + 2] as number) << 8) | (b[at + 3] as number)) >>> 0;
+  return (
+    (((b[at] as number) << 24) |
+      ((b[at + 1] as number) << 16) |
+      ((b[at + 2] as number) << 8) |
+      (b[at + 3] as number)) >>>
+    0
+  );
 }
 
 function ensureStack(depth: number): void {
@@ -163,7 +227,8 @@ function nonStringKey(at: number): Refusal {
 // declared length is checked against the limits and the bytes left before anything is skipped.
 function scan(b: Uint8Array, limits: CodecLimits): Refusal | null {
   const end = b.length;
-  if (end > limits.maxBytes) return refusal('frame_too_large', `frame of ${end} bytes exceeds maxBytes ${limits.maxBytes}`);
+  if (end > limits.maxBytes)
+    return refusal('frame_too_large', `frame of ${end} bytes exceeds maxBytes ${limits.maxBytes}`);
   const { maxDepth, maxArrayLength, maxMapSize, maxStringBytes } = limits;
   let pos = 0;
   let depth = 0;
@@ -208,7 +273,8 @@ function scan(b: Uint8Array, limits: CodecLimits): Refusal | null {
         if (n > maxArrayLength) return tooLong('array', n, 'items', at, 'maxArrayLength', maxArrayLength);
         if (n > end - pos) return truncated(at);
       }
-      if (depth >= maxDepth) return refusal('too_deep', `container at byte ${at} nests deeper than maxDepth ${maxDepth}`);
+      if (depth >= maxDepth)
+        return refusal('too_deep', `container at byte ${at} nests deeper than maxDepth ${maxDepth}`);
       if (n > 0) {
         depth++;
         ensureStack(depth);
@@ -286,7 +352,11 @@ export function decodeUntrusted(bytes: Uint8Array, limits: CodecLimits = DEFAULT
 }
 
 // Decodes an untrusted frame and validates it against the schema. Never throws.
-export function decodeMessage<T>(bytes: Uint8Array, schema: Schema<T>, limits: CodecLimits = DEFAULT_LIMITS): DecodeResult<T> {
+export function decodeMessage<T>(
+  bytes: Uint8Array,
+  schema: Schema<T>,
+  limits: CodecLimits = DEFAULT_LIMITS,
+): DecodeResult<T> {
   const decoded = decodeUntrusted(bytes, limits);
   if (!decoded.ok) return decoded;
   const checked = validate(schema, decoded.value);

@@ -21,7 +21,13 @@ const stepShape = obj({
 export const nodeMessageSchema = union('type', {
   'node.register': obj({ node: id, protocol: int({ min: 0 }), gpus: arr(gpu, { max: 64 }), epoch }),
   // The control plane's settings for the node: health heartbeat period, repair time, co-location lanes per GPU.
-  'node.registered': obj({ node: id, epoch, heartbeatMs: optional(ms), repairMs: optional(ms), lanes: optional(int({ min: 1, max: 8 })) }),
+  'node.registered': obj({
+    node: id,
+    epoch,
+    heartbeatMs: optional(ms),
+    repairMs: optional(ms),
+    lanes: optional(int({ min: 1, max: 8 })),
+  }),
   // `gpus`: the devices that answered the node's health check since the last heartbeat.
   'node.heartbeat': obj({ node: id, epoch, t: ms, gpus: optional(arr(gpu, { max: 128 })) }),
   'gpu.assign': obj({
@@ -42,7 +48,11 @@ export const nodeMessageSchema = union('type', {
   // A fault on a free GPU reports replica null.
   'gpu.failed': obj({ gpu, code: id, replica: optional(nullable(id)), epoch: optional(epoch) }),
   // `silent`: the device stops answering (health checks and steps), as a crashed GPU does.
-  'gpu.inject': obj({ gpu, fault: oneOf('fault', 'hang', 'straggle', 'repair', 'silent'), factor: optional(num({ min: 1, max: 100 })) }),
+  'gpu.inject': obj({
+    gpu,
+    fault: oneOf('fault', 'hang', 'straggle', 'repair', 'silent'),
+    factor: optional(num({ min: 1, max: 100 })),
+  }),
   // The control plane declares a device failed (missed heartbeats, a hung rank): the node takes it out of service.
   'gpu.fence': obj({ gpu, code: id }),
   'step.execute': obj({ replica: id, epoch, step: count, gpus: arr(gpu, { min: 1, max: 64 }), shape: stepShape }),

@@ -2,13 +2,21 @@
 // success: a ValidationFailure (and its path) is only built on the way back up from the first mismatch.
 
 // What a failed check reports: the expectation, a description of the value, path segments leaf-first.
-export interface ValidationFailure { expected: string; got: string; segs: string[] }
+export interface ValidationFailure {
+  expected: string;
+  got: string;
+  segs: string[];
+}
 
 // A compiled check: null when the value conforms, otherwise the first failure found.
 export type Validator = (v: unknown) => ValidationFailure | null;
 
 // The error handed to callers when a message does not conform to its schema.
-export interface SchemaError { code: 'invalid_message'; path: string; message: string }
+export interface SchemaError {
+  code: 'invalid_message';
+  path: string;
+  message: string;
+}
 
 // Outcome of validate(): the value typed as T, or the first mismatch with its path.
 export type ValidateResult<T> = { ok: true; value: T } | { ok: false; error: SchemaError };
@@ -24,13 +32,17 @@ export interface Schema<T> {
 }
 
 // A schema whose field may be absent in an enclosing obj(); produced by optional().
-export interface OptionalSchema<T> extends Schema<T | undefined> { readonly isOptional: true }
+export interface OptionalSchema<T> extends Schema<T | undefined> {
+  readonly isOptional: true;
+}
 
 // The field map accepted by obj().
 export type Fields = { readonly [key: string]: Schema<unknown> };
 
 // A schema built by obj(); union() needs its fields to add the discriminant.
-export interface ObjSchema<F extends Fields> extends Schema<ObjType<F>> { readonly fields: F }
+export interface ObjSchema<F extends Fields> extends Schema<ObjType<F>> {
+  readonly fields: F;
+}
 
 // The static type a schema validates.
 export type Infer<S> = S extends Schema<infer T> ? T : never;
@@ -132,16 +144,27 @@ export function validate<T>(schema: Schema<T>, value: unknown): ValidateResult<T
   try {
     f = schema.check(value);
   } catch (e) {
-    return { ok: false, error: { code: 'invalid_message', path: '$', message: `value could not be inspected: ${e instanceof Error ? e.name : typeof e}` } };
+    return {
+      ok: false,
+      error: {
+        code: 'invalid_message',
+        path: '$',
+        message: `value could not be inspected: ${e instanceof Error ? e.name : typeof e}`,
+      },
+    };
   }
   if (f === null) return { ok: true, value: value as T };
-  return { ok: false, error: { code: 'invalid_message', path: toPath(f.segs), message: `expected ${f.expected}, got ${f.got}` } };
+  return {
+    ok: false,
+    error: { code: 'invalid_message', path: toPath(f.segs), message: `expected ${f.expected}, got ${f.got}` },
+  };
 }
 
 // A string, optionally bounded in UTF-16 length and matched against a pattern (flags g and y refused).
 export function str(opts: { min?: number; max?: number; pattern?: RegExp } = {}): Schema<string> {
   const { min = 0, max = Infinity, pattern } = opts;
-  if (pattern !== undefined && (pattern.global || pattern.sticky)) throw new TypeError('str(): pattern must not use the g or y flag');
+  if (pattern !== undefined && (pattern.global || pattern.sticky))
+    throw new TypeError('str(): pattern must not use the g or y flag');
   const expected = `string${lengthBounds(opts.min, opts.max)}`;
   const expectedPattern = pattern === undefined ? expected : `${expected} matching ${String(pattern)}`;
   return make('str', (v) => {
@@ -155,14 +178,18 @@ export function str(opts: { min?: number; max?: number; pattern?: RegExp } = {})
 export function int(opts: { min?: number; max?: number } = {}): Schema<number> {
   const { min = -Infinity, max = Infinity } = opts;
   const expected = `safe integer${bounds(opts.min, opts.max)}`;
-  return make('int', (v) => (Number.isSafeInteger(v) && (v as number) >= min && (v as number) <= max ? null : fail(expected, v)));
+  return make('int', (v) =>
+    Number.isSafeInteger(v) && (v as number) >= min && (v as number) <= max ? null : fail(expected, v),
+  );
 }
 
 // A finite number (NaN and ±Infinity refused), optionally bounded.
 export function num(opts: { min?: number; max?: number } = {}): Schema<number> {
   const { min = -Infinity, max = Infinity } = opts;
   const expected = `finite number${bounds(opts.min, opts.max)}`;
-  return make('num', (v) => (typeof v === 'number' && Number.isFinite(v) && v >= min && v <= max ? null : fail(expected, v)));
+  return make('num', (v) =>
+    typeof v === 'number' && Number.isFinite(v) && v >= min && v <= max ? null : fail(expected, v),
+  );
 }
 
 // true or false.
@@ -245,7 +272,13 @@ export function obj<const F extends Fields>(fields: F, opts: { strict?: boolean 
 // Also accepts undefined; as an obj() field, the key may be absent.
 export function optional<T>(schema: Schema<T>): OptionalSchema<T> {
   const inner = schema.check;
-  return { kind: 'optional', check: (v) => (v === undefined ? null : inner(v)), isOptional: true, fields: null, strict: false };
+  return {
+    kind: 'optional',
+    check: (v) => (v === undefined ? null : inner(v)),
+    isOptional: true,
+    fields: null,
+    strict: false,
+  };
 }
 
 // Also accepts null.
@@ -258,7 +291,11 @@ type RecordOpts = { max?: number };
 
 // A string-keyed map of values; an optional key schema constrains keys; max bounds the entry count.
 export function record<V>(value: Schema<V>, opts?: RecordOpts): Schema<{ [key: string]: V }>;
-export function record<K extends string, V>(key: Schema<K>, value: Schema<V>, opts?: RecordOpts): Schema<Partial<Record<K, V>>>;
+export function record<K extends string, V>(
+  key: Schema<K>,
+  value: Schema<V>,
+  opts?: RecordOpts,
+): Schema<Partial<Record<K, V>>>;
 export function record(a: Schema<unknown>, b?: Schema<unknown> | RecordOpts, c?: RecordOpts): Schema<unknown> {
   const hasKeySchema = b !== undefined && 'check' in b;
   const keyCheck = hasKeySchema ? a.check : null;
@@ -302,7 +339,8 @@ export function union<const Tag extends string, const V extends { readonly [name
   for (const name of names) {
     const variant = variants[name] as ObjSchema<Fields>;
     if (variant.kind !== 'obj') throw new TypeError(`union(): variant ${name} must be an obj() schema`);
-    if (hasOwn(variant.fields, tag)) throw new TypeError(`union(): variant ${name} must not declare the tag field ${tag}`);
+    if (hasOwn(variant.fields, tag))
+      throw new TypeError(`union(): variant ${name} must not declare the tag field ${tag}`);
     checks.set(name, obj({ ...variant.fields, [tag]: lit(name) }, { strict: variant.strict }).check);
   }
   const expectedTag = `one of ${names.map((x) => JSON.stringify(x)).join(' | ')}`;
@@ -324,5 +362,7 @@ export function union<const Tag extends string, const V extends { readonly [name
 export function bytes(opts: { min?: number; max?: number } = {}): Schema<Uint8Array> {
   const { min = 0, max = Infinity } = opts;
   const expected = `bytes${lengthBounds(opts.min, opts.max)}`;
-  return make('bytes', (v) => (v instanceof Uint8Array && v.byteLength >= min && v.byteLength <= max ? null : fail(expected, v)));
+  return make('bytes', (v) =>
+    v instanceof Uint8Array && v.byteLength >= min && v.byteLength <= max ? null : fail(expected, v),
+  );
 }

@@ -1,9 +1,9 @@
 // The in-process link of the simulator: messages are batched per instant into one frame (as the WebSocket link
 // batches a tick's messages), encoded and decoded by the real codec, validated against the protocol schema, and
 // delivered in (time, sequence) order with a seeded latency, FIFO per direction.
-import type { Clock } from '../actors/runtime/clock.ts';
-import type { Rng } from '../actors/runtime/rng.ts';
-import type { Msg, Runtime } from '../actors/runtime/system.ts';
+import type { Clock } from '../runtime/clock.ts';
+import type { Rng } from '../runtime/rng.ts';
+import type { Msg, Runtime } from '../runtime/system.ts';
 import { decodeMessage, encode } from './codec.ts';
 import { nodeMessageSchema } from './protocol.ts';
 import { arr, obj, str } from './schema.ts';

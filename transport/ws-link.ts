@@ -1,6 +1,6 @@
 // The node link over a WebSocket: the messages a runtime sends in one tick travel as one msgpack frame (an array of
 // envelopes), and every incoming frame is decoded by the hardened codec and validated before any envelope is delivered.
-import type { Msg } from '../actors/runtime/system.ts';
+import type { Msg } from '../runtime/system.ts';
 import { decodeMessage, encode } from './codec.ts';
 import { nodeMessageSchema, type NodeMessage } from './protocol.ts';
 import { arr, obj, str, type Infer } from './schema.ts';
@@ -59,7 +59,17 @@ export interface Link {
 
 /** Runs the node protocol over `peer`. */
 export function createLink(peer: WsPeer, opts: LinkOptions): Link {
-  const stats: LinkStats = { framesIn: 0, framesOut: 0, messagesIn: 0, messagesOut: 0, bytesIn: 0, bytesOut: 0, refused: 0, misaddressed: 0, dropped: 0 };
+  const stats: LinkStats = {
+    framesIn: 0,
+    framesOut: 0,
+    messagesIn: 0,
+    messagesOut: 0,
+    bytesIn: 0,
+    bytesOut: 0,
+    refused: 0,
+    misaddressed: 0,
+    dropped: 0,
+  };
   let queue: { to: string; msg: Msg }[] = [];
   let scheduled = false;
 
@@ -95,7 +105,9 @@ export function createLink(peer: WsPeer, opts: LinkOptions): Link {
     const frame = decodeMessage(data, nodeFrameSchema);
     if (!frame.ok) {
       stats.refused++;
-      opts.onRefused?.(`${frame.error.code}: ${frame.error.message}${frame.error.path ? ` at ${frame.error.path}` : ''}`);
+      opts.onRefused?.(
+        `${frame.error.code}: ${frame.error.message}${frame.error.path ? ` at ${frame.error.path}` : ''}`,
+      );
       return;
     }
     for (const e of frame.value) {

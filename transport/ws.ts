@@ -4,7 +4,7 @@ import type { IncomingMessage, Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { WebSocket, WebSocketServer, type RawData } from 'ws';
-import type { Clock, TimerId } from '../actors/runtime/clock.ts';
+import type { Clock, TimerId } from '../runtime/clock.ts';
 
 /** Largest message (the sum of its fragments) a peer may send: 1 MiB, the codec's own frame limit. */
 export const DEFAULT_MAX_PAYLOAD = 1024 * 1024;
@@ -157,7 +157,12 @@ interface Live {
 }
 
 /** Wraps a ws socket as a WsPeer; the heartbeat set (when given) tracks it until it closes. */
-function wrap(ws: WebSocket, remote: string, limits: Required<Pick<WsLimits, 'maxBufferedBytes' | 'highWaterBytes'>> & Pick<WsLimits, 'log'>, live: Set<Live> | null): WsPeer {
+function wrap(
+  ws: WebSocket,
+  remote: string,
+  limits: Required<Pick<WsLimits, 'maxBufferedBytes' | 'highWaterBytes'>> & Pick<WsLimits, 'log'>,
+  live: Set<Live> | null,
+): WsPeer {
   let onMessage: ((d: Uint8Array | string) => void) | null = null;
   let onClose: ((code: number, reason: string) => void) | null = null;
   const early: (Uint8Array | string)[] = [];
@@ -193,7 +198,9 @@ function wrap(ws: WebSocket, remote: string, limits: Required<Pick<WsLimits, 'ma
     send: (data) => {
       if (ws.readyState !== WebSocket.OPEN) return false;
       if (ws.bufferedAmount > limits.maxBufferedBytes) {
-        limits.log?.(`cutting off ${remote}: ${ws.bufferedAmount} bytes queued, over the ${limits.maxBufferedBytes} cap`);
+        limits.log?.(
+          `cutting off ${remote}: ${ws.bufferedAmount} bytes queued, over the ${limits.maxBufferedBytes} cap`,
+        );
         ws.close(CLOSE.slowConsumer, 'too slow reading');
         ws.terminate();
         return false;
@@ -255,7 +262,9 @@ function startHeartbeat(clock: Clock, ms: number, live: Set<Live>, log?: (line: 
 
 function refuse(socket: Duplex, status: number, text: string, extra = ''): void {
   if (socket.writable) {
-    socket.end(`HTTP/1.1 ${status} ${text}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(text)}\r\n${extra}\r\n${text}`);
+    socket.end(
+      `HTTP/1.1 ${status} ${text}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(text)}\r\n${extra}\r\n${text}`,
+    );
   }
   socket.destroy();
 }
@@ -263,7 +272,11 @@ function refuse(socket: Duplex, status: number, text: string, extra = ''): void 
 /** Serves WebSocket routes on an HTTP server: every upgrade is checked (path, Origin, bearer token, subprotocol) before it is accepted. */
 export function attachWsServer(server: Server, opts: WsServerOptions): WsServer {
   const maxPayload = opts.maxPayload ?? DEFAULT_MAX_PAYLOAD;
-  const limits = { maxBufferedBytes: opts.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED, highWaterBytes: opts.highWaterBytes ?? DEFAULT_HIGH_WATER, ...(opts.log ? { log: opts.log } : {}) };
+  const limits = {
+    maxBufferedBytes: opts.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED,
+    highWaterBytes: opts.highWaterBytes ?? DEFAULT_HIGH_WATER,
+    ...(opts.log ? { log: opts.log } : {}),
+  };
   const live = new Set<Live>();
   const servers = new Map<string, WebSocketServer>();
   const wssFor = (path: string, route: WsRoute): WebSocketServer => {
@@ -303,14 +316,18 @@ export function attachWsServer(server: Server, opts: WsServerOptions): WsServer 
     const route = Object.hasOwn(opts.routes, path) ? opts.routes[path] : undefined;
     if (!route) return refuse(socket, 404, 'Not Found');
     if (opts.checkOrigin && !opts.checkOrigin(req.headers.origin, req)) return refuse(socket, 403, 'Forbidden');
-    if (route.tokens && !route.tokens.has(bearerToken(req))) return refuse(socket, 401, 'Unauthorized', 'WWW-Authenticate: Bearer\r\n');
+    if (route.tokens && !route.tokens.has(bearerToken(req)))
+      return refuse(socket, 401, 'Unauthorized', 'WWW-Authenticate: Bearer\r\n');
     if (route.protocols && route.protocols.length > 0) {
-      const asked = String(req.headers['sec-websocket-protocol'] ?? '').split(',').map((s) => s.trim());
+      const asked = String(req.headers['sec-websocket-protocol'] ?? '')
+        .split(',')
+        .map((s) => s.trim());
       if (!route.protocols.some((p) => asked.includes(p))) {
         return refuse(socket, 400, `Bad Request: ask for one of the subprotocols ${route.protocols.join(', ')}`);
       }
     }
-    if (opts.maxConnections !== undefined && count >= opts.maxConnections) return refuse(socket, 503, 'Service Unavailable', 'Retry-After: 1\r\n');
+    if (opts.maxConnections !== undefined && count >= opts.maxConnections)
+      return refuse(socket, 503, 'Service Unavailable', 'Retry-After: 1\r\n');
     wssFor(path, route).handleUpgrade(req, socket, head, (ws) => {
       count++;
       ws.on('close', () => {
@@ -342,8 +359,15 @@ export interface WsConnectOptions extends WsLimits {
 }
 
 /** Opens a WebSocket to `url`; resolves with the peer or a typed error (never rejects). */
-export function connectWs(url: string, opts: WsConnectOptions): Promise<{ ok: true; peer: WsPeer } | { ok: false; error: WsConnectError }> {
-  const limits = { maxBufferedBytes: opts.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED, highWaterBytes: opts.highWaterBytes ?? DEFAULT_HIGH_WATER, ...(opts.log ? { log: opts.log } : {}) };
+export function connectWs(
+  url: string,
+  opts: WsConnectOptions,
+): Promise<{ ok: true; peer: WsPeer } | { ok: false; error: WsConnectError }> {
+  const limits = {
+    maxBufferedBytes: opts.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED,
+    highWaterBytes: opts.highWaterBytes ?? DEFAULT_HIGH_WATER,
+    ...(opts.log ? { log: opts.log } : {}),
+  };
   return new Promise((resolve) => {
     let settled = false;
     const settle = (v: { ok: true; peer: WsPeer } | { ok: false; error: WsConnectError }): void => {
@@ -375,7 +399,11 @@ export function connectWs(url: string, opts: WsConnectOptions): Promise<{ ok: tr
       const status = res.statusCode ?? 0;
       settle({
         ok: false,
-        error: { code: status === 401 || status === 403 ? 'unauthorized' : 'http_error', status, message: `upgrade refused with HTTP ${status}` },
+        error: {
+          code: status === 401 || status === 403 ? 'unauthorized' : 'http_error',
+          status,
+          message: `upgrade refused with HTTP ${status}`,
+        },
       });
       res.resume();
       ws.terminate();

@@ -246,7 +246,8 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       if (plan.tokens >= limits.tokenBudget) break;
       // Victims come from the end of `running`, past i, so nothing already in the plan is preempted.
       while (!grow(s, s.computed + 1)) {
-        if (running.length === 1) throw new Error(`sequence ${s.id} needs more KV blocks than the replica has (${limits.blocksTotal})`);
+        if (running.length === 1)
+          throw new Error(`sequence ${s.id} needs more KV blocks than the replica has (${limits.blocksTotal})`);
         const v = preemptOne(now);
         if (v === s || v === undefined) break;
       }
@@ -350,7 +351,8 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
     let p = compose(now);
     // Every running sequence may be mid-prefill with no block left to grow into: free the newest and retry.
     while (p.entries.length === 0 && running.length > 0) {
-      if (running.length === 1) throw new Error(`sequence ${running[0]!.id} needs more KV blocks than the replica has (${limits.blocksTotal})`);
+      if (running.length === 1)
+        throw new Error(`sequence ${running[0]!.id} needs more KV blocks than the replica has (${limits.blocksTotal})`);
       preemptOne(now);
       p = compose(now);
     }
@@ -360,7 +362,8 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       p = compose(now);
     }
     if (p.entries.length === 0) {
-      if (waitingCount > 0) throw new Error(`sequence ${peekWaiting()!.id} can never be admitted with ${limits.blocksTotal} KV blocks`);
+      if (waitingCount > 0)
+        throw new Error(`sequence ${peekWaiting()!.id} can never be admitted with ${limits.blocksTotal} KV blocks`);
       return null;
     }
     p.blocksUsed = used;
@@ -433,24 +436,33 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       seen.add(e.seq);
       tokens += e.chunk > 0 ? e.chunk : 1;
       prefill += e.chunk;
-      if (e.seq.computed > limits.maxContext) throw new Error(`sequence ${e.seq.id} holds ${e.seq.computed} tokens, past the context of ${limits.maxContext}`);
+      if (e.seq.computed > limits.maxContext)
+        throw new Error(
+          `sequence ${e.seq.id} holds ${e.seq.computed} tokens, past the context of ${limits.maxContext}`,
+        );
     }
-    if (tokens !== p.tokens || prefill !== p.prefillTokens) throw new Error(`step accounts ${p.tokens} tokens, entries hold ${tokens}`);
-    if (p.entries.length > limits.maxRunning) throw new Error(`step holds ${p.entries.length} sequences, max ${limits.maxRunning}`);
+    if (tokens !== p.tokens || prefill !== p.prefillTokens)
+      throw new Error(`step accounts ${p.tokens} tokens, entries hold ${tokens}`);
+    if (p.entries.length > limits.maxRunning)
+      throw new Error(`step holds ${p.entries.length} sequences, max ${limits.maxRunning}`);
     // Only a single whole prompt longer than the budget may exceed it (prefill-first and static never chunk).
     const lone = p.entries.length === 1 && limits.policy !== 'chunked';
-    if (p.tokens > limits.tokenBudget && !lone) throw new Error(`step of ${p.tokens} tokens exceeds the budget of ${limits.tokenBudget}`);
+    if (p.tokens > limits.tokenBudget && !lone)
+      throw new Error(`step of ${p.tokens} tokens exceeds the budget of ${limits.tokenBudget}`);
     if (limits.policy !== 'chunked' && p.prefillTokens > 0 && p.decodes > 0) {
       throw new Error(`${limits.policy} step mixes prefill and decode`);
     }
-    if (p.blocksUsed > limits.blocksTotal) throw new Error(`step holds ${p.blocksUsed} blocks, capacity ${limits.blocksTotal}`);
+    if (p.blocksUsed > limits.blocksTotal)
+      throw new Error(`step holds ${p.blocksUsed} blocks, capacity ${limits.blocksTotal}`);
   };
 
   return {
     limits,
     enqueue: (s, atHead = false) => {
       if (s.promptTokens + s.maxTokens > limits.maxContext) {
-        throw new RangeError(`sequence ${s.id}: prompt ${s.promptTokens} + max tokens ${s.maxTokens} exceed the context of ${limits.maxContext}`);
+        throw new RangeError(
+          `sequence ${s.id}: prompt ${s.promptTokens} + max tokens ${s.maxTokens} exceed the context of ${limits.maxContext}`,
+        );
       }
       byId.set(s.id, s);
       s.running = false;
@@ -509,13 +521,16 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       let sum = 0;
       for (const s of running) {
         sum += s.blocks;
-        if (s.computed > s.blocks * B) throw new Error(`sequence ${s.id} caches ${s.computed} tokens in ${s.blocks} blocks`);
-        if (!s.running || s.gone) throw new Error(`sequence ${s.id} is in the running set but marked ${s.gone ? 'gone' : 'waiting'}`);
+        if (s.computed > s.blocks * B)
+          throw new Error(`sequence ${s.id} caches ${s.computed} tokens in ${s.blocks} blocks`);
+        if (!s.running || s.gone)
+          throw new Error(`sequence ${s.id} is in the running set but marked ${s.gone ? 'gone' : 'waiting'}`);
       }
       if (sum !== used) throw new Error(`ledger drift: blocks used ${used}, sequences hold ${sum}`);
       if (used > limits.blocksTotal) throw new Error(`blocks in use ${used} exceed capacity ${limits.blocksTotal}`);
       if (used < 0) throw new Error(`negative blocks in use ${used}`);
-      if (running.length > limits.maxRunning) throw new Error(`running ${running.length} exceeds max ${limits.maxRunning}`);
+      if (running.length > limits.maxRunning)
+        throw new Error(`running ${running.length} exceeds max ${limits.maxRunning}`);
       let queued = 0;
       for (const q of classes) queued += q.length;
       let counted = 0;
@@ -523,7 +538,8 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       if (queued !== waitingCount || counted !== waitingCount) {
         throw new Error(`queue drift: ${queued} queued, ${waitingCount} counted, ${counted} by class`);
       }
-      if (limits.policy === 'static' && running.length > staticOpen) throw new Error(`static batch grew to ${running.length} past its ${staticOpen} members`);
+      if (limits.policy === 'static' && running.length > staticOpen)
+        throw new Error(`static batch grew to ${running.length} past its ${staticOpen} members`);
       if (p) checkPlan(p);
     },
   };

@@ -6,8 +6,8 @@
 import { createActor, type ActorRefFrom } from 'xstate';
 import { batchMachine, fitsBatch, type BatchContext } from '../../machines/batch.machine.ts';
 import type { StepShape } from '../gpu/cost-model.ts';
-import { failure, type Failure } from '../outcomes.ts';
-import type { Clock } from '../runtime/clock.ts';
+import { failure, type Failure } from '../../machines/outcomes.ts';
+import type { Clock } from '../../runtime/clock.ts';
 
 /** Execution options that change the computation (pooling, normalisation, truncation); part of the key. */
 export type ExecOptions = Readonly<Record<string, string | number | boolean>>;
@@ -106,7 +106,10 @@ export function shapeBucket(tokens: number, buckets: readonly number[]): number 
 }
 
 /** The compatibility key: requests share a batch only if every part of it is equal. */
-export function compatibilityKey(item: Pick<StatelessItem, 'model' | 'version' | 'dtype' | 'adapter' | 'options'>, bucket: number): string {
+export function compatibilityKey(
+  item: Pick<StatelessItem, 'model' | 'version' | 'dtype' | 'adapter' | 'options'>,
+  bucket: number,
+): string {
   const opts = Object.keys(item.options)
     .sort()
     .map((k) => [k, item.options[k]]);
@@ -193,7 +196,13 @@ export function createStatelessBatcher(deps: StatelessDeps): StatelessBatcher {
         settle(b);
         const results = b.results ?? [];
         b.members.forEach((m, i) =>
-          answer(m, { ok: true, result: results[i], batch: b.id, batchSize: b.members.length, closedBy: context.closedBy }),
+          answer(m, {
+            ok: true,
+            result: results[i],
+            batch: b.id,
+            batchSize: b.members.length,
+            closedBy: context.closedBy,
+          }),
         );
       },
       failMembers: ({ context }) => {
@@ -209,11 +218,33 @@ export function createStatelessBatcher(deps: StatelessDeps): StatelessBatcher {
   const open = (key: string, bucket: number): Batch => {
     const id = `batch.${name}.${++seq}`;
     const actor = createActor(machine, {
-      input: { id, key, maxSize: limits.maxSize, maxTokens: limits.maxTokens, maxMemoryBytes: limits.maxMemoryBytes, maxDelayMs: limits.maxDelayMs },
+      input: {
+        id,
+        key,
+        maxSize: limits.maxSize,
+        maxTokens: limits.maxTokens,
+        maxMemoryBytes: limits.maxMemoryBytes,
+        maxDelayMs: limits.maxDelayMs,
+      },
       clock,
       id,
     });
-    const b: Batch = { id, key, bucket, members: [], size: 0, tokens: 0, memoryBytes: 0, closedBy: null, openedAt: clock.now(), closedAt: -1, actor, results: null, failure: null, closed: null };
+    const b: Batch = {
+      id,
+      key,
+      bucket,
+      members: [],
+      size: 0,
+      tokens: 0,
+      memoryBytes: 0,
+      closedBy: null,
+      openedAt: clock.now(),
+      closedAt: -1,
+      actor,
+      results: null,
+      failure: null,
+      closed: null,
+    };
     batches.set(id, b);
     forming.set(key, b);
     actor.subscribe({ error: (e) => faults.push(`${id}: ${String(e)}`) });
@@ -224,14 +255,36 @@ export function createStatelessBatcher(deps: StatelessDeps): StatelessBatcher {
   const check = (item: Pick<StatelessItem, 'id' | 'tokens'>): Failure | null => {
     const bucket = shapeBucket(item.tokens, limits.buckets);
     if (bucket < 0 || !(item.tokens >= 1)) {
-      return failure('invalid_request', `input of ${item.tokens} tokens is outside the buckets (1-${limits.buckets[limits.buckets.length - 1] ?? 0})`);
+      return failure(
+        'invalid_request',
+        `input of ${item.tokens} tokens is outside the buckets (1-${limits.buckets[limits.buckets.length - 1] ?? 0})`,
+      );
     }
     const memory = bucket * limits.bytesPerToken;
-    if (!fitsBatch({ size: 0, tokens: 0, memoryBytes: 0, maxSize: limits.maxSize, maxTokens: limits.maxTokens, maxMemoryBytes: limits.maxMemoryBytes }, bucket, memory)) {
-      return failure('invalid_request', `input padded to ${bucket} tokens does not fit one batch (${limits.maxTokens} tokens, ${limits.maxMemoryBytes} bytes)`);
+    if (
+      !fitsBatch(
+        {
+          size: 0,
+          tokens: 0,
+          memoryBytes: 0,
+          maxSize: limits.maxSize,
+          maxTokens: limits.maxTokens,
+          maxMemoryBytes: limits.maxMemoryBytes,
+        },
+        bucket,
+        memory,
+      )
+    ) {
+      return failure(
+        'invalid_request',
+        `input padded to ${bucket} tokens does not fit one batch (${limits.maxTokens} tokens, ${limits.maxMemoryBytes} bytes)`,
+      );
     }
     if (waiting.has(item.id)) return failure('invalid_request', `request ${item.id} is already waiting`);
-    if (waiting.size >= limits.maxQueued) return failure('overloaded', `the batch queue holds its limit of ${limits.maxQueued} requests`, { retryAfterMs: limits.maxDelayMs });
+    if (waiting.size >= limits.maxQueued)
+      return failure('overloaded', `the batch queue holds its limit of ${limits.maxQueued} requests`, {
+        retryAfterMs: limits.maxDelayMs,
+      });
     return null;
   };
 
@@ -242,7 +295,12 @@ export function createStatelessBatcher(deps: StatelessDeps): StatelessBatcher {
     const memory = bucket * limits.bytesPerToken;
     const key = compatibilityKey(item, bucket);
     // The oldest closed batch of this key that has not started and has room.
-    const room = (x: Batch): boolean => fitsBatch({ ...x, maxSize: limits.maxSize, maxTokens: limits.maxTokens, maxMemoryBytes: limits.maxMemoryBytes }, bucket, memory);
+    const room = (x: Batch): boolean =>
+      fitsBatch(
+        { ...x, maxSize: limits.maxSize, maxTokens: limits.maxTokens, maxMemoryBytes: limits.maxMemoryBytes },
+        bucket,
+        memory,
+      );
     let b = ready.find((r) => r.key === key && room(r)) ?? forming.get(key);
     if (b && !room(b)) {
       // The next compatible member would overflow the forming batch: it has reached its limit and closes now.
@@ -288,7 +346,10 @@ export function createStatelessBatcher(deps: StatelessDeps): StatelessBatcher {
       const b = batches.get(id);
       if (!b || !running.has(b)) return;
       if (results.length !== b.members.length) {
-        b.failure = failure('internal', `batch ${id} returned ${results.length} results for ${b.members.length} members`);
+        b.failure = failure(
+          'internal',
+          `batch ${id} returned ${results.length} results for ${b.members.length} members`,
+        );
         b.actor.send({ type: 'batch.failed', code: 'internal' });
         return;
       }
@@ -312,20 +373,35 @@ export function createStatelessBatcher(deps: StatelessDeps): StatelessBatcher {
       }
     },
     hasWork: () => batches.size > 0,
-    stats: () => ({ forming: forming.size, ready: ready.length, running: running.size, queued: waiting.size, batches: seq, closedBy: { ...closedBy } }),
+    stats: () => ({
+      forming: forming.size,
+      ready: ready.length,
+      running: running.size,
+      queued: waiting.size,
+      batches: seq,
+      closedBy: { ...closedBy },
+    }),
     checkInvariants: () => {
       if (faults.length > 0) throw new Error(`batch actor error: ${faults[0]}`);
       const now = clock.now();
       for (const b of batches.values()) {
         const c = b.actor.getSnapshot().context;
-        if (c.size !== b.members.length || b.size !== c.size || b.tokens !== c.tokens || b.memoryBytes !== c.memoryBytes) {
-          throw new Error(`${b.id} counts ${c.size} members and ${c.tokens} tokens, holds ${b.members.length} and ${b.tokens}`);
+        if (
+          c.size !== b.members.length ||
+          b.size !== c.size ||
+          b.tokens !== c.tokens ||
+          b.memoryBytes !== c.memoryBytes
+        ) {
+          throw new Error(
+            `${b.id} counts ${c.size} members and ${c.tokens} tokens, holds ${b.members.length} and ${b.tokens}`,
+          );
         }
         if (c.size > limits.maxSize || c.tokens > limits.maxTokens || c.memoryBytes > limits.maxMemoryBytes) {
           throw new Error(`${b.id} exceeds its limits: ${c.size} members, ${c.tokens} tokens, ${c.memoryBytes} bytes`);
         }
         for (const m of b.members) {
-          if (compatibilityKey(m, shapeBucket(m.tokens, limits.buckets)) !== b.key) throw new Error(`${b.id} holds ${m.id}, incompatible with ${b.key}`);
+          if (compatibilityKey(m, shapeBucket(m.tokens, limits.buckets)) !== b.key)
+            throw new Error(`${b.id} holds ${m.id}, incompatible with ${b.key}`);
         }
         if (forming.get(b.key) === b && now - b.openedAt > limits.maxDelayMs + 1e-6) {
           throw new Error(`${b.id} has been forming ${now - b.openedAt} ms, past its delay of ${limits.maxDelayMs} ms`);

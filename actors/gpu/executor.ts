@@ -1,6 +1,6 @@
 // Executors run steps on a GPU. The cost-model executor takes the time the roofline predicts, on whatever clock
 // it is given: virtual time in the simulator, real time when serving. A real engine would implement the same.
-import type { Clock, TimerId } from '../runtime/clock.ts';
+import type { Clock, TimerId } from '../../runtime/clock.ts';
 import type { CostModel, StepShape } from './cost-model.ts';
 
 /** One rank's share of a step. */

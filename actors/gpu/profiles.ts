@@ -60,7 +60,12 @@ export const MODEL_PROFILES: Readonly<Record<string, ModelProfile>> = Object.fre
   }),
   'llama-3-70b': Object.freeze({ name: 'llama-3-70b', ...LLAMA_3_70B_SHAPE, weightBytes: 141e9, dtypeBytes: 2 }),
   // Weight-quantized FP8 (with an FP8 KV cache): half the bytes, so it fits TP-4 with room for KV.
-  'llama-3-70b-fp8': Object.freeze({ name: 'llama-3-70b-fp8', ...LLAMA_3_70B_SHAPE, weightBytes: 70.5e9, dtypeBytes: 1 }),
+  'llama-3-70b-fp8': Object.freeze({
+    name: 'llama-3-70b-fp8',
+    ...LLAMA_3_70B_SHAPE,
+    weightBytes: 70.5e9,
+    dtypeBytes: 1,
+  }),
 });
 
 /** Thrown when a GPU or model name is not in the profile tables; the message lists the known names. */

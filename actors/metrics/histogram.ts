@@ -20,7 +20,14 @@ export function summarize(samples: readonly number[]): Summary {
   let sum = 0;
   for (let i = 0; i < n; i++) sum += s[i]!;
   const at = (q: number): number => s[Math.min(n - 1, Math.max(0, Math.ceil(q * n) - 1))]!;
-  return { count: n, mean: round(sum / n), p50: round(at(0.5)), p90: round(at(0.9)), p99: round(at(0.99)), max: round(s[n - 1]!) };
+  return {
+    count: n,
+    mean: round(sum / n),
+    p50: round(at(0.5)),
+    p90: round(at(0.9)),
+    p99: round(at(0.99)),
+    max: round(s[n - 1]!),
+  };
 }
 
 /** A histogram with 1 % relative precision for many samples (time between tokens). */
@@ -63,7 +70,14 @@ export function createLogHistogram(): LogHistogram {
         }
         return max;
       };
-      return { count, mean: round(sum / count), p50: round(at(0.5)), p90: round(at(0.9)), p99: round(at(0.99)), max: round(max) };
+      return {
+        count,
+        mean: round(sum / count),
+        p50: round(at(0.5)),
+        p90: round(at(0.9)),
+        p99: round(at(0.99)),
+        max: round(max),
+      };
     },
   };
 }

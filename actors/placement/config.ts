@@ -121,12 +121,17 @@ export function plannerDefaults(p: Infer<typeof plannerSchema> = {}): PlannerCon
 }
 
 /** Cross-field checks; returns the offending field and why, or null. */
-export function checkPlacementSections(models: readonly { name: string; tp: number }[], gpus: number, planner: PlannerConfig): { path: string; message: string } | null {
+export function checkPlacementSections(
+  models: readonly { name: string; tp: number }[],
+  gpus: number,
+  planner: PlannerConfig,
+): { path: string; message: string } | null {
   for (const [i, m] of models.entries()) {
     if (m.tp > gpus) return { path: `models[${i}].tp`, message: `${m.name} needs ${m.tp} GPUs; the node has ${gpus}` };
   }
   for (const [i, v] of planner.variants.entries()) {
-    if (!models.some((m) => m.name === v.model)) return { path: `planner.variants[${i}].model`, message: `unknown model "${v.model}"` };
+    if (!models.some((m) => m.name === v.model))
+      return { path: `planner.variants[${i}].model`, message: `unknown model "${v.model}"` };
     if (v.tp > gpus) return { path: `planner.variants[${i}].tp`, message: `the node has ${gpus} GPUs` };
   }
   return null;

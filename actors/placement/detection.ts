@@ -1,7 +1,7 @@
 // GPU-failure detection beyond reported faults: missed heartbeats (a GPU or a whole node went silent) and no step
 // progress while work is in flight (a hung rank). Checks run as heartbeats arrive; a node that stops sending them
 // entirely is caught by a timer re-armed on every heartbeat.
-import type { Clock, TimerId } from '../runtime/clock.ts';
+import type { Clock, TimerId } from '../../runtime/clock.ts';
 import type { DetectionConfig } from './config.ts';
 
 /** How a failure was detected. */
@@ -72,7 +72,8 @@ export function createDetector(d: DetectorDeps): Detector {
       for (const g of gpus ?? d.live()) lastSeen.set(g, now);
       const found: Detected[] = [];
       for (const g of d.live()) {
-        if (now - (lastSeen.get(g) ?? now) > silentMs) found.push({ gpu: g, code: 'heartbeat_missed', path: 'heartbeat' });
+        if (now - (lastSeen.get(g) ?? now) > silentMs)
+          found.push({ gpu: g, code: 'heartbeat_missed', path: 'heartbeat' });
       }
       for (const s of d.inflight()) {
         if (now - s.since <= d.config.progressFactor * s.predictedMs + d.config.progressSlackMs) continue;
@@ -80,7 +81,8 @@ export function createDetector(d: DetectorDeps): Detector {
         const stuck = s.devices.filter((x) => !s.reported.includes(x));
         for (const x of stuck.length > 0 ? stuck : s.devices) {
           const g = d.physical(x);
-          if (!found.some((f) => f.gpu === g)) found.push({ gpu: g, code: 'step_stalled', path: 'progress', stepMs: s.predictedMs });
+          if (!found.some((f) => f.gpu === g))
+            found.push({ gpu: g, code: 'step_stalled', path: 'progress', stepMs: s.predictedMs });
         }
       }
       if (nodeTimer !== null) d.clock.clearTimeout(nodeTimer);

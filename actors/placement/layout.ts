@@ -60,11 +60,19 @@ export type ReplicaCounts = (model: ModelConfig, version: string) => number;
 /** A model's replica slots: each version times its count (`replicas` by default). */
 function slotsOf(m: ModelConfig, counts?: ReplicaCounts): { model: ModelConfig; version: string }[] {
   const out: { model: ModelConfig; version: string }[] = [];
-  for (const version of m.versions) for (let k = 0; k < (counts ? counts(m, version) : m.replicas); k++) out.push({ model: m, version });
+  for (const version of m.versions)
+    for (let k = 0; k < (counts ? counts(m, version) : m.replicas); k++) out.push({ model: m, version });
   return out;
 }
 
-const entry = (model: ModelConfig, version: string, devices: number[], lane: 0 | 1, slowdown = 1, blocksTotal?: number): LayoutEntry => ({
+const entry = (
+  model: ModelConfig,
+  version: string,
+  devices: number[],
+  lane: 0 | 1,
+  slowdown = 1,
+  blocksTotal?: number,
+): LayoutEntry => ({
   id: `replica.${model.name}@${version}#${devices[0]}`,
   model,
   version,
@@ -85,12 +93,21 @@ function fill(slots: { model: ModelConfig; version: string }[], pool: number[]):
 }
 
 /** KV blocks of the large shard and of a small guest sharing one GPU, or null when memory does not allow it. */
-export function shareMemory(scenario: Scenario, large: ModelConfig, small: ModelConfig): { largeBlocks: number; smallBlocks: number } | null {
+export function shareMemory(
+  scenario: Scenario,
+  large: ModelConfig,
+  small: ModelConfig,
+): { largeBlocks: number; smallBlocks: number } | null {
   if (small.tp !== 1) return null;
   const L = costOf(scenario, large);
   const S = costOf(scenario, small);
   const usable = L.params.gpuMemoryUtilization * L.gpu.memoryBytes;
-  const left = usable - L.weightsBytesPerGpu - L.activationReserveBytesPerGpu - S.weightsBytesPerGpu - S.activationReserveBytesPerGpu;
+  const left =
+    usable -
+    L.weightsBytesPerGpu -
+    L.activationReserveBytesPerGpu -
+    S.weightsBytesPerGpu -
+    S.activationReserveBytesPerGpu;
   if (left <= 0) return null;
   const f = scenario.placement.shareKvFraction;
   const largeBlocks = Math.floor((f * left) / ((L.kvBytesPerToken / large.tp) * large.batching.blockTokens));
@@ -101,7 +118,12 @@ export function shareMemory(scenario: Scenario, large: ModelConfig, small: Model
 }
 
 /** The replicas `mode` wants given the healthy GPUs (indices 0..gpus-1). */
-export function layoutFor(scenario: Scenario, mode: LayoutMode, healthy: ReadonlySet<number>, counts?: ReplicaCounts): LayoutEntry[] {
+export function layoutFor(
+  scenario: Scenario,
+  mode: LayoutMode,
+  healthy: ReadonlySet<number>,
+  counts?: ReplicaCounts,
+): LayoutEntry[] {
   const n = scenario.node.gpus;
   const all = Array.from({ length: n }, (_, g) => g);
   const ok = all.filter((g) => healthy.has(g));
@@ -109,7 +131,10 @@ export function layoutFor(scenario: Scenario, mode: LayoutMode, healthy: Readonl
   const smallSlots = small.flatMap((m) => slotsOf(m, counts));
   if (mode === 'mixed') {
     // A fixed split over all GPUs: a failed GPU removes the replica that holds it instead of reshuffling the others.
-    return fill(scenario.models.flatMap((m) => slotsOf(m, counts)), all).filter((e) => e.devices.every((g) => healthy.has(g)));
+    return fill(
+      scenario.models.flatMap((m) => slotsOf(m, counts)),
+      all,
+    ).filter((e) => e.devices.every((g) => healthy.has(g)));
   }
   if (mode === 'small' || !large) return fill(smallSlots, ok);
   const pool = [...ok];
@@ -130,7 +155,8 @@ export function layoutFor(scenario: Scenario, mode: LayoutMode, healthy: Readonl
   const shared = guests.length > 0;
   const gangShared = gang.map((e) => ({
     ...e,
-    slowdown: shared && e.devices.some((g) => guests.some((x) => x.devices[0] === g + n)) ? scenario.placement.interference : 1,
+    slowdown:
+      shared && e.devices.some((g) => guests.some((x) => x.devices[0] === g + n)) ? scenario.placement.interference : 1,
     ...(shared ? { blocksTotal: mem.largeBlocks } : {}),
   }));
   return [...gangShared, ...guests, ...fill(rest, pool)];

@@ -5,11 +5,11 @@
 import { createActor } from 'xstate';
 import { placementMachine, type PlacementMode } from '../../machines/placement.machine.ts';
 import { createReplica, type ReplicaHandle, type ReplicaOptions } from '../replica.ts';
-import type { Msg, Runtime } from '../runtime/system.ts';
+import type { Msg, Runtime } from '../../runtime/system.ts';
 import type { Scenario } from '../config.ts';
 import type { Sequence } from '../batcher/sequence.ts';
 import type { StepPlan } from '../batcher/continuous.ts';
-import { failure, type Failure } from '../outcomes.ts';
+import { failure, type Failure } from '../../machines/outcomes.ts';
 import { costOf, layoutFor, loadMsOf, rolesOf, UNLOAD_MS, type LayoutEntry, type LayoutMode } from './layout.ts';
 import { decideSwitch } from './policy.ts';
 import { createDetector, type Detected, type DetectionPath, type InflightStep } from './detection.ts';
@@ -140,12 +140,17 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
   const modelByName = new Map(scenario.models.map((m) => [m.name, m]));
   const rejectWindowMs = Math.max(1000, pc.hysteresisMs);
 
-  const initialMode = (): PlacementMode => (policy === 'exclusive' ? 'mixed' : policy === 'share' ? 'share' : roles.large ? pc.initialMode : 'small');
+  const initialMode = (): PlacementMode =>
+    policy === 'exclusive' ? 'mixed' : policy === 'share' ? 'share' : roles.large ? pc.initialMode : 'small';
   const actor = createActor(
     placementMachine.provide({
       actions: {
         raiseReservation: ({ context }) =>
-          log({ kind: 'reservation.raised', mode: context.target, detail: `deadline in ${Math.round(context.deadlineAt - now())} ms` }),
+          log({
+            kind: 'reservation.raised',
+            mode: context.target,
+            detail: `deadline in ${Math.round(context.deadlineAt - now())} ms`,
+          }),
         releaseReservation: ({ context }) => log({ kind: 'reservation.released', mode: context.mode }),
         drainForTarget: ({ context }) => {
           const keep = new Set(layout(context.target as LayoutMode).map((e) => e.id));
@@ -156,7 +161,8 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
           log({ kind: 'loading.started', mode: context.target });
           schedule();
         },
-        completeSwitch: ({ context }) => log({ kind: 'mode.switched', mode: context.mode, detail: `switch ${context.switches}` }),
+        completeSwitch: ({ context }) =>
+          log({ kind: 'mode.switched', mode: context.mode, detail: `switch ${context.switches}` }),
         handleGpuFailure: () => schedule(),
         handleGpuRepair: () => schedule(),
       },
@@ -176,9 +182,11 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
   };
   // Replica counts a rollout set per model@version; the config's `replicas` otherwise.
   const replicaCounts = new Map<string, number>();
-  const countOf = (m: { name: string; replicas: number }, version: string): number => replicaCounts.get(`${m.name}@${version}`) ?? m.replicas;
+  const countOf = (m: { name: string; replicas: number }, version: string): number =>
+    replicaCounts.get(`${m.name}@${version}`) ?? m.replicas;
   const layout = (mode: LayoutMode): LayoutEntry[] => layoutFor(scenario, mode, healthySet(), countOf);
-  const places = (mode: PlacementMode, model: string): boolean => layout(mode as LayoutMode).some((e) => e.model.name === model);
+  const places = (mode: PlacementMode, model: string): boolean =>
+    layout(mode as LayoutMode).some((e) => e.model.name === model);
   /** The layout the node is heading for now: the target while switching, else the current mode. */
   const desired = (): LayoutEntry[] => {
     const c = snap().context;
@@ -205,7 +213,13 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
   const drainReplica = (r: ReplicaHandle, deadlineMs: number): void => {
     const st = r.state();
     if (st !== 'placing' && st !== 'loading' && !st.startsWith('ready')) return;
-    log({ kind: 'drain.started', replica: r.id, model: r.model, gpus: [...r.gpus], detail: `deadline ${Math.round(deadlineMs)} ms` });
+    log({
+      kind: 'drain.started',
+      replica: r.id,
+      model: r.model,
+      gpus: [...r.gpus],
+      detail: `deadline ${Math.round(deadlineMs)} ms`,
+    });
     if (st === 'placing') r.actor.send({ type: 'replica.stop' });
     else r.actor.send({ type: 'replica.drain', deadlineMs });
   };
@@ -238,7 +252,12 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
       ...(e.slowdown > 1 ? { slowdown: e.slowdown } : {}),
       onInterrupted: (seqs, reason) => {
         if (interruptions.length < MAX_RECORDS) {
-          interruptions.push({ t: now(), replica: e.id, reason, requests: seqs.map((s) => ({ id: s.id, tokens: s.generated })) });
+          interruptions.push({
+            t: now(),
+            replica: e.id,
+            reason,
+            requests: seqs.map((s) => ({ id: s.id, tokens: s.generated })),
+          });
         }
         hooks.onInterrupted(seqs, reason);
       },
@@ -303,7 +322,8 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
       largeImpossible: largeImpossible(),
       idle,
     });
-    if (ev?.type === 'mode.forced') log({ kind: 'mode.forced', mode: ev.mode, detail: `${roles.large.name} cannot be placed` });
+    if (ev?.type === 'mode.forced')
+      log({ kind: 'mode.forced', mode: ev.mode, detail: `${roles.large.name} cannot be placed` });
     if (ev) actor.send(ev);
   };
 
@@ -315,7 +335,8 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
       if ([...replicas.keys()].every((id) => keep.has(id))) actor.send({ type: 'replicas.drained' });
     } else if (st === 'switching') {
       const want = layout(c.target as LayoutMode);
-      if (want.every((e) => replicas.get(e.id)?.state().startsWith('ready'))) actor.send({ type: 'replicas.loaded', t: now() });
+      if (want.every((e) => replicas.get(e.id)?.state().startsWith('ready')))
+        actor.send({ type: 'replicas.loaded', t: now() });
     }
   };
 
@@ -368,7 +389,8 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
     const lanes = [found.gpu, found.gpu + n];
     const holders = lanes.map(holderOf).filter((x): x is string => x !== null);
     const boundMs = detector.bounds(found.stepMs ?? 0)[found.path];
-    if (failures.length < MAX_RECORDS) failures.push({ t: now(), gpu: found.gpu, code: found.code, path: found.path, replicas: holders, boundMs });
+    if (failures.length < MAX_RECORDS)
+      failures.push({ t: now(), gpu: found.gpu, code: found.code, path: found.path, replicas: holders, boundMs });
     log({ kind: 'gpu.failed', gpu: found.gpu, path: found.path, detail: found.code });
     for (const d of lanes) {
       devUp.delete(d);
@@ -439,7 +461,11 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
       }
       case 'replica.failed': {
         const failed = (msg['failedGpus'] as number[] | undefined) ?? [];
-        log({ kind: 'replica.failed', replica: msg['replica'] as string, detail: `gpu ${failed.map((d) => d % n).join(',')} failed` });
+        log({
+          kind: 'replica.failed',
+          replica: msg['replica'] as string,
+          detail: `gpu ${failed.map((d) => d % n).join(',')} failed`,
+        });
         break;
       }
       case 'replica.stopped': {
@@ -496,13 +522,15 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
       const st = r.state();
       if (st === 'stopped') continue;
       const m = modelByName.get(r.model);
-      if (m && r.gpus.length !== m.tp) out.push(`${r.id} holds ${r.gpus.length} GPUs, its model needs a gang of ${m.tp}`);
+      if (m && r.gpus.length !== m.tp)
+        out.push(`${r.id} holds ${r.gpus.length} GPUs, its model needs a gang of ${m.tp}`);
       if (new Set(r.gpus).size !== r.gpus.length) out.push(`${r.id} lists a GPU twice`);
       for (const d of r.gpus) {
         const other = seen.get(d);
         if (other) out.push(`device ${d} belongs to ${other} and ${r.id}`);
         seen.set(d, r.id);
-        if (holderOf(d) !== r.id && !r.state().startsWith('failed')) out.push(`device ${d} is held by ${r.id} but placement records ${holderOf(d)}`);
+        if (holderOf(d) !== r.id && !r.state().startsWith('failed'))
+          out.push(`device ${d} is held by ${r.id} but placement records ${holderOf(d)}`);
       }
     }
     return out;
@@ -549,13 +577,18 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
     },
     checkInvariants,
     setPolicy: (p) => {
-      if (p !== 'exclusive' && p !== 'switch' && p !== 'share') return failure('invalid_request', `unknown placement policy "${p}"`);
+      if (p !== 'exclusive' && p !== 'switch' && p !== 'share')
+        return failure('invalid_request', `unknown placement policy "${p}"`);
       if ((p === 'share') !== (pc.policy === 'share')) {
-        return failure('invalid_request', 'share needs co-location lanes on the node: set it in the config before start');
+        return failure(
+          'invalid_request',
+          'share needs co-location lanes on the node: set it in the config before start',
+        );
       }
       policy = p;
       const holdsLarge = [...replicas.values()].some((r) => r.model === roles.large?.name);
-      const mode: PlacementMode = p === 'exclusive' ? 'mixed' : p === 'share' ? 'share' : holdsLarge ? 'large' : 'small';
+      const mode: PlacementMode =
+        p === 'exclusive' ? 'mixed' : p === 'share' ? 'share' : holdsLarge ? 'large' : 'small';
       actor.send({ type: 'mode.forced', mode, t: now() });
       schedule();
       return null;

@@ -59,7 +59,12 @@ export interface PlanResult {
 const r2 = (x: number): number => Math.round(x * 100) / 100;
 
 /** A copy of the scenario with some models' replica counts, profiles or tp changed and a placement policy. */
-function variant(base: Scenario, policy: Scenario['placement'], models: (m: ModelConfig) => ModelConfig, gpus = base.node.gpus): Scenario {
+function variant(
+  base: Scenario,
+  policy: Scenario['placement'],
+  models: (m: ModelConfig) => ModelConfig,
+  gpus = base.node.gpus,
+): Scenario {
   return { ...base, node: { ...base.node, gpus }, placement: policy, models: base.models.map(models), faults: [] };
 }
 
@@ -83,45 +88,71 @@ export function candidatesOf(base: Scenario): Candidate[] {
     out.push({
       name: 'all-large',
       describe: `exclusive: ${large.name} TP-${large.tp} on ${large.tp} GPUs, ${small.map((m) => m.name).join(', ')} on ${n - large.tp}`,
-      scenario: variant(base, excl, (m) => (m === large ? { ...m, replicas: 1 } : { ...m, replicas: smallReplicas(small, n - large.tp).get(m.name) ?? 0 })),
+      scenario: variant(base, excl, (m) =>
+        m === large ? { ...m, replicas: 1 } : { ...m, replicas: smallReplicas(small, n - large.tp).get(m.name) ?? 0 },
+      ),
     });
   }
   out.push({
     name: 'all-small',
     describe: `exclusive: ${small.map((m) => `${m.name} x${smallAll.get(m.name)}`).join(', ')}${large ? `, no ${large.name}` : ''}`,
-    scenario: variant(base, excl, (m) => (m === large ? { ...m, replicas: 0 } : { ...m, replicas: smallAll.get(m.name) ?? 0 })),
+    scenario: variant(base, excl, (m) =>
+      m === large ? { ...m, replicas: 0 } : { ...m, replicas: smallAll.get(m.name) ?? 0 },
+    ),
   });
   if (large) {
     for (const r of base.planner.residenciesMs) {
       out.push({
         name: `switch r=${r / 1000}s`,
         describe: `switch: residency ${r / 1000} s, drain deadline ${Math.max(pc.drainDeadlineMs, r) / 1000} s`,
-        scenario: variant(base, { ...pc, policy: 'switch', minResidencyMs: r, drainDeadlineMs: Math.max(pc.drainDeadlineMs, r), largeWaitReservation: true }, (m) =>
-          m === large ? { ...m, replicas: 1 } : { ...m, replicas: smallAll.get(m.name) ?? 0 },
+        scenario: variant(
+          base,
+          {
+            ...pc,
+            policy: 'switch',
+            minResidencyMs: r,
+            drainDeadlineMs: Math.max(pc.drainDeadlineMs, r),
+            largeWaitReservation: true,
+          },
+          (m) => (m === large ? { ...m, replicas: 1 } : { ...m, replicas: smallAll.get(m.name) ?? 0 }),
         ),
       });
     }
     out.push({
       name: 'share',
       describe: `share: ${large.name} TP-${large.tp} with ${small.map((m) => m.name).join(', ')} beside its shards, interference x${pc.interference}`,
-      scenario: variant(base, { ...pc, policy: 'share' }, (m) => (m === large ? { ...m, replicas: 1 } : { ...m, replicas: smallAll.get(m.name) ?? 0 })),
+      scenario: variant(base, { ...pc, policy: 'share' }, (m) =>
+        m === large ? { ...m, replicas: 1 } : { ...m, replicas: smallAll.get(m.name) ?? 0 },
+      ),
     });
   }
   for (const v of base.planner.variants) {
     const rest = n - v.tp;
     if (rest < 0) continue;
-    const split = smallReplicas(small.filter((m) => m.name !== v.model), rest);
+    const split = smallReplicas(
+      small.filter((m) => m.name !== v.model),
+      rest,
+    );
     out.push({
       name: `variant ${v.name}`,
       describe: `exclusive: ${v.model} as ${v.profile} TP-${v.tp} on ${v.tp} GPUs, small models on ${rest}`,
-      scenario: variant(base, excl, (m) => (m.name === v.model ? { ...m, profile: v.profile, tp: v.tp, replicas: 1 } : { ...m, replicas: split.get(m.name) ?? 0 })),
+      scenario: variant(base, excl, (m) =>
+        m.name === v.model
+          ? { ...m, profile: v.profile, tp: v.tp, replicas: 1 }
+          : { ...m, replicas: split.get(m.name) ?? 0 },
+      ),
     });
   }
   return out;
 }
 
 /** Scores each model of a finished run against its classes' targets. */
-export function scoreModels(scenario: Scenario, records: readonly RequestRecord[], simulatedS: number, attainment: number): ModelOutcome[] {
+export function scoreModels(
+  scenario: Scenario,
+  records: readonly RequestRecord[],
+  simulatedS: number,
+  attainment: number,
+): ModelOutcome[] {
   const out: ModelOutcome[] = [];
   for (const m of scenario.models) {
     if (!scenario.traffic.some((t) => t.model === m.name)) continue;
@@ -228,7 +259,9 @@ export function plan(base: Scenario, onProgress?: (p: PlanProgress) => void): Pl
   const score = (r: CandidateResult): number => Math.min(...r.models.map((m) => m.attainment / attainment));
   const feasibleOnes = results.filter((r) => r.feasible);
   const ranked = [...(feasibleOnes.length > 0 ? feasibleOnes : results)].sort(
-    (a, b) => score(b) - score(a) || b.models.reduce((s, m) => s + m.goodputRps, 0) - a.models.reduce((s, m) => s + m.goodputRps, 0),
+    (a, b) =>
+      score(b) - score(a) ||
+      b.models.reduce((s, m) => s + m.goodputRps, 0) - a.models.reduce((s, m) => s + m.goodputRps, 0),
   );
   const best = ranked[0] ?? null;
   if (feasibleOnes.length > 0) return { attainment, results, best, feasible: true, advice: [] };
@@ -267,18 +300,31 @@ export function plan(base: Scenario, onProgress?: (p: PlanProgress) => void): Pl
   const need = new Map<string, number | null>();
   for (const m of [...(large ? [large] : []), ...small]) {
     if (!base.traffic.some((t) => t.model === m.name)) continue;
-    const tried = [...known.keys()].filter((key) => key.startsWith(`${m.name}#`)).map((key) => Number(key.slice(m.name.length + 1)));
-    need.set(m.name, smallest(Math.max(1, ...tried), Math.floor(maxGpus / m.tp), (k) => alone(m, k)));
+    const tried = [...known.keys()]
+      .filter((key) => key.startsWith(`${m.name}#`))
+      .map((key) => Number(key.slice(m.name.length + 1)));
+    need.set(
+      m.name,
+      smallest(Math.max(1, ...tried), Math.floor(maxGpus / m.tp), (k) => alone(m, k)),
+    );
   }
   const unmet = [...need.entries()].filter(([, k]) => k === null).map(([name]) => name);
   if (unmet.length > 0) {
-    advice.push(`${unmet.join(', ')} cannot meet ${attainment * 100}% attainment even alone on ${maxGpus} GPUs: the targets must relax (below)`);
+    advice.push(
+      `${unmet.join(', ')} cannot meet ${attainment * 100}% attainment even alone on ${maxGpus} GPUs: the targets must relax (below)`,
+    );
   } else {
     const gpus = [...need.entries()].reduce((s, [name, k]) => s + k! * base.models.find((m) => m.name === name)!.tp, 0);
-    const parts = [...need.entries()].map(([name, k]) => `${name} ${k} x ${base.models.find((m) => m.name === name)!.tp} GPU`);
-    advice.push(`more GPUs: served side by side the demand needs ${gpus} GPUs (${parts.join(' + ')}), ${gpus - n} more than the node's ${n}`);
+    const parts = [...need.entries()].map(
+      ([name, k]) => `${name} ${k} x ${base.models.find((m) => m.name === name)!.tp} GPU`,
+    );
+    advice.push(
+      `more GPUs: served side by side the demand needs ${gpus} GPUs (${parts.join(' + ')}), ${gpus - n} more than the node's ${n}`,
+    );
     for (const v of base.planner.variants) {
-      const smallGpus = [...need.entries()].filter(([name]) => name !== v.model).reduce((s, [name, k]) => s + k! * base.models.find((m) => m.name === name)!.tp, 0);
+      const smallGpus = [...need.entries()]
+        .filter(([name]) => name !== v.model)
+        .reduce((s, [name, k]) => s + k! * base.models.find((m) => m.name === name)!.tp, 0);
       const vr = results.find((r) => r.candidate.name === `variant ${v.name}`);
       const vMeets = vr?.models.find((x) => x.model === v.model)?.meets ?? false;
       const totalV = v.tp + smallGpus;
@@ -298,7 +344,9 @@ export function plan(base: Scenario, onProgress?: (p: PlanProgress) => void): Pl
           `relax targets: with ${best.candidate.name}, ${m.model} reaches ${attainment * 100}% only if its targets stretch x${r2(k)} (TTFT ${Math.round(cls.ttftMs * k)} ms, TPOT ${Math.round(cls.tpotMs * k)} ms for ${cls.name})`,
         );
       } else {
-        advice.push(`relax targets: with ${best.candidate.name}, ${m.model} finishes only ${r2((100 * s.filter(Number.isFinite).length) / Math.max(1, s.length))}% of its requests: its attainment target must drop to that, whatever the latency targets`);
+        advice.push(
+          `relax targets: with ${best.candidate.name}, ${m.model} finishes only ${r2((100 * s.filter(Number.isFinite).length) / Math.max(1, s.length))}% of its requests: its attainment target must drop to that, whatever the latency targets`,
+        );
       }
     }
   }

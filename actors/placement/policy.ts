@@ -39,13 +39,27 @@ export function decideSwitch(x: SwitchInput): PlacementEvent | null {
     if (!pc.largeWaitReservation) {
       // Naive: switch only once the node has nothing left to do in its current mode.
       if (!x.idle()) return null;
-      return { type: 'demand.shifted', target: other, t: now, reservedAt: now, deadlineAt: now + pc.drainDeadlineMs, drainDelayMs: 0 };
+      return {
+        type: 'demand.shifted',
+        target: other,
+        t: now,
+        reservedAt: now,
+        deadlineAt: now + pc.drainDeadlineMs,
+        drainDelayMs: 0,
+      };
     }
     // Reserved: the deadline counts from when the work started waiting; hysteresis and residency only delay the
     // start of draining inside that window, so the wait stays bounded by deadline + unload + load + one step.
     const deadlineAt = since + pc.drainDeadlineMs;
     const startAt = Math.min(deadlineAt, Math.max(now + pc.hysteresisMs, ctx.since + pc.minResidencyMs));
-    return { type: 'demand.shifted', target: other, t: now, reservedAt: since, deadlineAt, drainDelayMs: Math.max(0, startAt - now) };
+    return {
+      type: 'demand.shifted',
+      target: other,
+      t: now,
+      reservedAt: since,
+      deadlineAt,
+      drainDelayMs: Math.max(0, startAt - now),
+    };
   }
   if (state === 'reserving' || state === 'draining') {
     for (const model of x.demandSince.keys()) {

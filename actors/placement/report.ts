@@ -40,7 +40,12 @@ export interface FaultReport {
 const r3 = (x: number): number => Math.round(x * 1000) / 1000;
 
 /** Builds the failure report of a finished simulation whose scenario time 0 was `originMs`. */
-export function failureReport(scenario: Scenario, originMs: number, placement: Placement, records: readonly RequestRecord[]): FaultReport[] {
+export function failureReport(
+  scenario: Scenario,
+  originMs: number,
+  placement: Placement,
+  records: readonly RequestRecord[],
+): FaultReport[] {
   const n = scenario.node.gpus;
   const { large, small } = rolesOf(scenario.models);
   const smallNames = new Set(small.map((m) => m.name));
@@ -69,37 +74,62 @@ export function failureReport(scenario: Scenario, originMs: number, placement: P
     const outcomes: Record<string, number> = {};
     for (const q of requests) outcomes[q.outcome] = (outcomes[q.outcome] ?? 0) + 1;
     const t0 = rec?.t ?? Infinity;
-    const unavailable = events.find((e) => e.t >= t0 && e.t < repairAt && e.kind === 'unavailable' && e.model === large?.name)?.detail ?? null;
-    const gpuBack = rec ? events.find((e) => e.t >= repairAt && e.kind === 'gpu.ready' && e.gpu === f.gpu)?.t : undefined;
-    const largeBack = rec ? events.find((e) => e.t >= repairAt && e.kind === 'replica.ready' && e.model === large?.name)?.t : undefined;
+    const unavailable =
+      events.find((e) => e.t >= t0 && e.t < repairAt && e.kind === 'unavailable' && e.model === large?.name)?.detail ??
+      null;
+    const gpuBack = rec
+      ? events.find((e) => e.t >= repairAt && e.kind === 'gpu.ready' && e.gpu === f.gpu)?.t
+      : undefined;
+    const largeBack = rec
+      ? events.find((e) => e.t >= repairAt && e.kind === 'replica.ready' && e.model === large?.name)?.t
+      : undefined;
     const downUntil = largeBack ?? Infinity;
     out.push({
       gpu: f.gpu,
       kind: f.kind,
       injectedAtS: f.at,
       detection: rec
-        ? { path: rec.path, code: rec.code, afterMs: r3(rec.t - at), boundMs: r3(rec.boundMs), withinBound: rec.t - at <= rec.boundMs }
+        ? {
+            path: rec.path,
+            code: rec.code,
+            afterMs: r3(rec.t - at),
+            boundMs: r3(rec.boundMs),
+            withinBound: rec.t - at <= rec.boundMs,
+          }
         : null,
       replicas: rec?.replicas ?? [],
       requests,
       outcomes,
       unavailable,
-      smallOnHealthyMs: rec ? smallServing(events, smallNames, Math.min(n - 1, smallSlots), f.gpu, n, rec.t, gpuBack ?? Infinity) : null,
+      smallOnHealthyMs: rec
+        ? smallServing(events, smallNames, Math.min(n - 1, smallSlots), f.gpu, n, rec.t, gpuBack ?? Infinity)
+        : null,
       gpuBackAfterRepairMs: gpuBack !== undefined ? r3(gpuBack - repairAt) : null,
       largeBackAfterRepairMs: largeBack !== undefined ? r3(largeBack - repairAt) : null,
-      rejectedUnavailable: records.filter((r) => r.model === large?.name && r.code === 'model_unavailable' && r.receivedAt >= t0 && r.receivedAt < downUntil)
-        .length,
+      rejectedUnavailable: records.filter(
+        (r) =>
+          r.model === large?.name && r.code === 'model_unavailable' && r.receivedAt >= t0 && r.receivedAt < downUntil,
+      ).length,
     });
   }
   return out;
 }
 
 /** Milliseconds after `from` until `target` small replicas on GPUs other than `failed` are ready (before `until`). */
-function smallServing(events: readonly PlacementEvent[], names: Set<string>, target: number, failed: number, n: number, from: number, until: number): number | null {
+function smallServing(
+  events: readonly PlacementEvent[],
+  names: Set<string>,
+  target: number,
+  failed: number,
+  n: number,
+  from: number,
+  until: number,
+): number | null {
   const ready = new Set<string>();
   for (const e of events) {
     if (e.t > until) break;
-    if (e.kind === 'replica.ready' && e.model && names.has(e.model) && !(e.gpus ?? []).some((d) => d % n === failed)) ready.add(e.replica!);
+    if (e.kind === 'replica.ready' && e.model && names.has(e.model) && !(e.gpus ?? []).some((d) => d % n === failed))
+      ready.add(e.replica!);
     else if ((e.kind === 'replica.stopped' || e.kind === 'replica.failed') && e.replica) ready.delete(e.replica);
     if (e.t >= from && ready.size >= target) return r3(e.t - from);
   }
@@ -115,7 +145,12 @@ export interface GpuSpan {
 }
 
 /** Each GPU's states over a run, from placement's events: `<model> loading|serving|draining`, `failed`, `free`. */
-export function gpuTimeline(events: readonly PlacementEvent[], gpus: number, originMs: number, endMs: number): GpuSpan[] {
+export function gpuTimeline(
+  events: readonly PlacementEvent[],
+  gpus: number,
+  originMs: number,
+  endMs: number,
+): GpuSpan[] {
   const spans: GpuSpan[] = [];
   const cur = new Map<number, { state: string; since: number }>();
   const at = (t: number): number => Math.round((Math.max(t, originMs) - originMs) / 10) / 100;
@@ -128,7 +163,9 @@ export function gpuTimeline(events: readonly PlacementEvent[], gpus: number, ori
   const holder = new Map<string, number[]>();
   for (const e of events) {
     const short = e.model?.replace(/^llama-3-/, '') ?? '';
-    const devs = (e.gpus ?? holder.get(e.replica ?? '') ?? []).map((d) => d % gpus).filter((g) => cur.get(g)?.state !== 'failed');
+    const devs = (e.gpus ?? holder.get(e.replica ?? '') ?? [])
+      .map((d) => d % gpus)
+      .filter((g) => cur.get(g)?.state !== 'failed');
     if (e.kind === 'replica.created' && e.replica) {
       holder.set(e.replica, e.gpus ?? []);
       for (const g of devs) set(g, `${short} loading`, e.t);
@@ -136,7 +173,8 @@ export function gpuTimeline(events: readonly PlacementEvent[], gpus: number, ori
     else if (e.kind === 'drain.started') for (const g of devs) set(g, `${short} draining`, e.t);
     else if (e.kind === 'replica.stopped') for (const g of devs) set(g, 'free', e.t);
     else if (e.kind === 'gpu.failed' && e.gpu !== undefined) set(e.gpu, 'failed', e.t);
-    else if (e.kind === 'gpu.ready' && e.gpu !== undefined && (cur.get(e.gpu)?.state ?? 'failed') === 'failed') set(e.gpu, 'free', e.t);
+    else if (e.kind === 'gpu.ready' && e.gpu !== undefined && (cur.get(e.gpu)?.state ?? 'failed') === 'failed')
+      set(e.gpu, 'free', e.t);
   }
   for (const g of cur.keys()) set(g, '', endMs);
   return spans.filter((s) => s.end > 0);

@@ -54,7 +54,12 @@ function stepWith(r: ReplicaHandle, prefill: number, decodes: number, context: n
   return r.cost.stepS(fullShape);
 }
 
-const harmonic = (n: number): number => (n <= 0 ? 0 : n < 20 ? Array.from({ length: n }, (_, i) => 1 / (i + 1)).reduce((a, b) => a + b, 0) : Math.log(n) + 0.5772156649 + 1 / (2 * n));
+const harmonic = (n: number): number =>
+  n <= 0
+    ? 0
+    : n < 20
+      ? Array.from({ length: n }, (_, i) => 1 / (i + 1)).reduce((a, b) => a + b, 0)
+      : Math.log(n) + 0.5772156649 + 1 / (2 * n);
 
 /**
  * Expected time, in mean remaining lengths, until `k` of `n` running sequences have finished, if remaining lengths
@@ -113,7 +118,10 @@ export function estimateWait(r: ReplicaHandle, work: WorkSpec, slowdown = 1): Wa
   const freeBlocks = st.blocksTotal - committed;
   const needBlocks = Math.ceil((work.promptTokens + work.estOutputTokens) / B);
   // Waiting for running sequences to finish: for KV (the deficit's share of what is held) or for a slot.
-  const kvS = needBlocks > freeBlocks && committed > 0 ? Math.min(1, (needBlocks - freeBlocks) / committed) * avgRemain * decodeS : 0;
+  const kvS =
+    needBlocks > freeBlocks && committed > 0
+      ? Math.min(1, (needBlocks - freeBlocks) / committed) * avgRemain * decodeS
+      : 0;
   const over = st.running + aheadCount + 1 - lim.maxRunning;
   const slotS = over > 0 && st.running > 0 ? slotsFreedAfter(st.running, over) * avgRemain * decodeS : 0;
   const blockedS = Math.max(kvS, slotS);
@@ -123,7 +131,8 @@ export function estimateWait(r: ReplicaHandle, work: WorkSpec, slowdown = 1): Wa
   const topAhead = runningAhead + (st.waitingTokensByClass[0] ?? 0);
   const topOver = st.running + (st.waitingByClass[0] ?? 0) + 1 - lim.maxRunning;
   const topSlotS = topOver > 0 && st.running > 0 ? slotsFreedAfter(st.running, topOver) * avgRemain * decodeS : 0;
-  const topWaitS = (st.running + st.waiting > 0 ? (topAhead > 0 ? fullS : decodeS) / 2 : 0) + topSlotS + queuedS(topAhead);
+  const topWaitS =
+    (st.running + st.waiting > 0 ? (topAhead > 0 ? fullS : decodeS) / 2 : 0) + topSlotS + queuedS(topAhead);
   const k = slowdown * 1000;
   return {
     replica: r.id,

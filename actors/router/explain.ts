@@ -28,7 +28,13 @@ export function expiryTrace(
   const waited = now - req.receivedAt;
   const where = ctx.replica && ctx.replica !== 'router' ? ctx.replica : null;
   const candidates = replica
-    ? [estimateWait(replica, { promptTokens: req.spec.promptTokens, estOutputTokens: req.spec.maxTokens, priority: req.rank })]
+    ? [
+        estimateWait(replica, {
+          promptTokens: req.spec.promptTokens,
+          estOutputTokens: req.spec.maxTokens,
+          priority: req.rank,
+        }),
+      ]
     : [];
   return {
     t: now,
@@ -54,8 +60,12 @@ export function formatTraces(id: string, traces: readonly DecisionTrace[]): stri
   if (traces.length === 0) lines.push('  no decisions recorded (unknown id, or traces were not kept)');
   for (const tr of traces) {
     const v = tr.version ? `${tr.model}@${tr.version}` : tr.model;
-    const how = tr.resolvedBy ? ` (version by ${tr.resolvedBy}${tr.fallbackFrom ? `, fell back from ${tr.fallbackFrom}` : ''})` : '';
-    lines.push(`  t=${ms(tr.t)} ${tr.kind} ${v}${how} class ${tr.priority || '-'} budget ${ms(tr.budgetMs)} policy ${tr.policy}`);
+    const how = tr.resolvedBy
+      ? ` (version by ${tr.resolvedBy}${tr.fallbackFrom ? `, fell back from ${tr.fallbackFrom}` : ''})`
+      : '';
+    lines.push(
+      `  t=${ms(tr.t)} ${tr.kind} ${v}${how} class ${tr.priority || '-'} budget ${ms(tr.budgetMs)} policy ${tr.policy}`,
+    );
     lines.push(`    ${tr.outcome}${tr.chosen ? ` -> ${tr.chosen}` : ''}: ${tr.reason}`);
     if (tr.candidates.length > 0) {
       lines.push('    replica                          wait ms   ttft ms  ahead tok  queued running  free/need blocks');

@@ -86,7 +86,16 @@ export function createHealth(deps: HealthDeps, cfg: EjectionConfig = DEFAULT_EJE
   const rec = (id: string): Record => {
     let r = recs.get(id);
     if (!r) {
-      r = { ratio: 1, steps: 0, failures: 0, ejections: 0, until: -1, reason: '', returnedAt: -Infinity, keptLogged: false };
+      r = {
+        ratio: 1,
+        steps: 0,
+        failures: 0,
+        ejections: 0,
+        until: -1,
+        reason: '',
+        returnedAt: -Infinity,
+        keptLogged: false,
+      };
       recs.set(id, r);
     }
     return r;
@@ -107,7 +116,13 @@ export function createHealth(deps: HealthDeps, cfg: EjectionConfig = DEFAULT_EJE
     const model = deps.modelOf(id);
     const total = model ? deps.replicasOf(model) : 0;
     if (ejectedOfModel(model ?? '', t) + 1 > Math.floor(total * cfg.maxEjectedFraction)) {
-      if (!r.keptLogged) log({ t, replica: id, kind: 'kept', reason: `${reason}; not ejected: at most ${Math.round(cfg.maxEjectedFraction * 100)} % of ${model}'s ${total} replicas may be out` });
+      if (!r.keptLogged)
+        log({
+          t,
+          replica: id,
+          kind: 'kept',
+          reason: `${reason}; not ejected: at most ${Math.round(cfg.maxEjectedFraction * 100)} % of ${model}'s ${total} replicas may be out`,
+        });
       r.keptLogged = true;
       r.steps = 0;
       return;

@@ -1,7 +1,7 @@
 // Model and version resolution: exact versions, aliases (`stable`, `latest`) and weighted splits (canaries).
 // The table can change while serving (a rollout moves an alias or a split); every change is validated.
-import type { Rng } from '../runtime/rng.ts';
-import { failure, type Failure } from '../outcomes.ts';
+import type { Rng } from '../../runtime/rng.ts';
+import { failure, type Failure } from '../../machines/outcomes.ts';
 
 /** A model as the router knows it. */
 export interface ModelEntry {
@@ -18,7 +18,13 @@ export type ResolvedBy = 'exact' | 'alias' | 'split' | 'default';
 
 /** A resolved model@version, or a typed failure. */
 export type Resolution =
-  | { ok: true; model: string; version: string; by: ResolvedBy; /** Versions acceptable instead when `version` has no ready replica. */ fallbacks: readonly string[] }
+  | {
+      ok: true;
+      model: string;
+      version: string;
+      by: ResolvedBy;
+      /** Versions acceptable instead when `version` has no ready replica. */ fallbacks: readonly string[];
+    }
   | { ok: false; failure: Failure };
 
 /** The router's model table. */
@@ -41,12 +47,17 @@ interface Entry {
 }
 
 /** Cumulative weights of a split, validated against the versions; throws naming the bad entry. */
-function cumulativeOf(name: string, versions: readonly string[], split: Readonly<Record<string, number>> | undefined): [string, number][] {
+function cumulativeOf(
+  name: string,
+  versions: readonly string[],
+  split: Readonly<Record<string, number>> | undefined,
+): [string, number][] {
   const out: [string, number][] = [];
   let total = 0;
   for (const [v, w] of Object.entries(split ?? {})) {
     if (!versions.includes(v)) throw new Error(`models.${name}.split.${v}: unknown version`);
-    if (!(w >= 0) || !Number.isFinite(w)) throw new Error(`models.${name}.split.${v}: weight must be a finite number >= 0`);
+    if (!(w >= 0) || !Number.isFinite(w))
+      throw new Error(`models.${name}.split.${v}: weight must be a finite number >= 0`);
     if (w === 0) continue;
     total += w;
     out.push([v, total]);
@@ -59,12 +70,22 @@ export function createRegistry(entries: readonly ModelEntry[]): Registry {
   const byName = new Map<string, Entry>();
   for (const e of entries) {
     if (e.versions.length === 0) throw new Error(`models.${e.name}.versions: at least one version`);
-    const aliases: Record<string, string> = { stable: e.versions[0]!, latest: e.versions[e.versions.length - 1]!, ...e.aliases };
+    const aliases: Record<string, string> = {
+      stable: e.versions[0]!,
+      latest: e.versions[e.versions.length - 1]!,
+      ...e.aliases,
+    };
     for (const [alias, v] of Object.entries(aliases)) {
       if (!e.versions.includes(v)) throw new Error(`models.${e.name}.aliases.${alias}: unknown version "${v}"`);
     }
     const cumulative = cumulativeOf(e.name, e.versions, e.split);
-    byName.set(e.name, { name: e.name, versions: e.versions, aliases, ...(e.split ? { split: e.split } : {}), cumulative });
+    byName.set(e.name, {
+      name: e.name,
+      versions: e.versions,
+      aliases,
+      ...(e.split ? { split: e.split } : {}),
+      cumulative,
+    });
   }
   const listing = (): string => [...byName.values()].map((e) => `${e.name}@{${e.versions.join(',')}}`).join(', ');
   // Unpinned requests may go to any version the model is advertising (split members, then aliases), in that order.
@@ -79,27 +100,40 @@ export function createRegistry(entries: readonly ModelEntry[]): Registry {
   };
 
   return {
-    models: () => [...byName.values()].map((e) => ({ name: e.name, versions: e.versions, aliases: { ...e.aliases }, ...(e.split ? { split: e.split } : {}) })),
+    models: () =>
+      [...byName.values()].map((e) => ({
+        name: e.name,
+        versions: e.versions,
+        aliases: { ...e.aliases },
+        ...(e.split ? { split: e.split } : {}),
+      })),
     get: (m) => {
       const e = byName.get(m);
-      return e ? { name: e.name, versions: e.versions, aliases: { ...e.aliases }, ...(e.split ? { split: e.split } : {}) } : undefined;
+      return e
+        ? { name: e.name, versions: e.versions, aliases: { ...e.aliases }, ...(e.split ? { split: e.split } : {}) }
+        : undefined;
     },
     resolve: (model, version, rng) => {
       const e = byName.get(model);
-      if (!e) return { ok: false, failure: failure('model_not_found', `unknown model "${model}"; known: ${listing()}`) };
+      if (!e)
+        return { ok: false, failure: failure('model_not_found', `unknown model "${model}"; known: ${listing()}`) };
       if (version !== undefined) {
         if (e.versions.includes(version)) return { ok: true, model, version, by: 'exact', fallbacks: [] };
         const v = e.aliases[version];
         if (v === undefined) {
           const names = [...e.versions, ...Object.keys(e.aliases)].join(', ');
-          return { ok: false, failure: failure('model_not_found', `unknown version "${version}" of ${model}; known: ${names}`) };
+          return {
+            ok: false,
+            failure: failure('model_not_found', `unknown version "${version}" of ${model}; known: ${names}`),
+          };
         }
         return { ok: true, model, version: v, by: 'alias', fallbacks: fallbacksOf(e, v) };
       }
       const last = e.cumulative[e.cumulative.length - 1];
       if (last) {
         const x = rng.next() * last[1];
-        for (const [v, c] of e.cumulative) if (x < c) return { ok: true, model, version: v, by: 'split', fallbacks: fallbacksOf(e, v) };
+        for (const [v, c] of e.cumulative)
+          if (x < c) return { ok: true, model, version: v, by: 'split', fallbacks: fallbacksOf(e, v) };
       }
       const v = e.aliases['stable']!;
       return { ok: true, model, version: v, by: 'default', fallbacks: fallbacksOf(e, v) };
@@ -108,7 +142,8 @@ export function createRegistry(entries: readonly ModelEntry[]): Registry {
       const e = byName.get(model);
       if (!e) return failure('model_not_found', `unknown model "${model}"`);
       if (!e.versions.includes(version)) return failure('model_not_found', `unknown version "${version}" of ${model}`);
-      if (e.versions.includes(alias)) return failure('invalid_request', `alias "${alias}" would shadow a version of ${model}`);
+      if (e.versions.includes(alias))
+        return failure('invalid_request', `alias "${alias}" would shadow a version of ${model}`);
       e.aliases[alias] = version;
       return null;
     },

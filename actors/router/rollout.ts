@@ -2,7 +2,7 @@
 // holds) and a new one loads on the GPUs it frees; the next step starts when the new one is ready. Unpinned traffic
 // is split between the versions in proportion to their ready replicas, and at the end the alias moves to the new
 // version, so the model keeps serving throughout with at most one replica out of service.
-import type { Clock } from '../runtime/clock.ts';
+import type { Clock } from '../../runtime/clock.ts';
 import type { ReplicaHandle } from '../replica.ts';
 import type { Registry } from './registry.ts';
 import { isReady } from './router.ts';
@@ -35,7 +35,10 @@ export interface Rollout {
 /** What a rollout drives: placement's replica counts and the router's model table. */
 export interface RolloutDeps {
   clock: Clock;
-  placement: { readonly replicas: ReadonlyMap<string, ReplicaHandle>; setReplicas(model: string, version: string, count: number): boolean };
+  placement: {
+    readonly replicas: ReadonlyMap<string, ReplicaHandle>;
+    setReplicas(model: string, version: string, count: number): boolean;
+  };
   registry: Registry;
 }
 
@@ -49,7 +52,8 @@ export function startRollout(deps: RolloutDeps, spec: RolloutSpec): Rollout {
   const log = (what: string): void => void events.push({ t: deps.clock.now(), what });
   const of = (version: string): ReplicaHandle[] =>
     [...deps.placement.replicas.values()].filter((r) => r.model === spec.model && r.version === version);
-  const live = (version: string): ReplicaHandle[] => of(version).filter((r) => !/^(draining|unloading|stopped|failed)/.test(r.state()));
+  const live = (version: string): ReplicaHandle[] =>
+    of(version).filter((r) => !/^(draining|unloading|stopped|failed)/.test(r.state()));
 
   let fromTarget = live(spec.from).length;
   let toTarget = live(spec.to).length;

@@ -1,8 +1,8 @@
 // The router: resolve model@version, choose a ready replica by predicted work and KV headroom, and admit or
 // reject at once with a typed outcome. Every decision records its inputs (DecisionTrace).
 import type { ReplicaHandle } from '../replica.ts';
-import type { Rng } from '../runtime/rng.ts';
-import { failure, type Failure } from '../outcomes.ts';
+import type { Rng } from '../../runtime/rng.ts';
+import { failure, type Failure } from '../../machines/outcomes.ts';
 import type { Registry, ResolvedBy } from './registry.ts';
 import { estimateWait, type WaitEstimate, type WorkSpec } from './estimate.ts';
 
@@ -78,7 +78,15 @@ export interface DecisionTrace {
 
 /** The router's answer: a replica (or a bounded hold until one is ready), or a typed rejection. */
 export type Admission =
-  | { ok: true; model: string; version: string; replica: ReplicaHandle | null; budgetMs: number; rank: number; trace: DecisionTrace }
+  | {
+      ok: true;
+      model: string;
+      version: string;
+      replica: ReplicaHandle | null;
+      budgetMs: number;
+      rank: number;
+      trace: DecisionTrace;
+    }
   | { ok: false; failure: Failure; trace: DecisionTrace };
 
 /** What the router depends on. */
@@ -106,9 +114,18 @@ export interface RouterDeps {
 export interface Router {
   route(req: RouteRequest): Admission;
   /** Picks a ready replica to resume an interrupted or held request on (cost policy), with the decision's trace. */
-  resume(model: string, version: string, priority: string, work: { promptTokens: number; estOutputTokens: number; priority: number }): { replica: ReplicaHandle | null; trace: DecisionTrace };
+  resume(
+    model: string,
+    version: string,
+    priority: string,
+    work: { promptTokens: number; estOutputTokens: number; priority: number },
+  ): { replica: ReplicaHandle | null; trace: DecisionTrace };
   /** resume() without the trace. */
-  pickForResume(model: string, version: string, work: { promptTokens: number; estOutputTokens: number; priority: number }): ReplicaHandle | null;
+  pickForResume(
+    model: string,
+    version: string,
+    work: { promptTokens: number; estOutputTokens: number; priority: number },
+  ): ReplicaHandle | null;
   setPolicy(p: RoutingPolicy): void;
   readonly policy: RoutingPolicy;
   /** The model table (rollouts move aliases and splits in it). */
@@ -235,7 +252,8 @@ export function createRouter(deps: RouterDeps): Router {
       trace.reason = `${f.code}: ${f.message}`;
       return { ok: false, failure: f, trace };
     };
-    const overloaded = (message: string, afterMs: number): Admission => reject(failure('overloaded', message, { retryAfterMs: retryMs(afterMs) }));
+    const overloaded = (message: string, afterMs: number): Admission =>
+      reject(failure('overloaded', message, { retryAfterMs: retryMs(afterMs) }));
 
     const res = deps.registry.resolve(req.model, req.version, deps.rng);
     if (!res.ok) return reject(res.failure);
@@ -247,7 +265,12 @@ export function createRouter(deps: RouterDeps): Router {
       const known = lim ? Object.keys(lim.classes).join(', ') : '';
       return reject(failure('invalid_request', `unknown priority class "${req.priority}"; known: ${known}`));
     }
-    if (!Number.isInteger(req.promptTokens) || !Number.isInteger(req.maxTokens) || req.maxTokens < 1 || req.promptTokens < 1) {
+    if (
+      !Number.isInteger(req.promptTokens) ||
+      !Number.isInteger(req.maxTokens) ||
+      req.maxTokens < 1 ||
+      req.promptTokens < 1
+    ) {
       return reject(failure('invalid_request', 'promptTokens and maxTokens must be whole numbers of at least 1'));
     }
     if (req.deadlineMs !== undefined && !(req.deadlineMs >= 0)) {
@@ -255,7 +278,10 @@ export function createRouter(deps: RouterDeps): Router {
     }
     if (req.promptTokens + req.maxTokens > lim.maxContext) {
       return reject(
-        failure('invalid_request', `prompt (${req.promptTokens}) + max_tokens (${req.maxTokens}) exceeds the model's context of ${lim.maxContext}`),
+        failure(
+          'invalid_request',
+          `prompt (${req.promptTokens}) + max_tokens (${req.maxTokens}) exceeds the model's context of ${lim.maxContext}`,
+        ),
       );
     }
     const budgetMs = Math.max(0, Math.min(cls.maxQueueMs, req.deadlineMs ?? Infinity));
@@ -282,9 +308,20 @@ export function createRouter(deps: RouterDeps): Router {
     const queueFull = queue.count + 1 > cls.maxQueued || queue.tokens + req.promptTokens > cls.maxQueuedTokens;
     if (cands.length === 0) {
       const eta = deps.etaMs(res.model, version);
-      if (eta === null) return reject(failure('model_unavailable', `no replica of ${res.model}@${version} is ready, loading or placed`));
-      if (eta > budgetMs) return overloaded(`no ready replica of ${res.model}@${version}; one is expected in ${Math.round(eta)} ms, over the budget of ${Math.round(budgetMs)} ms`, eta - budgetMs);
-      if (queueFull) return overloaded(`the ${req.priority} queue of ${res.model} is full (${queue.count} requests, ${queue.tokens} tokens)`, eta);
+      if (eta === null)
+        return reject(
+          failure('model_unavailable', `no replica of ${res.model}@${version} is ready, loading or placed`),
+        );
+      if (eta > budgetMs)
+        return overloaded(
+          `no ready replica of ${res.model}@${version}; one is expected in ${Math.round(eta)} ms, over the budget of ${Math.round(budgetMs)} ms`,
+          eta - budgetMs,
+        );
+      if (queueFull)
+        return overloaded(
+          `the ${req.priority} queue of ${res.model} is full (${queue.count} requests, ${queue.tokens} tokens)`,
+          eta,
+        );
       trace.outcome = 'held';
       trace.reason = `held until a replica of ${res.model}@${version} is ready (expected in ${Math.round(eta)} ms, budget ${Math.round(budgetMs)} ms)`;
       return { ok: true, model: res.model, version, replica: null, budgetMs, rank: cls.rank, trace };
@@ -304,7 +341,9 @@ export function createRouter(deps: RouterDeps): Router {
       if (e.queued > 0 && e.waitMs > 0) drainPerMs += e.queued / e.waitMs;
     }
     if (!cands.some((r, i) => fits(r, ests[i]!))) {
-      return reject(failure('invalid_request', `request needs more KV cache than any replica of ${res.model}@${version} has`));
+      return reject(
+        failure('invalid_request', `request needs more KV cache than any replica of ${res.model}@${version} has`),
+      );
     }
     // Queue bounds per model and class: the queue drains at the rate its replicas schedule it.
     if (queueFull) {
@@ -325,13 +364,19 @@ export function createRouter(deps: RouterDeps): Router {
     }
     const i = choose(cands, ests);
     if (i < 0) {
-      return overloaded(`no replica of ${res.model}@${version} has KV headroom for ${ests[0]!.needBlocks} blocks`, minKv);
+      return overloaded(
+        `no replica of ${res.model}@${version} has KV headroom for ${ests[0]!.needBlocks} blocks`,
+        minKv,
+      );
     }
     const est = ests[i]!;
     trace.chosen = est.replica;
     if (est.waitMs > budgetMs) {
       // The work ahead drains at one second per second: retry when the best replica's wait fits the budget.
-      return overloaded(`predicted wait ${Math.round(est.waitMs)} ms exceeds the queue budget of ${Math.round(budgetMs)} ms`, minWait - budgetMs);
+      return overloaded(
+        `predicted wait ${Math.round(est.waitMs)} ms exceeds the queue budget of ${Math.round(budgetMs)} ms`,
+        minWait - budgetMs,
+      );
     }
     trace.outcome = 'routed';
     trace.reason = `${policy}: ${est.replica} predicted wait ${Math.round(est.waitMs)} ms, first token ${Math.round(est.ttftMs)} ms, within budget ${Math.round(budgetMs)} ms`;
@@ -356,7 +401,10 @@ export function createRouter(deps: RouterDeps): Router {
     }
     if (best < 0) {
       trace.outcome = 'held';
-      trace.reason = cands.length === 0 ? `no ready replica of ${model}@${version}; held within its budget` : 'no ready replica can hold it; held within its budget';
+      trace.reason =
+        cands.length === 0
+          ? `no ready replica of ${model}@${version}; held within its budget`
+          : 'no ready replica can hold it; held within its budget';
       return { replica: null, trace };
     }
     trace.chosen = ests[best]!.replica;

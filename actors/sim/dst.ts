@@ -2,11 +2,11 @@
 // seed with a random schedule of faults, and the promises P1–P9 checked while it runs. A failing seed is
 // reproducible from its number and its fault schedule can be shrunk.
 import { createHash } from 'node:crypto';
-import { createVirtualClock } from '../runtime/clock.ts';
-import { createRng, type Rng } from '../runtime/rng.ts';
-import { createRuntime, type Msg } from '../runtime/system.ts';
+import { createVirtualClock } from '../../runtime/clock.ts';
+import { createRng, type Rng } from '../../runtime/rng.ts';
+import { createRuntime, type Msg } from '../../runtime/system.ts';
 import { createCostModelExecutor } from '../gpu/executor.ts';
-import { startNodeAgent, type NodeAgent } from '../node/agent.ts';
+import { startNodeAgent, type NodeAgent } from '../worker/agent.ts';
 import { startControlPlane, type ControlPlane, type TerminalOutcome } from '../control-plane.ts';
 import { normalizeScenario, type Scenario } from '../config.ts';
 import { loadTrace, type TraceRow } from './traffic.ts';
@@ -51,8 +51,20 @@ const LAYOUTS = ['small-exclusive', 'large-exclusive', 'mixed-switch'] as const;
 type Layout = (typeof LAYOUTS)[number];
 
 function scenarioFor(layout: Layout, seed: number): Scenario {
-  const small = { name: 'llama-3-8b', profile: 'llama-3-8b', tp: 1, replicas: 3, resume: { maxResumes: 2, budgetMs: 60_000 } };
-  const large = { name: 'llama-3-70b', profile: 'llama-3-70b', tp: 8, replicas: 1, resume: { maxResumes: 2, budgetMs: 120_000 } };
+  const small = {
+    name: 'llama-3-8b',
+    profile: 'llama-3-8b',
+    tp: 1,
+    replicas: 3,
+    resume: { maxResumes: 2, budgetMs: 60_000 },
+  };
+  const large = {
+    name: 'llama-3-70b',
+    profile: 'llama-3-70b',
+    tp: 8,
+    replicas: 1,
+    resume: { maxResumes: 2, budgetMs: 120_000 },
+  };
   const base = {
     name: `dst-${layout}`,
     seed,
@@ -94,7 +106,12 @@ export function drawFaults(rng: Rng, simSeconds: number, gpus: number): { faults
         faults.push({ kind: 'silent', at, gpu, ...(keep ? {} : { repairAt }) });
         break;
       case 4:
-        faults.push({ kind: 'partition', at, until: repairAt, direction: (['both', 'aToB', 'bToA'] as const)[rng.int(3)]! });
+        faults.push({
+          kind: 'partition',
+          at,
+          until: repairAt,
+          direction: (['both', 'aToB', 'bToA'] as const)[rng.int(3)]!,
+        });
         break;
       case 5:
         faults.push({ kind: 'delay', at, until: repairAt, ms: 20 + rng.int(400) });
@@ -124,7 +141,10 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
   const scenario = scenarioFor(layout, seed);
   const drawn = drawFaults(rng.fork('faults'), opts.simSeconds, scenario.node.gpus);
   const faults = opts.faults ?? drawn.faults;
-  const permanent = faults.some((f) => (f.kind === 'gpu-fault' || f.kind === 'hang' || f.kind === 'silent') && f.repairAt === undefined) ||
+  const permanent =
+    faults.some(
+      (f) => (f.kind === 'gpu-fault' || f.kind === 'hang' || f.kind === 'silent') && f.repairAt === undefined,
+    ) ||
     faults.some((f) => f.kind === 'worker-crash' && f.restartAt === undefined) ||
     faults.some((f) => f.kind === 'partition' && f.until === undefined);
   const mutation = opts.mutation ?? 'none';
@@ -145,7 +165,12 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
   }
   const gpus = Array.from({ length: scenario.node.gpus }, (_, i) => i);
   const startAgent = (): NodeAgent =>
-    startNodeAgent(nodeRt, { gpus, executor: createCostModelExecutor(clock), repairMs: scenario.node.repairMs, heartbeatMs: scenario.detection.heartbeatMs });
+    startNodeAgent(nodeRt, {
+      gpus,
+      executor: createCostModelExecutor(clock),
+      repairMs: scenario.node.repairMs,
+      heartbeatMs: scenario.detection.heartbeatMs,
+    });
   const cp: ControlPlane = startControlPlane(control, scenario, { checkInvariants: true });
   let agent: NodeAgent | null = startAgent();
   if (mutation === 'drop-interrupted') {
@@ -183,8 +208,10 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
       c.terminals++;
       if (c.terminals > 1) violate('P1', `${id}: a second terminal outcome (${o.outcome})`);
       c.terminal = o;
-      if (o.tokens !== c.expected) violate('P2', `${id}: terminal says ${o.tokens} tokens, the client received ${c.expected}`);
-      if (o.code === 'overloaded' && !(o.retryAfterMs !== undefined && o.retryAfterMs > 0)) violate('P5', `${id}: overloaded without retryAfterMs`);
+      if (o.tokens !== c.expected)
+        violate('P2', `${id}: terminal says ${o.tokens} tokens, the client received ${c.expected}`);
+      if (o.code === 'overloaded' && !(o.retryAfterMs !== undefined && o.retryAfterMs > 0))
+        violate('P5', `${id}: overloaded without retryAfterMs`);
       hash.update(`${id}:${o.outcome}:${o.code}:${o.tokens};`);
     },
   };
@@ -192,7 +219,12 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
   // Traffic: Poisson per model at a moderate share of its capacity, lengths from the conversation trace.
   const rows: TraceRow[] = loadTrace('splitwise_conv').filter((r) => r.prompt + r.output <= 4096);
   const trafficRng = rng.fork('traffic');
-  const rates: Record<string, number> = layout === 'small-exclusive' ? { 'llama-3-8b': 12 } : layout === 'large-exclusive' ? { 'llama-3-70b': 3 } : { 'llama-3-8b': 6, 'llama-3-70b': 0.5 };
+  const rates: Record<string, number> =
+    layout === 'small-exclusive'
+      ? { 'llama-3-8b': 12 }
+      : layout === 'large-exclusive'
+        ? { 'llama-3-70b': 3 }
+        : { 'llama-3-8b': 6, 'llama-3-70b': 0.5 };
   const endMs = origin + opts.simSeconds * 1000;
   const arrivalsEnd = origin + opts.simSeconds * 0.75 * 1000;
   let submitted = 0;
@@ -205,7 +237,10 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
       const row = rows[r.int(rows.length)]!;
       clock.at(t, () => {
         submitted++;
-        const res = cp.submit({ model, promptTokens: row.prompt, maxTokens: row.output, outputTokens: row.output }, listener);
+        const res = cp.submit(
+          { model, promptTokens: row.prompt, maxTokens: row.output, outputTokens: row.output },
+          listener,
+        );
         if (!res.ok) {
           const c = clients.get(res.id)!;
           if (c.terminals === 0) violate('P1', `${res.id}: rejected without a terminal outcome`);
@@ -236,7 +271,9 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
       case 'hang':
       case 'silent':
       case 'straggle':
-        at(f.at, () => inject(f.gpu, f.kind === 'gpu-fault' ? 'fault' : f.kind, f.kind === 'straggle' ? f.factor : undefined));
+        at(f.at, () =>
+          inject(f.gpu, f.kind === 'gpu-fault' ? 'fault' : f.kind, f.kind === 'straggle' ? f.factor : undefined),
+        );
         if (f.repairAt !== undefined) at(f.repairAt, () => inject(f.gpu, 'repair'));
         break;
       case 'partition':
@@ -282,12 +319,14 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
   cp.onStep = (r) => {
     for (const v of cp.placement.checkInvariants()) violate('P6', v);
     const st = r.batcher.stats();
-    if (st.waiting > (classLimit.get(r.model) ?? Infinity) * 2) violate('P5', `${r.id} queue of ${st.waiting} beyond its bounds`);
+    if (st.waiting > (classLimit.get(r.model) ?? Infinity) * 2)
+      violate('P5', `${r.id} queue of ${st.waiting} beyond its bounds`);
   };
   const healthy = (): number => [...cp.placement.gpus.values()].filter((g) => g.healthy).length;
   const checkReadiness = (): void => {
     for (const m of scenario.models) {
-      if (healthy() < m.tp && cp.placement.unavailable(m.name) === null) violate('P7', `${m.name} reported available with ${healthy()} healthy GPUs`);
+      if (healthy() < m.tp && cp.placement.unavailable(m.name) === null)
+        violate('P7', `${m.name} reported available with ${healthy()} healthy GPUs`);
     }
   };
   for (let s = 1; s < opts.simSeconds; s += 1) clock.at(origin + s * 1000, checkReadiness);
@@ -305,15 +344,18 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
   const probe = (model: string): void => {
     const state = probes.get(model)!;
     if (clock.now() > probeAt + probeBoundMs) return;
-    const res = cp.submit({ model, promptTokens: 16, maxTokens: 4, outputTokens: 4 }, {
-      ...listener,
-      terminal: (id, o) => {
-        listener.terminal(id, o);
-        state.last = `${id} ${o.outcome}${o.code ? ` ${o.code}` : ''}`;
-        if (o.outcome === 'done') state.done = true;
-        else clock.setTimeout(() => probe(model), Math.max(100, o.retryAfterMs ?? 1000));
+    const res = cp.submit(
+      { model, promptTokens: 16, maxTokens: 4, outputTokens: 4 },
+      {
+        ...listener,
+        terminal: (id, o) => {
+          listener.terminal(id, o);
+          state.last = `${id} ${o.outcome}${o.code ? ` ${o.code}` : ''}`;
+          if (o.outcome === 'done') state.done = true;
+          else clock.setTimeout(() => probe(model), Math.max(100, o.retryAfterMs ?? 1000));
+        },
       },
-    });
+    );
     void res;
   };
   for (const m of scenario.models) {
@@ -323,12 +365,17 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
   }
   clock.run(probeAt + probeBoundMs + 60_000);
   for (const [model, st] of probes) {
-    if (!st.done) violate('P9', `${model}: not serving within ${(settleMs + probeBoundMs) / 1000} s after the last fault (last probe: ${st.last ?? 'none'})`);
+    if (!st.done)
+      violate(
+        'P9',
+        `${model}: not serving within ${(settleMs + probeBoundMs) / 1000} s after the last fault (last probe: ${st.last ?? 'none'})`,
+      );
   }
 
   // P1 at the end: every request has exactly one terminal outcome; P3 queue budgets; P4 resumes.
   for (const [id, c] of clients) if (!c.terminal) violate('P1', `${id}: no terminal outcome`);
-  if (cp.collector.overBudget() > 0) violate('P3', `${cp.collector.overBudget()} requests waited past their queue budget`);
+  if (cp.collector.overBudget() > 0)
+    violate('P3', `${cp.collector.overBudget()} requests waited past their queue budget`);
   const maxResumes = new Map(scenario.models.map((m) => [m.name, m.resume.maxResumes]));
   for (const r of cp.collector.records) {
     if (r.resumes > (maxResumes.get(r.model) ?? 0)) violate('P4', `${r.id}: resumed ${r.resumes} times`);
@@ -336,7 +383,8 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
   for (const [id, c] of clients) {
     if (c.terminal?.outcome === 'done') {
       const rec = cp.collector.records.find((x) => x.id === id);
-      if (rec && rec.tokens !== c.expected) violate('P4', `${id}: done with ${rec.tokens} tokens recorded, ${c.expected} streamed`);
+      if (rec && rec.tokens !== c.expected)
+        violate('P4', `${id}: done with ${rec.tokens} tokens recorded, ${c.expected} streamed`);
     }
   }
   for (const v of cp.violations) violate('P8', v);
@@ -364,7 +412,7 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
 /** Shrinks a failing fault schedule: drops faults one at a time while the seed still fails. */
 export function shrinkFaults(seed: number, opts: DstOptions, faults: DstFault[]): DstFault[] {
   let current = faults;
-  for (let i = 0; i < current.length; ) {
+  for (let i = 0; i < current.length;) {
     const candidate = current.filter((_, j) => j !== i);
     if (runDstSeed(seed, { ...opts, faults: candidate }).violations.length > 0) current = candidate;
     else i++;

@@ -1,10 +1,10 @@
 // `switchyard simulate`: a scenario through request → router → replica → GPU actors in virtual time, with the
 // node agent behind the real codec, and a report that is byte-identical for the same scenario and seed.
-import { createVirtualClock } from '../runtime/clock.ts';
-import { createRng } from '../runtime/rng.ts';
-import { createRuntime } from '../runtime/system.ts';
+import { createVirtualClock } from '../../runtime/clock.ts';
+import { createRng } from '../../runtime/rng.ts';
+import { createRuntime } from '../../runtime/system.ts';
 import { createCostModelExecutor } from '../gpu/executor.ts';
-import { startNodeAgent } from '../node/agent.ts';
+import { startNodeAgent } from '../worker/agent.ts';
 import { startControlPlane, type ControlPlane } from '../control-plane.ts';
 import { createArrivalStream, type ArrivalStream } from './traffic.ts';
 import { connectSimLink } from '../../transport/sim-link.ts';
@@ -26,7 +26,10 @@ export interface SimReport {
   tbtMs: Summary;
   e2eMs: Summary;
   queueWaitMs: Summary;
-  models: Record<string, { requests: Record<string, number>; ttftMs: Summary; tpotMs: Summary; tbtMs: Summary; queueWaitMs: Summary }>;
+  models: Record<
+    string,
+    { requests: Record<string, number>; ttftMs: Summary; tpotMs: Summary; tbtMs: Summary; queueWaitMs: Summary }
+  >;
   batch: { meanSize: number; steps: number; preemptions: number };
   gpus: { utilisation: number[]; meanUtilisation: number };
   placement: PlacementEvent[];
@@ -34,7 +37,14 @@ export interface SimReport {
   /** Estimate error of the one ledger: the router's predicted queue wait and the replicas' predicted step times. */
   estimates: Record<string, EstimateError>;
   /** originMs: virtual time at which scenario time 0 began (after boot); placement event times are absolute. */
-  sim: { requests: number; simulatedSeconds: number; wallSeconds?: number; events: number; messages: number; originMs?: number };
+  sim: {
+    requests: number;
+    simulatedSeconds: number;
+    wallSeconds?: number;
+    events: number;
+    messages: number;
+    originMs?: number;
+  };
   explain?: Record<string, DecisionTrace[]>;
   /** Per injected fault: detection, interrupted requests' outcomes, recovery times (scenarios with faults). */
   failures?: FaultReport[];
@@ -61,7 +71,10 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
   const rng = createRng(seed);
   const control = createRuntime({ name: 'control', clock, rng: rng.fork('control') });
   const nodeRt = createRuntime({ name: 'node', clock, rng: rng.fork('node') });
-  const link = connectSimLink(control, nodeRt, clock, rng.fork('link'), { latencyMs: scenario.sim.latencyMs, jitterMs: scenario.sim.jitterMs });
+  const link = connectSimLink(control, nodeRt, clock, rng.fork('link'), {
+    latencyMs: scenario.sim.latencyMs,
+    jitterMs: scenario.sim.jitterMs,
+  });
   const executor = createCostModelExecutor(clock);
   const gpuList = Array.from({ length: scenario.node.gpus }, (_, i) => i);
 
@@ -111,37 +124,52 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
   // Boot: GPUs probe and the initial placement loads; scenario time 0 is when the node is ready to serve.
   let events = clock.run(BOOT_LIMIT_MS);
   const origin = clock.now();
-  if (!cp.placement.settled() || cp.placement.replicas.size === 0) throw new Error('the initial placement did not load');
+  if (!cp.placement.settled() || cp.placement.replicas.size === 0)
+    throw new Error('the initial placement did not load');
   const bootBusy = gpuList.map((g) => agent.busyMs(g));
   const startFaults = (): void => {
-  for (const f of scenario.faults) {
-    pendingFaults++;
-    clock.at(origin + f.at * 1000, () => {
-      pendingFaults--;
-      nodeRt.send('node', { type: 'gpu.inject', gpu: f.gpu, fault: f.kind === 'crash' ? 'silent' : f.kind, ...(f.factor ? { factor: f.factor } : {}) });
-      maybeStop();
-    });
-    if (f.repairAt !== undefined) {
+    for (const f of scenario.faults) {
       pendingFaults++;
-      clock.at(origin + f.repairAt * 1000, () => {
+      clock.at(origin + f.at * 1000, () => {
         pendingFaults--;
-        nodeRt.send('node', { type: 'gpu.inject', gpu: f.gpu, fault: 'repair' });
+        nodeRt.send('node', {
+          type: 'gpu.inject',
+          gpu: f.gpu,
+          fault: f.kind === 'crash' ? 'silent' : f.kind,
+          ...(f.factor ? { factor: f.factor } : {}),
+        });
         maybeStop();
       });
+      if (f.repairAt !== undefined) {
+        pendingFaults++;
+        clock.at(origin + f.repairAt * 1000, () => {
+          pendingFaults--;
+          nodeRt.send('node', { type: 'gpu.inject', gpu: f.gpu, fault: 'repair' });
+          maybeStop();
+        });
+      }
     }
-  }
-
   };
   startFaults();
   for (const s of streams) pump(s);
   events += clock.run(origin + scenario.sim.maxSimSeconds * 1000);
   const simMs = clock.now() - origin;
-  const report = buildReport(scenario, seed, cp, (g) => agent.busyMs(g) - bootBusy[g]!, gpuList, simMs, events, link.stats.messages);
+  const report = buildReport(
+    scenario,
+    seed,
+    cp,
+    (g) => agent.busyMs(g) - bootBusy[g]!,
+    gpuList,
+    simMs,
+    events,
+    link.stats.messages,
+  );
   report.sim.originMs = origin;
   if (scenario.faults.length > 0) report.failures = failureReport(scenario, origin, cp.placement, cp.collector.records);
   if (opts.explain?.length) report.explain = Object.fromEntries(opts.explain.map((id) => [id, cp.explain(id) ?? []]));
   if (opts.wall) report.sim.wallSeconds = Math.round((performance.now() - wallStart) / 10) / 100;
-  for (const f of [...control.faults, ...nodeRt.faults]) report.invariants.violations.push(`${f.actor}: ${String(f.error)}`);
+  for (const f of [...control.faults, ...nodeRt.faults])
+    report.invariants.violations.push(`${f.actor}: ${String(f.error)}`);
   return report;
 }
 
@@ -173,7 +201,10 @@ function buildReport(
   for (const m of scenario.models) {
     const l = c.latency(m.name);
     const reqs: Record<string, number> = {};
-    for (const r of c.records) if (r.model === m.name) reqs[r.outcome === 'done' ? 'done' : (r.code ?? r.outcome)] = (reqs[r.outcome === 'done' ? 'done' : (r.code ?? r.outcome)] ?? 0) + 1;
+    for (const r of c.records)
+      if (r.model === m.name)
+        reqs[r.outcome === 'done' ? 'done' : (r.code ?? r.outcome)] =
+          (reqs[r.outcome === 'done' ? 'done' : (r.code ?? r.outcome)] ?? 0) + 1;
     models[m.name] = { requests: reqs, ttftMs: l.ttftMs, tpotMs: l.tpotMs, tbtMs: l.tbtMs, queueWaitMs: l.queueWaitMs };
   }
   const round = (x: number): number => Math.round(x * 1000) / 1000;

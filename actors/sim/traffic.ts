@@ -2,7 +2,7 @@
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Rng } from '../runtime/rng.ts';
+import type { Rng } from '../../runtime/rng.ts';
 import type { Scenario } from '../config.ts';
 
 /** One row of a trace: arrival (s, when the trace has it), prompt and output lengths. */
@@ -32,7 +32,9 @@ const traces = new Map<string, TraceRow[]>();
 export function loadTrace(name: string): TraceRow[] {
   const cached = traces.get(name);
   if (cached) return cached;
-  const lines = readFileSync(join(traceDir, `${name}.csv`), 'utf8').trim().split('\n');
+  const lines = readFileSync(join(traceDir, `${name}.csv`), 'utf8')
+    .trim()
+    .split('\n');
   const header = lines[0]!.split(',');
   const iT = header.indexOf('arrived_at');
   const iP = header.indexOf('num_prefill_tokens');
@@ -61,7 +63,8 @@ export function createArrivalStream(scenario: Scenario, index: number, rng: Rng)
   const arrivalRng = rng.fork(`arrivals:${index}`);
   const cap = spec.lengths.maxTotalTokens ?? Infinity;
   const rows = spec.lengths.trace ? loadTrace(spec.lengths.trace).filter((r) => r.prompt + r.output <= cap) : [];
-  if (spec.lengths.trace && rows.length === 0) throw new Error(`traffic[${index}]: no trace rows within maxTotalTokens ${cap}`);
+  if (spec.lengths.trace && rows.length === 0)
+    throw new Error(`traffic[${index}]: no trace rows within maxTotalTokens ${cap}`);
   const start = (spec.arrival.start ?? 0) * 1000;
   const scale = spec.arrival.timeScale ?? 1;
   const model = scenario.models.find((m) => m.name === spec.model)!;
@@ -86,7 +89,10 @@ export function createArrivalStream(scenario: Scenario, index: number, rng: Rng)
         const lap = Math.floor(produced / rows.length) * (rows[rows.length - 1]!.t - rows[0]!.t + 1);
         t = start + ((row.t - traceStart + lap) * 1000) / scale;
       } else {
-        row = rows.length > 0 ? rows[lengthsRng.int(rows.length)]! : { t: 0, prompt: drawLength(spec.lengths.prompt!), output: drawLength(spec.lengths.output!) };
+        row =
+          rows.length > 0
+            ? rows[lengthsRng.int(rows.length)]!
+            : { t: 0, prompt: drawLength(spec.lengths.prompt!), output: drawLength(spec.lengths.output!) };
         if (produced > 0) {
           const mean = 1000 / rate;
           if (spec.arrival.process === 'poisson') t += arrivalRng.exponential(mean);

@@ -3,7 +3,11 @@ import { apply, createModel, framesOfRecording, gpuActor, placementActor, VERSIO
 import { renderStatechart } from './statechart.js';
 
 const $ = (id) => document.getElementById(id);
-const esc = (s) => String(s ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
+const esc = (s) =>
+  String(s ?? '').replace(
+    /[&<>"']/g,
+    (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c],
+  );
 const gb = (bytes) => `${(bytes / 1e9).toFixed(bytes >= 1e10 || bytes === 0 ? 0 : 1)} GB`;
 const gbn = (bytes) => (bytes / 1e9).toFixed(bytes >= 1e10 || bytes === 0 ? 0 : 1);
 const ms = (t) => (t >= 10_000 ? `${(t / 1000).toFixed(1)} s` : `${Math.round(t)} ms`);
@@ -41,7 +45,11 @@ const tokenFromFragment = () => {
   return m ? decodeURIComponent(m[1]) : null;
 };
 
-const b64url = (s) => btoa(String.fromCharCode(...new TextEncoder().encode(s))).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+const b64url = (s) =>
+  btoa(String.fromCharCode(...new TextEncoder().encode(s)))
+    .replace(/\+/g, '-')
+    .replace(/\//g, '_')
+    .replace(/=+$/, '');
 
 const connect = () => {
   if (replay) return;
@@ -166,7 +174,12 @@ const renderHeader = () => {
   pl.classList.toggle('selected', selected?.kind === 'placement');
   const gang = $('gang');
   const unavailable = p ? Object.entries(p.unavailable) : [];
-  gang.textContent = [p?.reservation ? `gang reservation held (target ${p.target})` : '', ...unavailable.map(([m, why]) => `${m} unavailable: ${why}`)].filter(Boolean).join(' · ');
+  gang.textContent = [
+    p?.reservation ? `gang reservation held (target ${p.target})` : '',
+    ...unavailable.map(([m, why]) => `${m} unavailable: ${why}`),
+  ]
+    .filter(Boolean)
+    .join(' · ');
   const d = $('dropped');
   d.hidden = model.dropped === 0;
   d.textContent = `${model.dropped} frames dropped`;
@@ -178,7 +191,14 @@ const renderGpus = () => {
       const w = g.memoryBytes > 0 ? (100 * g.weightsBytes) / g.memoryBytes : 0;
       const kv = g.memoryBytes > 0 ? (100 * g.kvBytes) / g.memoryBytes : 0;
       const free = Math.max(0, g.memoryBytes - g.weightsBytes - g.kvBytes);
-      const who = g.state === 'failed' ? 'unhealthy' : g.model ? `${g.model} · ${g.replica ?? ''}${g.guest ? ` + ${g.guest}` : ''}` : g.state === 'reserved' ? 'held for the gang' : '';
+      const who =
+        g.state === 'failed'
+          ? 'unhealthy'
+          : g.model
+            ? `${g.model} · ${g.replica ?? ''}${g.guest ? ` + ${g.guest}` : ''}`
+            : g.state === 'reserved'
+              ? 'held for the gang'
+              : '';
       const sel = selected?.kind === 'gpu' && selected.index === g.index ? ' selected' : '';
       return `<div class="gpu st-${esc(g.state)}${sel}" data-testid="gpu-tile" data-gpu="${g.index}" data-state="${esc(g.state)}" data-model="${esc(g.model ?? '')}">
         <div class="top"><span class="name">GPU ${g.index}</span><span class="state">${esc(g.state)}</span></div>
@@ -208,16 +228,25 @@ const replicaCard = (r, gone) => {
 
 const renderReplicas = () => {
   const live = [...model.replicas.values()].sort((a, b) => a.id.localeCompare(b.id));
-  setHtml($('replica-list'), live.map((r) => replicaCard(r, false)).join('') + model.pastReplicas.map((r) => replicaCard(r, true)).join(''));
+  setHtml(
+    $('replica-list'),
+    live.map((r) => replicaCard(r, false)).join('') + model.pastReplicas.map((r) => replicaCard(r, true)).join(''),
+  );
 };
 
 const renderRequests = () => {
   const rows = [];
   const inFlight = [...model.inFlight.values()];
-  const finished = model.finished.slice(-50).reverse().map((id) => model.actors.get(id)).filter(Boolean);
+  const finished = model.finished
+    .slice(-50)
+    .reverse()
+    .map((id) => model.actors.get(id))
+    .filter(Boolean);
   for (const a of [...inFlight.slice(-150).reverse(), ...finished]) {
     const sel = selected?.kind === 'actor' && selected.id === a.id ? ' class="selected"' : '';
-    rows.push(`<tr${sel} data-testid="request-row" data-id="${esc(a.id)}" data-state="${esc(a.state)}"><td>${esc(a.id)}</td><td>${esc(a.ctx.model)}</td><td class="rq-${esc(a.state)}">${esc(a.state)}${a.ctx.code ? ` · ${esc(a.ctx.code)}` : ''}</td><td>${esc(a.ctx.replica ?? '')}</td><td>${a.done || a.ctx.tokens ? (a.ctx.tokens ?? 0) : ''}</td></tr>`);
+    rows.push(
+      `<tr${sel} data-testid="request-row" data-id="${esc(a.id)}" data-state="${esc(a.state)}"><td>${esc(a.id)}</td><td>${esc(a.ctx.model)}</td><td class="rq-${esc(a.state)}">${esc(a.state)}${a.ctx.code ? ` · ${esc(a.ctx.code)}` : ''}</td><td>${esc(a.ctx.replica ?? '')}</td><td>${a.done || a.ctx.tokens ? (a.ctx.tokens ?? 0) : ''}</td></tr>`,
+    );
   }
   setHtml($('request-rows'), rows.join(''));
   $('req-count').textContent = `${model.inFlight.size} in flight · ${model.finished.length} recently finished`;
@@ -229,7 +258,10 @@ const renderTimeline = () => {
     model.timeline
       .slice(-200)
       .reverse()
-      .map((e) => `<li class="${esc(e.tone)}"${e.ref ? ` data-ref="${esc(e.ref)}"` : ''}><span class="t">${ms(e.t)}</span><span>${esc(e.text)}</span></li>`)
+      .map(
+        (e) =>
+          `<li class="${esc(e.tone)}"${e.ref ? ` data-ref="${esc(e.ref)}"` : ''}><span class="t">${ms(e.t)}</span><span>${esc(e.text)}</span></li>`,
+      )
       .join(''),
   );
 };
@@ -238,7 +270,10 @@ const decisionHtml = (d) => {
   const cands = Array.isArray(d.candidates) ? d.candidates : [];
   const excluded = Array.isArray(d.excluded) ? d.excluded : [];
   const rows = cands
-    .map((c) => `<tr><td class="${c.replica === d.chosen ? 'chosen' : ''}">${esc(c.replica)}</td><td>${Math.round(c.waitMs)} ms</td><td>${Math.round(c.ttftMs)} ms</td><td>${c.queued}/${c.running}</td><td>${c.freeBlocks}/${c.needBlocks}${c.headroom ? '' : ' ✗'}</td></tr>`)
+    .map(
+      (c) =>
+        `<tr><td class="${c.replica === d.chosen ? 'chosen' : ''}">${esc(c.replica)}</td><td>${Math.round(c.waitMs)} ms</td><td>${Math.round(c.ttftMs)} ms</td><td>${c.queued}/${c.running}</td><td>${c.freeBlocks}/${c.needBlocks}${c.headroom ? '' : ' ✗'}</td></tr>`,
+    )
     .join('');
   return `<div class="decision ${esc(d.outcome)}" data-testid="decision">
     <div class="why">${d.kind ? `${esc(d.kind)} · ` : ''}${esc(d.outcome)}${d.chosen ? ` to ${esc(d.chosen)}` : ''} at ${ms(d.t)}: ${esc(d.reason)}</div>
@@ -254,7 +289,10 @@ const historyHtml = (a) =>
     : `<h3>history</h3><table data-testid="history">${a.history
         .slice()
         .reverse()
-        .map((h) => `<tr><td>${ms(h.t)}</td><td>${esc(h.s)}</td><td>${esc(h.ev.type)}${h.ev.code ? ` · ${esc(h.ev.code)}` : ''}${h.ev.replica ? ` → ${esc(h.ev.replica)}` : ''}${h.ev.message ? ` — ${esc(h.ev.message)}` : ''}</td></tr>`)
+        .map(
+          (h) =>
+            `<tr><td>${ms(h.t)}</td><td>${esc(h.s)}</td><td>${esc(h.ev.type)}${h.ev.code ? ` · ${esc(h.ev.code)}` : ''}${h.ev.replica ? ` → ${esc(h.ev.replica)}` : ''}${h.ev.message ? ` — ${esc(h.ev.message)}` : ''}</td></tr>`,
+        )
         .join('')}</table>`;
 
 const ctxHtml = (ctx) =>
@@ -269,12 +307,22 @@ const storyHtml = (a) => {
   for (const h of a.history) {
     const e = h.ev;
     if (e.type === 'request.rejected') lines.push(`rejected at ${ms(h.t)}: ${esc(e.code)} — ${esc(e.message)}`);
-    else if (e.type === 'request.preempted') lines.push(`preempted at ${ms(h.t)} on ${esc(a.ctx.replica ?? 'its replica')} (KV blocks ran out; recomputed later)`);
-    else if (e.type === 'request.interrupted') lines.push(`interrupted at ${ms(h.t)} after ${e.tokens ?? 0} tokens: ${esc(e.code)} — ${esc(e.message)}`);
-    else if (e.type === 'request.requeued') lines.push(`resumed at ${ms(h.t)} on ${esc(e.replica)}${a.history.some((x) => x.ev.type === 'request.interrupted') ? ' after the failure above' : ''}`);
-    else if (e.type === 'request.deadline' && h.s !== 'queued' && h.s !== 'requeued') lines.push(`${esc(h.s)} at ${ms(h.t)}: ${esc(a.ctx.message ?? 'its budget ran out')}`);
+    else if (e.type === 'request.preempted')
+      lines.push(
+        `preempted at ${ms(h.t)} on ${esc(a.ctx.replica ?? 'its replica')} (KV blocks ran out; recomputed later)`,
+      );
+    else if (e.type === 'request.interrupted')
+      lines.push(`interrupted at ${ms(h.t)} after ${e.tokens ?? 0} tokens: ${esc(e.code)} — ${esc(e.message)}`);
+    else if (e.type === 'request.requeued')
+      lines.push(
+        `resumed at ${ms(h.t)} on ${esc(e.replica)}${a.history.some((x) => x.ev.type === 'request.interrupted') ? ' after the failure above' : ''}`,
+      );
+    else if (e.type === 'request.deadline' && h.s !== 'queued' && h.s !== 'requeued')
+      lines.push(`${esc(h.s)} at ${ms(h.t)}: ${esc(a.ctx.message ?? 'its budget ran out')}`);
   }
-  return lines.length > 0 ? `<h3>what happened</h3><ul data-testid="story">${lines.map((l) => `<li>${l}</li>`).join('')}</ul>` : '';
+  return lines.length > 0
+    ? `<h3>what happened</h3><ul data-testid="story">${lines.map((l) => `<li>${l}</li>`).join('')}</ul>`
+    : '';
 };
 
 const renderDetail = () => {
@@ -292,14 +340,35 @@ const renderDetail = () => {
   if (selected.kind === 'gpu') {
     actor = gpuActor(model, selected.index);
     const g = model.gpus.find((x) => x.index === selected.index);
-    if (g) extra = ctxHtml({ shown: g.state, replica: g.replica ?? '—', model: g.model ?? '—', weights: gb(g.weightsBytes), 'KV in use': gb(g.kvBytes), total: gb(g.memoryBytes) });
+    if (g)
+      extra = ctxHtml({
+        shown: g.state,
+        replica: g.replica ?? '—',
+        model: g.model ?? '—',
+        weights: gb(g.weightsBytes),
+        'KV in use': gb(g.kvBytes),
+        total: gb(g.memoryBytes),
+      });
   } else if (selected.kind === 'placement') {
     actor = placementActor(model);
-    if (model.placement) extra = ctxHtml({ policy: model.placement.policy, mode: model.placement.mode, target: model.placement.target, 'gang reservation': model.placement.reservation ? 'held' : 'none' });
+    if (model.placement)
+      extra = ctxHtml({
+        policy: model.placement.policy,
+        mode: model.placement.mode,
+        target: model.placement.target,
+        'gang reservation': model.placement.reservation ? 'held' : 'none',
+      });
   } else {
     actor = model.actors.get(selected.id) ?? null;
     const r = model.replicas.get(selected.id) ?? model.pastReplicas.find((x) => x.id === selected.id);
-    if (r) extra = ctxHtml({ queue: r.waiting, running: r.running, step: r.step, 'KV blocks': `${r.blocksUsed}/${r.blocksTotal}`, gpus: r.gpus.join(',') });
+    if (r)
+      extra = ctxHtml({
+        queue: r.waiting,
+        running: r.running,
+        step: r.step,
+        'KV blocks': `${r.blocksUsed}/${r.blocksTotal}`,
+        gpus: r.gpus.join(','),
+      });
   }
   if (!actor) {
     title.textContent = `${selected.id ?? ''} (no longer tracked)`;
@@ -315,7 +384,10 @@ const renderDetail = () => {
     chart.innerHTML = renderStatechart(def, actor.state);
     chart.dataset.key = key;
   }
-  const decisions = actor.m === 'request' ? `<h3>decision trace</h3><div data-testid="decision-trace">${actor.trace.map(decisionHtml).join('') || '<div class="meta">no routing decision recorded</div>'}${storyHtml(actor)}</div>` : '';
+  const decisions =
+    actor.m === 'request'
+      ? `<h3>decision trace</h3><div data-testid="decision-trace">${actor.trace.map(decisionHtml).join('') || '<div class="meta">no routing decision recorded</div>'}${storyHtml(actor)}</div>`
+      : '';
   setHtml(body, `${extra}${actor.m === 'request' ? ctxHtml(actor.ctx) : ''}${decisions}${historyHtml(actor)}`);
 };
 

@@ -35,7 +35,8 @@ const pushBounded = (list, item, max) => {
   if (list.length > max) list.splice(0, list.length - max);
 };
 
-const note = (m, t, text, tone, ref) => pushBounded(m.timeline, { t, text, tone: tone ?? '', ref: ref ?? null }, MAX_TIMELINE);
+const note = (m, t, text, tone, ref) =>
+  pushBounded(m.timeline, { t, text, tone: tone ?? '', ref: ref ?? null }, MAX_TIMELINE);
 
 const actorOf = (m, id, kind, t) => {
   let a = m.actors.get(id);
@@ -79,8 +80,10 @@ const applyState = (m, f) => {
       m.inFlight.set(f.id, a);
       const type = f.ev.type;
       if (type === 'request.preempted') note(m, f.t, `${f.id} preempted on ${f.ctx.replica ?? '?'}`, 'warn', f.id);
-      else if (type === 'request.interrupted') note(m, f.t, `${f.id} interrupted (${f.ev.code ?? '?'}), waiting to resume`, 'warn', f.id);
-      else if (type === 'request.requeued' && prev === 'requeued') note(m, f.t, `${f.id} resumed on ${f.ev.replica}`, 'good', f.id);
+      else if (type === 'request.interrupted')
+        note(m, f.t, `${f.id} interrupted (${f.ev.code ?? '?'}), waiting to resume`, 'warn', f.id);
+      else if (type === 'request.requeued' && prev === 'requeued')
+        note(m, f.t, `${f.id} resumed on ${f.ev.replica}`, 'good', f.id);
     }
     return;
   }
@@ -145,9 +148,23 @@ const applyNode = (m, f) => {
 
 const applyPlace = (m, f) => {
   const e = f.ev;
-  const what = [e.kind, e.replica, e.gpu !== undefined ? `gpu ${e.gpu}` : null, e.gpus ? `gpus ${e.gpus.join(',')}` : null, e.detail].filter((x) => x !== null && x !== undefined).join(' · ');
+  const what = [
+    e.kind,
+    e.replica,
+    e.gpu !== undefined ? `gpu ${e.gpu}` : null,
+    e.gpus ? `gpus ${e.gpus.join(',')}` : null,
+    e.detail,
+  ]
+    .filter((x) => x !== null && x !== undefined)
+    .join(' · ');
   const bad = e.kind === 'gpu.failed' || e.kind === 'replica.failed' || e.kind === 'unavailable';
-  note(m, f.t, what, bad ? 'bad' : e.kind === 'replica.ready' || e.kind === 'available' || e.kind === 'gpu.ready' ? 'good' : '', e.replica ?? (e.gpu !== undefined ? `gpu.${e.gpu}` : null));
+  note(
+    m,
+    f.t,
+    what,
+    bad ? 'bad' : e.kind === 'replica.ready' || e.kind === 'available' || e.kind === 'gpu.ready' ? 'good' : '',
+    e.replica ?? (e.gpu !== undefined ? `gpu.${e.gpu}` : null),
+  );
   // Placement hears of a GPU fault before the next summary: show it at once.
   if (e.kind === 'gpu.failed' && typeof e.gpu === 'number') {
     const g = m.gpus.find((x) => x.index === e.gpu);
@@ -196,17 +213,34 @@ export function gpuActor(m, index) {
   const g = m.gpus.find((x) => x.index === index);
   const own = m.actors.get(`gpu.${index}`);
   if (own && own.state) return own;
-  return { id: `gpu.${index}`, m: 'gpu', state: g ? g.machineState : 'offline', ctx: g ? { replica: g.replica, model: g.model } : {}, history: [], trace: [] };
+  return {
+    id: `gpu.${index}`,
+    m: 'gpu',
+    state: g ? g.machineState : 'offline',
+    ctx: g ? { replica: g.replica, model: g.model } : {},
+    history: [],
+    trace: [],
+  };
 }
 
 /** The placement actor's record. */
 export function placementActor(m) {
-  return m.actors.get('placement') ?? { id: 'placement', m: 'placement', state: m.placement?.state ?? 'steady', ctx: {}, history: [], trace: [] };
+  return (
+    m.actors.get('placement') ?? {
+      id: 'placement',
+      m: 'placement',
+      state: m.placement?.state ?? 'steady',
+      ctx: {},
+      history: [],
+      trace: [],
+    }
+  );
 }
 
 /** Checks a recorded file and returns its frames, or throws saying what is wrong. */
 export function framesOfRecording(doc) {
-  if (!doc || typeof doc !== 'object' || doc.format !== 'switchyard.inspect') throw new Error('not a switchyard inspection recording (format should be "switchyard.inspect")');
+  if (!doc || typeof doc !== 'object' || doc.format !== 'switchyard.inspect')
+    throw new Error('not a switchyard inspection recording (format should be "switchyard.inspect")');
   if (doc.v !== VERSION) throw new Error(`recording version ${doc.v}; this page reads version ${VERSION}`);
   if (!Array.isArray(doc.frames) || doc.frames.length === 0) throw new Error('the recording has no frames');
   return doc.frames;

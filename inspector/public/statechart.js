@@ -9,7 +9,8 @@ const HEAD = 20;
 const COL_GAP = 28;
 const ROW_GAP = 34;
 
-const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
+const esc = (s) =>
+  String(s).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
 
 /** The child of `node` that is `path` or contains it, or null. */
 const childContaining = (node, path) => {
@@ -137,14 +138,27 @@ export function renderStatechart(def, statePath) {
   const body = [];
   const drawBox = (n) => {
     const on = active.has(n.path) && n.path !== '';
-    const cls = ['state-box', n.children.length > 0 ? 'compound' : '', n.type === 'final' ? 'final' : '', on ? 'active' : ''].filter(Boolean).join(' ');
-    body.push(`<rect class="${cls}" data-state="${esc(n.path)}" x="${n.x}" y="${n.y}" width="${n.w}" height="${n.h}" rx="${n.children.length > 0 ? 8 : 12}"/>`);
+    const cls = [
+      'state-box',
+      n.children.length > 0 ? 'compound' : '',
+      n.type === 'final' ? 'final' : '',
+      on ? 'active' : '',
+    ]
+      .filter(Boolean)
+      .join(' ');
+    body.push(
+      `<rect class="${cls}" data-state="${esc(n.path)}" x="${n.x}" y="${n.y}" width="${n.w}" height="${n.h}" rx="${n.children.length > 0 ? 8 : 12}"/>`,
+    );
     const tcls = on ? ' class="active"' : '';
     if (n.children.length > 0) body.push(`<text${tcls} x="${n.x + 8}" y="${n.y + 14}">${esc(n.key)}</text>`);
-    else body.push(`<text${tcls} x="${n.x + n.w / 2}" y="${n.y + n.h / 2 + 4}" text-anchor="middle">${esc(n.key)}</text>`);
+    else
+      body.push(`<text${tcls} x="${n.x + n.w / 2}" y="${n.y + n.h / 2 + 4}" text-anchor="middle">${esc(n.key)}</text>`);
     if (n.initial) {
       const init = n.children.find((c) => c.key === n.initial);
-      if (init) body.push(`<circle cx="${init.x + 12}" cy="${init.y - 14}" r="3" fill="#8793a0"/><path class="edge" marker-end="url(#arr)" d="M${init.x + 12},${init.y - 11} L${init.x + 12},${init.y - 1}"/>`);
+      if (init)
+        body.push(
+          `<circle cx="${init.x + 12}" cy="${init.y - 14}" r="3" fill="#8793a0"/><path class="edge" marker-end="url(#arr)" d="M${init.x + 12},${init.y - 11} L${init.x + 12},${init.y - 1}"/>`,
+        );
     }
     for (const c of n.children) drawBox(c);
   };
@@ -184,7 +198,9 @@ export function renderStatechart(def, statePath) {
       const cy = (y1 + y2) / 2 + ((x2 - x1) / len) * bow;
       const lx = (x1 + 2 * cx + x2) / 4;
       const ly = (y1 + 2 * cy + y2) / 4;
-      body.push(`<path class="edge${hot}" data-edge="${esc(e.from)}→${esc(e.to)}" marker-end="url(#arr)" d="M${f(x1)},${f(y1)} Q${f(cx)},${f(cy)} ${f(x2)},${f(y2)}"/>`);
+      body.push(
+        `<path class="edge${hot}" data-edge="${esc(e.from)}→${esc(e.to)}" marker-end="url(#arr)" d="M${f(x1)},${f(y1)} Q${f(cx)},${f(cy)} ${f(x2)},${f(y2)}"/>`,
+      );
       body.push(`<text class="edge-label" x="${f(lx + 4)}" y="${f(ly + 3)}">${esc(label)}</text>`);
       extend(lx, lx + 4 + labelW);
       continue;

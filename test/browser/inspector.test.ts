@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser, Page } from 'playwright-core';
 import { normalizeScenario } from '../../actors/config.ts';
 import { startReplayServer } from '../../inspector/replay-server.ts';
-import { startServer, type RunningServer } from '../../transport/server/server.ts';
+import { startServer, type RunningServer } from '../../api/server.ts';
 import { runCommand, serve, writeConfig, type Served } from '../e2e/harness.ts';
 import { ARTIFACTS, launchChromium, openPage, ROOT, screenshot } from './chromium.ts';
 
@@ -27,7 +27,9 @@ models:
 const CANARY = 'PROMPT-CANARY-7f3a9 please describe the rail yard';
 
 const tileStates = (page: Page): Promise<string[]> =>
-  page.locator('[data-testid=gpu-tile]').evaluateAll((els) => els.map((e) => (e as HTMLElement).dataset['state'] ?? ''));
+  page
+    .locator('[data-testid=gpu-tile]')
+    .evaluateAll((els) => els.map((e) => (e as HTMLElement).dataset['state'] ?? ''));
 
 const setSlider = (page: Page, t: number): Promise<void> =>
   page.evaluate((v) => {
@@ -64,7 +66,11 @@ describe('the inspector page in Chromium', () => {
     });
 
     it('loads from the control plane and shows eight GPU tiles serving the large model', async () => {
-      await page.waitForFunction(() => document.querySelectorAll('[data-testid=gpu-tile][data-state=serving]').length === 8, null, { timeout: 10_000 });
+      await page.waitForFunction(
+        () => document.querySelectorAll('[data-testid=gpu-tile][data-state=serving]').length === 8,
+        null,
+        { timeout: 10_000 },
+      );
       expect(await tileStates(page)).toEqual(Array(8).fill('serving'));
       expect(await page.locator('[data-testid=connection]').textContent()).toBe('live');
       const replica = page.locator('[data-testid=replica][data-id="replica.llama-3-70b@v1#0"]');
@@ -109,10 +115,15 @@ describe('the inspector page in Chromium', () => {
       const r = await s.post('/admin/gpus/3/fail', {}, s.adminToken);
       expect(r.status).toBe(202);
       await page.locator('[data-testid=gpu-tile][data-gpu="3"][data-state=failed]').waitFor({ timeout: 1_000 });
-      await page.locator('[data-testid=replica][data-id="replica.llama-3-70b@v1#0"][data-failed=true]').waitFor({ timeout: Math.max(1, 1_000 - (performance.now() - t0)) });
+      await page
+        .locator('[data-testid=replica][data-id="replica.llama-3-70b@v1#0"][data-failed=true]')
+        .waitFor({ timeout: Math.max(1, 1_000 - (performance.now() - t0)) });
       const elapsed = performance.now() - t0;
       expect(elapsed).toBeLessThan(1_000);
-      writeFileSync(join(ARTIFACTS, 'inspector-failure-latency.json'), `${JSON.stringify({ gpuFailedToPageMs: Math.round(elapsed) })}\n`);
+      writeFileSync(
+        join(ARTIFACTS, 'inspector-failure-latency.json'),
+        `${JSON.stringify({ gpuFailedToPageMs: Math.round(elapsed) })}\n`,
+      );
 
       await page.locator(`[data-testid=request-row][data-id="${id}"]`).click();
       const story = page.locator('[data-testid=story]');
@@ -129,7 +140,11 @@ describe('the inspector page in Chromium', () => {
     let trace: string;
     beforeAll(async () => {
       trace = join(mkdtempSync(join(tmpdir(), 'switchyard-trace-')), 'gang-failure.json');
-      const run = await runCommand(['simulate', join(ROOT, 'test/browser/fixtures/gang-failure.yaml'), '--trace', trace], {}, 60_000);
+      const run = await runCommand(
+        ['simulate', join(ROOT, 'test/browser/fixtures/gang-failure.yaml'), '--trace', trace],
+        {},
+        60_000,
+      );
       expect(run.stderr).toMatch(/recorded \d+ inspection frames/);
     });
 
@@ -141,7 +156,9 @@ describe('the inspector page in Chromium', () => {
         await page.goto(s.pageUrl);
         await page.setInputFiles('[data-testid=open-recording]', trace);
         await page.locator('[data-testid=replay-bar]').waitFor({ state: 'visible' });
-        const rec = JSON.parse(readFileSync(trace, 'utf8')) as { frames: { k: string; t: number; ev?: { kind?: string; gpu?: number } }[] };
+        const rec = JSON.parse(readFileSync(trace, 'utf8')) as {
+          frames: { k: string; t: number; ev?: { kind?: string; gpu?: number } }[];
+        };
         const failedAt = rec.frames.find((f) => f.k === 'place' && f.ev?.kind === 'gpu.failed')!.t;
         await setSlider(page, failedAt - 1_000);
         expect(await tileStates(page)).toEqual(Array(8).fill('serving'));
@@ -170,7 +187,9 @@ describe('the inspector page in Chromium', () => {
         await setSlider(page, 0);
         await page.selectOption('#speed', '60');
         await page.click('[data-testid=play]');
-        await page.waitForFunction(() => document.getElementById('play')?.textContent?.includes('play'), null, { timeout: 20_000 });
+        await page.waitForFunction(() => document.getElementById('play')?.textContent?.includes('play'), null, {
+          timeout: 20_000,
+        });
         expect(await page.locator('[data-testid=replay-time]').textContent()).toMatch(/frame (\d+) of \1/);
       } finally {
         await page.close();
@@ -182,8 +201,17 @@ describe('the inspector page in Chromium', () => {
   describe('authentication', () => {
     let server: RunningServer;
     beforeAll(async () => {
-      const scenario = normalizeScenario({ name: 'inspector-auth', models: [{ name: 'llama-3-8b', profile: 'llama-3-8b', tp: 1, replicas: 1 }] });
-      server = await startServer({ scenario, port: 0, clientTokens: ['client-token-1'], workerTokens: ['w'], adminTokens: ['a'] });
+      const scenario = normalizeScenario({
+        name: 'inspector-auth',
+        models: [{ name: 'llama-3-8b', profile: 'llama-3-8b', tp: 1, replicas: 1 }],
+      });
+      server = await startServer({
+        scenario,
+        port: 0,
+        clientTokens: ['client-token-1'],
+        workerTokens: ['w'],
+        adminTokens: ['a'],
+      });
     });
     afterAll(async () => {
       await server?.close();
@@ -193,10 +221,14 @@ describe('the inspector page in Chromium', () => {
       const page = await openPage(browser, []);
       try {
         await page.goto(`${server.url}/inspector`);
-        await expect.poll(() => page.locator('[data-testid=connection]').textContent(), { timeout: 5_000 }).toMatch(/refused: unauthorized/);
+        await expect
+          .poll(() => page.locator('[data-testid=connection]').textContent(), { timeout: 5_000 })
+          .toMatch(/refused: unauthorized/);
         await page.goto(`${server.url}/inspector/#token=client-token-1`);
         await page.reload();
-        await expect.poll(() => page.locator('[data-testid=connection]').textContent(), { timeout: 5_000 }).toBe('live');
+        await expect
+          .poll(() => page.locator('[data-testid=connection]').textContent(), { timeout: 5_000 })
+          .toBe('live');
         await expect.poll(() => page.locator('[data-testid=gpu-tile]').count()).toBe(8);
       } finally {
         await page.close();

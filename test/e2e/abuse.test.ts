@@ -5,13 +5,13 @@ import { connect, type Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { normalizeScenario } from '../../actors/config.ts';
-import { startNodeProcess, type NodeProcess } from '../../actors/node/process.ts';
-import { createWallClock } from '../../actors/runtime/clock.ts';
+import { startNodeProcess, type NodeProcess } from '../../actors/worker/process.ts';
+import { createWallClock } from '../../runtime/clock.ts';
 import { SUBPROTOCOL_JSON } from '../../transport/client-protocol.ts';
-import { connectClient, type SwitchyardClient } from '../../transport/client.ts';
+import { connectClient, type SwitchyardClient } from '../../api/client.ts';
 import { encode } from '../../transport/codec.ts';
 import { PROTOCOL_VERSION } from '../../transport/protocol.ts';
-import { startServer, type RunningServer } from '../../transport/server/server.ts';
+import { startServer, type RunningServer } from '../../api/server.ts';
 import { connectWs, type WsPeer } from '../../transport/ws.ts';
 import { INSPECT_SUBPROTOCOL } from '../../inspector/protocol.ts';
 
@@ -24,13 +24,20 @@ const until = async (f: () => boolean, ms = 15_000, what = 'condition'): Promise
     await sleep(10);
   }
 };
-const report = (what: string, inputs: number, outcome: string): void => console.log(`abuse: ${what}: ${inputs} abusive inputs, ${outcome}`);
+const report = (what: string, inputs: number, outcome: string): void =>
+  console.log(`abuse: ${what}: ${inputs} abusive inputs, ${outcome}`);
 
 const TOKEN = 'client-a';
 const OTHER_TOKEN = 'client-b';
 const WORKER_TOKEN = 'worker-secret';
 // A long heartbeat: a paused reader must be cut off by the buffer cap, not by missing pings.
-const LIMITS = { heartbeatMs: 60_000, maxWsConnections: 300, headersTimeoutMs: 1_000, maxBufferedBytes: 256 * 1024, highWaterBytes: 32 * 1024 };
+const LIMITS = {
+  heartbeatMs: 60_000,
+  maxWsConnections: 300,
+  headersTimeoutMs: 1_000,
+  maxBufferedBytes: 256 * 1024,
+  highWaterBytes: 32 * 1024,
+};
 const MODEL = 'llama-3-8b';
 
 /** A raw socket that spoke an HTTP upgrade: the status line and headers, then WebSocket frames both ways. */
@@ -49,7 +56,8 @@ interface Raw {
 function frame(opcode: number, payload: Buffer, fin = true): Buffer {
   const mask = randomBytes(4);
   const len = payload.length;
-  const head = len < 126 ? Buffer.from([(fin ? 0x80 : 0) | opcode, 0x80 | len]) : len < 65536 ? Buffer.alloc(4) : Buffer.alloc(10);
+  const head =
+    len < 126 ? Buffer.from([(fin ? 0x80 : 0) | opcode, 0x80 | len]) : len < 65536 ? Buffer.alloc(4) : Buffer.alloc(10);
   if (len >= 126 && len < 65536) {
     head[0] = (fin ? 0x80 : 0) | opcode;
     head[1] = 0x80 | 126;
@@ -129,12 +137,17 @@ function upgradeRequest(path: string, headers: Record<string, string> = {}): str
     'Sec-WebSocket-Version': '13',
     ...headers,
   };
-  return `GET ${path} HTTP/1.1\r\n${Object.entries(all).map(([k, v]) => `${k}: ${v}\r\n`).join('')}\r\n`;
+  return `GET ${path} HTTP/1.1\r\n${Object.entries(all)
+    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .join('')}\r\n`;
 }
 
 /** Opens a raw WebSocket on /v1/ws with the JSON subprotocol and waits for the upgrade's answer. */
 async function rawClient(port: number, token = TOKEN): Promise<Raw> {
-  const raw = rawHttp(port, upgradeRequest('/v1/ws', { Authorization: `Bearer ${token}`, 'Sec-WebSocket-Protocol': SUBPROTOCOL_JSON }));
+  const raw = rawHttp(
+    port,
+    upgradeRequest('/v1/ws', { Authorization: `Bearer ${token}`, 'Sec-WebSocket-Protocol': SUBPROTOCOL_JSON }),
+  );
   await until(() => raw.status !== 0 || raw.socket.destroyed, 5_000, 'upgrade answer');
   return raw;
 }
@@ -189,8 +202,22 @@ beforeAll(async () => {
     routing: { ejection: { failures: 1000 } },
     models: [{ name: MODEL, profile: MODEL, tp: 1, replicas: 2 }],
   });
-  server = await startServer({ scenario, port: 0, clientTokens: [TOKEN, OTHER_TOKEN], workerTokens: [WORKER_TOKEN], adminTokens: ['admin'], ...LIMITS });
-  worker = startNodeProcess({ url: server.nodeUrl, token: WORKER_TOKEN, gpus: [0, 1, 2, 3, 4, 5, 6, 7], executor: 'fixed', fixedStepMs: 2, timeScale: 0.01 });
+  server = await startServer({
+    scenario,
+    port: 0,
+    clientTokens: [TOKEN, OTHER_TOKEN],
+    workerTokens: [WORKER_TOKEN],
+    adminTokens: ['admin'],
+    ...LIMITS,
+  });
+  worker = startNodeProcess({
+    url: server.nodeUrl,
+    token: WORKER_TOKEN,
+    gpus: [0, 1, 2, 3, 4, 5, 6, 7],
+    executor: 'fixed',
+    fixedStepMs: 2,
+    timeScale: 0.01,
+  });
   await until(() => server.serving.readiness()[MODEL]!.ready, 20_000, 'model ready');
   good = await connectClient(server.wsUrl, { token: TOKEN });
 }, 30_000);
@@ -217,7 +244,12 @@ describe('WebSocket abuse', () => {
       await frag.closed;
       expect(frag.closeCode()).toBe(1009);
       // The typed path: a peer over the ws library sending 2 MiB in one message.
-      const r = await connectWs(server.wsUrl, { clock, token: TOKEN, protocols: [SUBPROTOCOL_JSON], maxPayload: 64 * 1024 * 1024 });
+      const r = await connectWs(server.wsUrl, {
+        clock,
+        token: TOKEN,
+        protocols: [SUBPROTOCOL_JSON],
+        maxPayload: 64 * 1024 * 1024,
+      });
       expect(r.ok).toBe(true);
       const peer = (r as { ok: true; peer: WsPeer }).peer;
       const code = new Promise<number>((res) => peer.onClose((c) => res(c)));
@@ -266,7 +298,10 @@ describe('WebSocket abuse', () => {
 
   it('answers an upgrade with too many or too large headers with 431', async () => {
     await whileStreaming(async () => {
-      const many = rawHttp(server.port, upgradeRequest('/v1/ws', Object.fromEntries(Array.from({ length: 5_000 }, (_, i) => [`x-h${i}`, 'v']))));
+      const many = rawHttp(
+        server.port,
+        upgradeRequest('/v1/ws', Object.fromEntries(Array.from({ length: 5_000 }, (_, i) => [`x-h${i}`, 'v']))),
+      );
       const huge = rawHttp(server.port, upgradeRequest('/v1/ws', { 'x-huge': 'y'.repeat(20_000) }));
       await Promise.all([many.closed, huge.closed]);
       expect(many.status).toBe(431);
@@ -281,33 +316,45 @@ describe('WebSocket abuse', () => {
       const silent: Raw[] = [];
       const idle: Raw[] = [];
       try {
-      // Silent TCP connections never send a request line: the headers timeout closes them. They are opened in
-      // waves so the kernel's accept backlog does not drop SYNs (a dropped SYN retries seconds later).
-      for (let wave = 0; wave < 5; wave++) {
-        for (let i = 0; i < 200; i++) silent.push(rawHttp(server.port, null));
-        await new Promise((r) => setTimeout(r, 100));
-      }
-      // Authenticated WebSockets that then say nothing: the connection cap bounds them.
-      for (let i = 0; i < 400; i++) {
-        idle.push(rawHttp(server.port, upgradeRequest('/v1/ws', { Authorization: `Bearer ${TOKEN}`, 'Sec-WebSocket-Protocol': SUBPROTOCOL_JSON })));
-        if (i % 100 === 99) await new Promise((r) => setTimeout(r, 100));
-      }
-      await until(() => idle.every((r) => r.status !== 0), 20_000, 'every upgrade answered');
-      const accepted = idle.filter((r) => r.status === 101);
-      const refused = idle.filter((r) => r.status === 503);
-      expect(accepted.length + refused.length).toBe(idle.length);
-      expect(accepted.length).toBeLessThanOrEqual(LIMITS.maxWsConnections);
-      expect(refused.length).toBeGreaterThanOrEqual(idle.length - LIMITS.maxWsConnections);
-      for (const r of refused) expect(r.headers).toMatch(/Retry-After: 1/i);
-      await Promise.all(silent.map((r) => r.closed));
-      expect(silent.every((r) => r.status === 408)).toBe(true);
-      for (const r of accepted) r.socket.destroy();
-      // Room again once they leave.
-      await until(() => server.streams.sessions() <= before, 5_000, 'idle sessions gone');
-      const again = await rawClient(server.port);
-      expect(again.status).toBe(101);
-      again.socket.destroy();
-      report('idle sockets', silent.length + idle.length, `${silent.length} silent TCP answered 408; ${accepted.length} WebSockets admitted, ${refused.length} refused 503`);
+        // Silent TCP connections never send a request line: the headers timeout closes them. They are opened in
+        // waves so the kernel's accept backlog does not drop SYNs (a dropped SYN retries seconds later).
+        for (let wave = 0; wave < 5; wave++) {
+          for (let i = 0; i < 200; i++) silent.push(rawHttp(server.port, null));
+          await new Promise((r) => setTimeout(r, 100));
+        }
+        // Authenticated WebSockets that then say nothing: the connection cap bounds them.
+        for (let i = 0; i < 400; i++) {
+          idle.push(
+            rawHttp(
+              server.port,
+              upgradeRequest('/v1/ws', {
+                Authorization: `Bearer ${TOKEN}`,
+                'Sec-WebSocket-Protocol': SUBPROTOCOL_JSON,
+              }),
+            ),
+          );
+          if (i % 100 === 99) await new Promise((r) => setTimeout(r, 100));
+        }
+        await until(() => idle.every((r) => r.status !== 0), 20_000, 'every upgrade answered');
+        const accepted = idle.filter((r) => r.status === 101);
+        const refused = idle.filter((r) => r.status === 503);
+        expect(accepted.length + refused.length).toBe(idle.length);
+        expect(accepted.length).toBeLessThanOrEqual(LIMITS.maxWsConnections);
+        expect(refused.length).toBeGreaterThanOrEqual(idle.length - LIMITS.maxWsConnections);
+        for (const r of refused) expect(r.headers).toMatch(/Retry-After: 1/i);
+        await Promise.all(silent.map((r) => r.closed));
+        expect(silent.every((r) => r.status === 408)).toBe(true);
+        for (const r of accepted) r.socket.destroy();
+        // Room again once they leave.
+        await until(() => server.streams.sessions() <= before, 5_000, 'idle sessions gone');
+        const again = await rawClient(server.port);
+        expect(again.status).toBe(101);
+        again.socket.destroy();
+        report(
+          'idle sockets',
+          silent.length + idle.length,
+          `${silent.length} silent TCP answered 408; ${accepted.length} WebSockets admitted, ${refused.length} refused 503`,
+        );
       } finally {
         // Whatever happened, leave no socket behind for the tests that follow.
         for (const r of [...silent, ...idle]) r.socket.destroy();
@@ -320,7 +367,13 @@ describe('WebSocket abuse', () => {
       const before = server.streams.sessions();
       const raw = await rawClient(server.port);
       await until(() => server.streams.sessions() === before + 1, 5_000, 'session open');
-      const submits = Array.from({ length: 96 }, (_, i) => ({ type: 'submit', id: `r${i}`, model: MODEL, promptTokens: 1, maxTokens: 2_000 }));
+      const submits = Array.from({ length: 96 }, (_, i) => ({
+        type: 'submit',
+        id: `r${i}`,
+        model: MODEL,
+        promptTokens: 1,
+        maxTokens: 2_000,
+      }));
       raw.socket.write(frame(1, Buffer.from(JSON.stringify(submits))));
       raw.socket.pause();
       await until(() => server.streams.streams() >= 96, 5_000, 'requests admitted');
@@ -329,7 +382,11 @@ describe('WebSocket abuse', () => {
       await until(() => server.streams.streams() <= 1, 5_000, 'its streams ended');
       expect(await server.metrics.text()).toMatch(/switchyard_edge_refusals_total\{code="slow_consumer"\} 1/);
       raw.socket.destroy();
-      report('never-reading client', submits.length, `cut off (close 4001) at the ${LIMITS.maxBufferedBytes}-byte cap, its ${submits.length} requests cancelled`);
+      report(
+        'never-reading client',
+        submits.length,
+        `cut off (close 4001) at the ${LIMITS.maxBufferedBytes}-byte cap, its ${submits.length} requests cancelled`,
+      );
     });
   }, 30_000);
 });
@@ -347,17 +404,36 @@ describe('authentication and authority', () => {
       ]);
       for (const r of results) expect(r).toMatchObject({ ok: false, error: { code: 'unauthorized', status: 401 } });
       // The inspector refuses after the upgrade (browsers cannot read an HTTP status): close 1008 with the reason.
-      const noToken = rawHttp(server.port, upgradeRequest('/v1/inspect', { 'Sec-WebSocket-Protocol': INSPECT_SUBPROTOCOL }));
-      const badOrigin = rawHttp(server.port, upgradeRequest('/v1/inspect', { 'Sec-WebSocket-Protocol': INSPECT_SUBPROTOCOL, Authorization: `Bearer ${TOKEN}`, Origin: 'https://evil.example' }));
+      const noToken = rawHttp(
+        server.port,
+        upgradeRequest('/v1/inspect', { 'Sec-WebSocket-Protocol': INSPECT_SUBPROTOCOL }),
+      );
+      const badOrigin = rawHttp(
+        server.port,
+        upgradeRequest('/v1/inspect', {
+          'Sec-WebSocket-Protocol': INSPECT_SUBPROTOCOL,
+          Authorization: `Bearer ${TOKEN}`,
+          Origin: 'https://evil.example',
+        }),
+      );
       await Promise.all([noToken.closed, badOrigin.closed]);
       expect(noToken.closeCode()).toBe(1008);
       expect(badOrigin.closeCode()).toBe(1008);
-      expect(badOrigin.frames.find((f) => f.opcode === 8)?.payload.subarray(2).toString()).toMatch(/origin/);
+      expect(
+        badOrigin.frames
+          .find((f) => f.opcode === 8)
+          ?.payload.subarray(2)
+          .toString(),
+      ).toMatch(/origin/);
       // The same socket with an allowed (absent) Origin is served.
       const ok = await connectWs(inspectUrl, { clock, token: TOKEN, protocols: [INSPECT_SUBPROTOCOL] });
       expect(ok.ok).toBe(true);
       if (ok.ok) ok.peer.close();
-      report('unauthenticated or cross-site upgrades', results.length + 2, 'clients and workers 401, inspector close 1008');
+      report(
+        'unauthenticated or cross-site upgrades',
+        results.length + 2,
+        'clients and workers 401, inspector close 1008',
+      );
     });
   });
 
@@ -374,7 +450,11 @@ describe('authentication and authority', () => {
         expect(r.ok).toBe(true);
         const peer = (r as { ok: true; peer: WsPeer }).peer;
         const closed = new Promise<number>((res) => peer.onClose((c) => res(c)));
-        peer.send(encode([{ to: 'control', msg: { type: 'node.register', node: 'evil', protocol: PROTOCOL_VERSION, gpus, epoch: 0 } }]));
+        peer.send(
+          encode([
+            { to: 'control', msg: { type: 'node.register', node: 'evil', protocol: PROTOCOL_VERSION, gpus, epoch: 0 } },
+          ]),
+        );
         expect(await closed).toBe(want);
       }
       expect(server.node.status()).toMatchObject({ connected: true, node: 'node', registrations: 1 });
@@ -402,28 +482,50 @@ describe('authentication and authority', () => {
     expect(await s.result).toMatchObject({ ok: true });
     expect(next).toBe(150);
     // The attacker's own request under the same client id is its own, with another server id.
-    await until(() => attacker.frames.some((f) => f.opcode === 1 && f.payload.toString().includes('"done"')), 5_000, 'attacker done');
-    const said = attacker.frames.filter((f) => f.opcode === 1).flatMap((f) => JSON.parse(f.payload.toString()) as { type: string; id?: string; request?: string }[]);
+    await until(
+      () => attacker.frames.some((f) => f.opcode === 1 && f.payload.toString().includes('"done"')),
+      5_000,
+      'attacker done',
+    );
+    const said = attacker.frames
+      .filter((f) => f.opcode === 1)
+      .flatMap((f) => JSON.parse(f.payload.toString()) as { type: string; id?: string; request?: string }[]);
     const accepted = said.find((m) => m.type === 'accepted');
     expect(accepted?.id).toBe(s.id);
     expect(accepted?.request).not.toBe(acc!.request);
-    expect(said.filter((m) => m.id === s.id && (m.type === 'done' || m.type === 'error' || m.type === 'rejected'))).toHaveLength(1);
+    expect(
+      said.filter((m) => m.id === s.id && (m.type === 'done' || m.type === 'error' || m.type === 'rejected')),
+    ).toHaveLength(1);
     attacker.socket.destroy();
     victim.close();
-    report("another client's request ids", tries.length, 'no effect on the victim; the same id names the attacker’s own request');
+    report(
+      "another client's request ids",
+      tries.length,
+      'no effect on the victim; the same id names the attacker’s own request',
+    );
   });
 });
 
 describe('a worker that claims a GPU it did not register', () => {
   it('is refused with close 1008 naming the GPU', async () => {
-    const scenario = normalizeScenario({ name: 'abuse-node', models: [{ name: MODEL, profile: MODEL, tp: 1, replicas: 1 }] });
+    const scenario = normalizeScenario({
+      name: 'abuse-node',
+      models: [{ name: MODEL, profile: MODEL, tp: 1, replicas: 1 }],
+    });
     const s2 = await startServer({ scenario, port: 0, workerTokens: [WORKER_TOKEN], adminTokens: ['admin'] });
     try {
       const r = await connectWs(s2.nodeUrl, { clock, token: WORKER_TOKEN });
       expect(r.ok).toBe(true);
       const peer = (r as { ok: true; peer: WsPeer }).peer;
       const closed = new Promise<[number, string]>((res) => peer.onClose((c, why) => res([c, why])));
-      peer.send(encode([{ to: 'control', msg: { type: 'node.register', node: 'half', protocol: PROTOCOL_VERSION, gpus: [0, 1], epoch: 0 } }]));
+      peer.send(
+        encode([
+          {
+            to: 'control',
+            msg: { type: 'node.register', node: 'half', protocol: PROTOCOL_VERSION, gpus: [0, 1], epoch: 0 },
+          },
+        ]),
+      );
       await until(() => s2.node.status().connected, 5_000, 'registered');
       peer.send(encode([{ to: 'placement', msg: { type: 'gpu.failed', gpu: 5, code: 'fault', replica: null } }]));
       const [code, why] = await closed;

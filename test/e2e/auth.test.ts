@@ -2,7 +2,7 @@
 // and config errors that name the field.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
-import { connectClient } from '../../transport/client.ts';
+import { connectClient } from '../../api/client.ts';
 import { runCommand, serve, writeConfig, type Served } from './harness.ts';
 
 const CONFIG = writeConfig(`

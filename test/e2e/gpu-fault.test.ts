@@ -3,7 +3,7 @@
 // the small model keeps serving on the seven healthy GPUs, and a repair brings the large model back.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
-import { connectClient, type StreamResult } from '../../transport/client.ts';
+import { connectClient, type StreamResult } from '../../api/client.ts';
 import { serve, writeConfig, type Served } from './harness.ts';
 
 const CONFIG = writeConfig(`
@@ -45,7 +45,9 @@ describe('a GPU failed while the large model streams', () => {
 
   it('ends every large-model stream once, marks the model unready with the reason, and keeps the small model serving', async () => {
     const c = await connectClient(s.wsUrl);
-    const streams = Array.from({ length: 4 }, (_, i) => c.stream({ model: 'llama-3-70b', prompt: `long ${i}`, maxTokens: 4000 }));
+    const streams = Array.from({ length: 4 }, (_, i) =>
+      c.stream({ model: 'llama-3-70b', prompt: `long ${i}`, maxTokens: 4000 }),
+    );
     const counts = streams.map(() => ({ tokens: 0, next: 0, gaps: 0 }));
     const consumed = streams.map(async (st, i) => {
       try {
@@ -76,7 +78,9 @@ describe('a GPU failed while the large model streams', () => {
     expect(models['llama-3-70b']?.reason).toMatch(/8 healthy GPUs|7/);
 
     const openai = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'x', maxRetries: 0 });
-    await expect(openai.chat.completions.create({ model: 'llama-3-70b', messages: [{ role: 'user', content: 'x' }] })).rejects.toMatchObject({ status: 503 });
+    await expect(
+      openai.chat.completions.create({ model: 'llama-3-70b', messages: [{ role: 'user', content: 'x' }] }),
+    ).rejects.toMatchObject({ status: 503 });
     const http = await s.post('/v1/completions', { model: 'llama-3-70b', prompt: 'x' });
     expect(http.status).toBe(503);
     expect(http.body).toMatchObject({ error: { code: 'model_unavailable' } });
@@ -93,7 +97,11 @@ describe('a GPU failed while the large model streams', () => {
     expect((await s.post('/admin/gpus/3/repair', {}, s.adminToken)).status).toBe(202);
     await s.waitReady('llama-3-70b', true, 30_000);
     const openai = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'x', maxRetries: 0 });
-    const r = await openai.chat.completions.create({ model: 'llama-3-70b', messages: [{ role: 'user', content: 'back?' }], max_tokens: 3 });
+    const r = await openai.chat.completions.create({
+      model: 'llama-3-70b',
+      messages: [{ role: 'user', content: 'back?' }],
+      max_tokens: 3,
+    });
     expect(r.usage?.completion_tokens).toBe(3);
   });
 });

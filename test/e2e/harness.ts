@@ -39,9 +39,17 @@ export function writeConfig(yaml: string): string {
 }
 
 /** Runs a switchyard command to completion; resolves with its exit code and output. */
-export function runCommand(args: readonly string[], env: Record<string, string> = {}, timeoutMs = 30_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
+export function runCommand(
+  args: readonly string[],
+  env: Record<string, string> = {},
+  timeoutMs = 30_000,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const p = spawn(process.execPath, ['--import', 'tsx', BIN, ...args], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const p = spawn(process.execPath, ['--import', 'tsx', BIN, ...args], {
+      cwd: ROOT,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     p.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -95,8 +103,19 @@ export async function serve(args: readonly string[], env: Record<string, string>
     });
   };
   const exited = new Promise<void>((r) => proc.once('exit', () => r()));
-  const info = JSON.parse(await waitForLine(/^\{"url":/)) as { url: string; wsUrl: string; nodeUrl: string; adminToken: string; workerToken: string };
-  const request = async (method: string, path: string, body: unknown, token?: string): Promise<{ status: number; body: unknown; headers: Headers }> => {
+  const info = JSON.parse(await waitForLine(/^\{"url":/)) as {
+    url: string;
+    wsUrl: string;
+    nodeUrl: string;
+    adminToken: string;
+    workerToken: string;
+  };
+  const request = async (
+    method: string,
+    path: string,
+    body: unknown,
+    token?: string,
+  ): Promise<{ status: number; body: unknown; headers: Headers }> => {
     const res = await fetch(`${info.url}${path}`, {
       method,
       headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
@@ -115,7 +134,11 @@ export async function serve(args: readonly string[], env: Record<string, string>
     ...info,
     proc,
     lines,
-    workerPids: () => lines.map((l) => /worker +started, pid (\d+)/.exec(l)).filter((m) => m !== null).map((m) => Number(m![1])),
+    workerPids: () =>
+      lines
+        .map((l) => /worker +started, pid (\d+)/.exec(l))
+        .filter((m) => m !== null)
+        .map((m) => Number(m![1])),
     waitForLine,
     get: (path, token) => request('GET', path, undefined, token),
     post: (path, body, token) => request('POST', path, body, token),
@@ -125,7 +148,10 @@ export async function serve(args: readonly string[], env: Record<string, string>
         const r = await request('GET', '/readyz', undefined).catch(() => null);
         const m = (r?.body as { models?: Record<string, { ready: boolean }> } | undefined)?.models?.[model];
         if (m && m.ready === ready) return;
-        if (performance.now() > until) throw new Error(`${model} not ready=${ready} within ${timeoutMs} ms: ${JSON.stringify(r?.body)}\n${lines.join('\n')}`);
+        if (performance.now() > until)
+          throw new Error(
+            `${model} not ready=${ready} within ${timeoutMs} ms: ${JSON.stringify(r?.body)}\n${lines.join('\n')}`,
+          );
         await sleep(100);
       }
     },

@@ -45,13 +45,15 @@ describe('overload', () => {
   it('surfaces the 429 to the official openai client', async () => {
     const openai = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'x', maxRetries: 0 });
     const calls = Array.from({ length: 5 }, () =>
-      openai.chat.completions.create({ model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }], max_tokens: 20 }).then(
-        () => 200,
-        (e: { status?: number; headers?: Headers }) => {
-          if (e.status === 429) expect(Number(e.headers?.get('retry-after'))).toBeGreaterThanOrEqual(1);
-          return e.status ?? 0;
-        },
-      ),
+      openai.chat.completions
+        .create({ model: 'llama-3-8b', messages: [{ role: 'user', content: 'hi' }], max_tokens: 20 })
+        .then(
+          () => 200,
+          (e: { status?: number; headers?: Headers }) => {
+            if (e.status === 429) expect(Number(e.headers?.get('retry-after'))).toBeGreaterThanOrEqual(1);
+            return e.status ?? 0;
+          },
+        ),
     );
     const statuses = await Promise.all(calls);
     expect(statuses).toContain(429);

@@ -1,9 +1,9 @@
 // The real `switchyard serve` command with its node-agent process, driven over real sockets on port 0.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
-import { connectClient, SwitchyardError, type TokenChunk } from '../../transport/client.ts';
+import { connectClient, SwitchyardError, type TokenChunk } from '../../api/client.ts';
 import { connectWs } from '../../transport/ws.ts';
-import { createWallClock } from '../../actors/runtime/clock.ts';
+import { createWallClock } from '../../runtime/clock.ts';
 import { runCommand, serve, writeConfig, type Served } from './harness.ts';
 
 const CONFIG = writeConfig(`
@@ -50,7 +50,13 @@ describe('switchyard serve', () => {
         next += ch.n;
       }
       expect(next).toBe(40);
-      expect(chunks.map((x) => x.text).join('').trim().split(' ')).toHaveLength(40);
+      expect(
+        chunks
+          .map((x) => x.text)
+          .join('')
+          .trim()
+          .split(' '),
+      ).toHaveLength(40);
       if (r.ok) {
         expect(r.usage.completionTokens).toBe(40);
         expect(r.finishReason).toBe('length');
@@ -62,8 +68,12 @@ describe('switchyard serve', () => {
     it('gives the same prompt the same deterministic text, over JSON frames as over msgpack', async () => {
       const a = await connectClient(s.wsUrl, { format: 'json' });
       const b = await connectClient(s.wsUrl, { format: 'msgpack' });
-      const ta = (await collect(a.stream({ model: 'llama-3-8b', prompt: 'same', maxTokens: 12 }))).map((x) => x.text).join('');
-      const tb = (await collect(b.stream({ model: 'llama-3-8b', prompt: 'same', maxTokens: 12 }))).map((x) => x.text).join('');
+      const ta = (await collect(a.stream({ model: 'llama-3-8b', prompt: 'same', maxTokens: 12 })))
+        .map((x) => x.text)
+        .join('');
+      const tb = (await collect(b.stream({ model: 'llama-3-8b', prompt: 'same', maxTokens: 12 })))
+        .map((x) => x.text)
+        .join('');
       expect(ta).toBe(tb);
       a.close();
       b.close();
@@ -96,7 +106,10 @@ describe('switchyard serve', () => {
       expect((error as SwitchyardError).code).toBe('cancelled');
       expect(got).toBeLessThan(5000);
       const status = await s.get('/admin/status', s.adminToken);
-      const running = (status.body as { replicas: { running: number; waiting: number }[] }).replicas.reduce((n, r) => n + r.running + r.waiting, 0);
+      const running = (status.body as { replicas: { running: number; waiting: number }[] }).replicas.reduce(
+        (n, r) => n + r.running + r.waiting,
+        0,
+      );
       expect(running).toBe(0);
       c.close();
     });
@@ -140,7 +153,11 @@ describe('switchyard serve', () => {
 
     it('answers non-streaming completions and lists models as simulated', async () => {
       const openai = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'x' });
-      const chat = await openai.chat.completions.create({ model: 'llama-3-8b', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4 });
+      const chat = await openai.chat.completions.create({
+        model: 'llama-3-8b',
+        messages: [{ role: 'user', content: 'Hi' }],
+        max_tokens: 4,
+      });
       expect(chat.choices[0]?.message.content?.trim().split(' ')).toHaveLength(4);
       expect(chat.usage?.completion_tokens).toBe(4);
       const comp = await openai.completions.create({ model: 'llama-3-8b', prompt: 'Once upon a time', max_tokens: 3 });
@@ -152,7 +169,9 @@ describe('switchyard serve', () => {
 
     it('maps an unknown model to 404 and a bad body to 400', async () => {
       const openai = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'x', maxRetries: 0 });
-      await expect(openai.chat.completions.create({ model: 'nope', messages: [{ role: 'user', content: 'x' }] })).rejects.toMatchObject({ status: 404 });
+      await expect(
+        openai.chat.completions.create({ model: 'nope', messages: [{ role: 'user', content: 'x' }] }),
+      ).rejects.toMatchObject({ status: 404 });
       const r = await s.post('/v1/chat/completions', { model: 'llama-3-8b', messages: 'not an array' });
       expect(r.status).toBe(400);
     });
@@ -195,7 +214,9 @@ describe('switchyard serve', () => {
       const [pid] = s.workerPids();
       expect(pid).toBeGreaterThan(0);
       const c = await connectClient(s.wsUrl);
-      const streams = Array.from({ length: 6 }, (_, i) => c.stream({ model: 'llama-3-8b', prompt: `stream ${i}`, maxTokens: 1500 }));
+      const streams = Array.from({ length: 6 }, (_, i) =>
+        c.stream({ model: 'llama-3-8b', prompt: `stream ${i}`, maxTokens: 1500 }),
+      );
       const seen = streams.map(() => ({ tokens: 0, gaps: 0, next: 0 }));
       const consumed = streams.map(async (st, i) => {
         try {

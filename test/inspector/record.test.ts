@@ -11,7 +11,14 @@ const scenario = normalizeScenario({
   name: 'record-small',
   seed: 3,
   models: [{ name: 'llama-3-8b', profile: 'llama-3-8b', tp: 1, replicas: 2 }],
-  traffic: [{ model: 'llama-3-8b', requests: 40, lengths: { prompt: { mean: 300 }, output: { mean: 60 }, maxTokens: 128 }, arrival: { process: 'poisson', rate: 20 } }],
+  traffic: [
+    {
+      model: 'llama-3-8b',
+      requests: 40,
+      lengths: { prompt: { mean: 300 }, output: { mean: 60 }, maxTokens: 128 },
+      arrival: { process: 'poisson', rate: 20 },
+    },
+  ],
   faults: [{ at: 1, gpu: 1, kind: 'fault' }],
 });
 
@@ -44,7 +51,12 @@ describe('recording a simulation for replay', () => {
     const replica1 = states.filter((f) => f.m === 'replica' && (f.ctx['gpus'] as number[]).includes(1));
     expect(replica1.map((f) => f.s)).toEqual(expect.arrayContaining(['loading', 'ready.idle', 'stopped']));
     // A one-GPU replica passes through `failed` within one macrostep; its last frame says which GPU failed it.
-    expect(replica1.at(-1)).toMatchObject({ s: 'stopped', done: true, ev: { type: 'gpu.failed', gpu: 1 }, ctx: { failedGpus: [1] } });
+    expect(replica1.at(-1)).toMatchObject({
+      s: 'stopped',
+      done: true,
+      ev: { type: 'gpu.failed', gpu: 1 },
+      ctx: { failedGpus: [1] },
+    });
     const ended = new Set(states.filter((f) => f.m === 'request' && f.done).map((f) => f.id));
     expect(ended.size).toBe(40);
     expect(rec.frames.filter((f) => f.k === 'trace').length).toBeGreaterThanOrEqual(40);

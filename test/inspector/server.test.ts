@@ -1,10 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import { normalizeScenario } from '../../actors/config.ts';
-import { startServer, type RunningServer } from '../../transport/server/server.ts';
+import { startServer, type RunningServer } from '../../api/server.ts';
 import { INSPECT_SUBPROTOCOL, type InspectMessage } from '../../inspector/protocol.ts';
 
-const scenario = normalizeScenario({ name: 'inspect-server', models: [{ name: 'llama-3-8b', profile: 'llama-3-8b', tp: 1, replicas: 1 }] });
+const scenario = normalizeScenario({
+  name: 'inspect-server',
+  models: [{ name: 'llama-3-8b', profile: 'llama-3-8b', tp: 1, replicas: 1 }],
+});
 
 /** Opens /v1/inspect; resolves with the first message, or with the close code when the server closes first. */
 const open = (
@@ -12,10 +15,14 @@ const open = (
   opts: { protocols?: string[]; headers?: Record<string, string>; origin?: string } = {},
 ): Promise<{ ws: WebSocket; first: InspectMessage | null; closed: { code: number; reason: string } | null }> =>
   new Promise((resolve, reject) => {
-    const ws = new WebSocket(`${server.url.replace('http', 'ws')}/v1/inspect`, opts.protocols ?? [INSPECT_SUBPROTOCOL], {
-      headers: opts.headers ?? {},
-      ...(opts.origin ? { origin: opts.origin } : {}),
-    });
+    const ws = new WebSocket(
+      `${server.url.replace('http', 'ws')}/v1/inspect`,
+      opts.protocols ?? [INSPECT_SUBPROTOCOL],
+      {
+        headers: opts.headers ?? {},
+        ...(opts.origin ? { origin: opts.origin } : {}),
+      },
+    );
     ws.once('message', (d) => resolve({ ws, first: JSON.parse(String(d)) as InspectMessage, closed: null }));
     ws.once('close', (code, reason) => resolve({ ws, first: null, closed: { code, reason: reason.toString() } }));
     ws.once('unexpected-response', (_req, res) => reject(new Error(`HTTP ${res.statusCode}`)));
@@ -41,7 +48,8 @@ describe('the inspector on the serving control plane', () => {
       const refs = [...html.matchAll(/(?:src|href)="([^"]+)"/g)].map((m) => m[1]!);
       expect(refs.length).toBeGreaterThan(0);
       for (const ref of refs) expect(ref).toMatch(/^(\/inspector\/|data:)/);
-      for (const asset of refs.filter((r) => r.startsWith('/inspector/'))) expect((await fetch(`${server.url}${asset}`)).status).toBe(200);
+      for (const asset of refs.filter((r) => r.startsWith('/inspector/')))
+        expect((await fetch(`${server.url}${asset}`)).status).toBe(200);
       for (const js of ['app.js', 'model.js', 'statechart.js']) {
         const text = await (await fetch(`${server.url}/inspector/${js}`)).text();
         expect(text).not.toMatch(/(?:import|fetch)\s*\(?\s*['"`]https?:/);
@@ -81,7 +89,13 @@ describe('the inspector on the serving control plane', () => {
   describe('with client tokens', () => {
     let server: RunningServer;
     beforeAll(async () => {
-      server = await startServer({ scenario, port: 0, clientTokens: ['tok-1'], workerTokens: ['w'], adminTokens: ['a'] });
+      server = await startServer({
+        scenario,
+        port: 0,
+        clientTokens: ['tok-1'],
+        workerTokens: ['w'],
+        adminTokens: ['a'],
+      });
     });
     afterAll(async () => {
       await server?.close();
@@ -98,7 +112,9 @@ describe('the inspector on the serving control plane', () => {
       const a = await open(server, { headers: { authorization: 'Bearer tok-1' } });
       expect(a.first?.frames[0]?.k).toBe('hello');
       a.ws.close();
-      const b = await open(server, { protocols: [INSPECT_SUBPROTOCOL, `switchyard.token.${Buffer.from('tok-1').toString('base64url')}`] });
+      const b = await open(server, {
+        protocols: [INSPECT_SUBPROTOCOL, `switchyard.token.${Buffer.from('tok-1').toString('base64url')}`],
+      });
       expect(b.first?.frames[0]?.k).toBe('hello');
       expect(b.ws.protocol).toBe(INSPECT_SUBPROTOCOL);
       b.ws.close();

@@ -9,7 +9,21 @@ describe('statecharts for the inspector', () => {
     const def = describeMachine(replicaMachine);
     expect(def.id).toBe('replica');
     expect(paths(def.root)).toEqual(
-      expect.arrayContaining(['', 'placing', 'loading', 'ready', 'ready.idle', 'ready.busy', 'ready.saturated', 'draining', 'draining.settling', 'draining.stepping', 'unloading', 'failed', 'stopped']),
+      expect.arrayContaining([
+        '',
+        'placing',
+        'loading',
+        'ready',
+        'ready.idle',
+        'ready.busy',
+        'ready.saturated',
+        'draining',
+        'draining.settling',
+        'draining.stepping',
+        'unloading',
+        'failed',
+        'stopped',
+      ]),
     );
     expect(def.root.initial).toBe('placing');
     expect(def.root.children.find((c) => c.key === 'stopped')?.type).toBe('final');

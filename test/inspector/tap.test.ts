@@ -4,8 +4,21 @@ import { createTap, statePath } from '../../inspector/tap.ts';
 import type { Frame, StateFrame } from '../../inspector/protocol.ts';
 
 /** A synthetic snapshot inspection event: the tap reads only the actor's id and machine, the event and the snapshot. */
-const snap = (id: string, machine: string, value: unknown, event: Record<string, unknown>, context: Record<string, unknown> = {}, status = 'active'): InspectionEvent =>
-  ({ type: '@xstate.snapshot', rootId: id, actorRef: { id, logic: { id: machine } }, event, snapshot: { value, status, context } }) as unknown as InspectionEvent;
+const snap = (
+  id: string,
+  machine: string,
+  value: unknown,
+  event: Record<string, unknown>,
+  context: Record<string, unknown> = {},
+  status = 'active',
+): InspectionEvent =>
+  ({
+    type: '@xstate.snapshot',
+    rootId: id,
+    actorRef: { id, logic: { id: machine } },
+    event,
+    snapshot: { value, status, context },
+  }) as unknown as InspectionEvent;
 
 const tapWith = (explain?: (id: string) => readonly unknown[] | undefined) => {
   const frames: Frame[] = [];
@@ -35,10 +48,14 @@ describe('the inspection tap', () => {
     const { tap, frames } = tapWith();
     const busy = { ready: 'busy' };
     tap.observe(snap('replica.a#0', 'replica', busy, { type: 'xstate.init' }));
-    for (let i = 0; i < 100; i++) tap.observe(snap('replica.a#0', 'replica', busy, { type: 'step.completed', step: i }));
+    for (let i = 0; i < 100; i++)
+      tap.observe(snap('replica.a#0', 'replica', busy, { type: 'step.completed', step: i }));
     tap.observe(snap('replica.a#0', 'replica', { ready: 'busy' }, { type: 'work.available' }));
     tap.observe(snap('replica.a#0', 'replica', { ready: 'idle' }, { type: 'step.empty' }));
-    expect(frames.filter((f) => f.k === 'state').map((f) => (f as StateFrame).ev['type'])).toEqual(['xstate.init', 'step.empty']);
+    expect(frames.filter((f) => f.k === 'state').map((f) => (f as StateFrame).ev['type'])).toEqual([
+      'xstate.init',
+      'step.empty',
+    ]);
     expect(tap.stats.seen).toBe(103);
     expect(tap.stats.emitted).toBe(3);
   });
@@ -57,7 +74,14 @@ describe('the inspection tap', () => {
         'req.1',
         'request',
         'received',
-        { type: 'request.admitted', replica: 'r', prompt: 'SECRET-1', text: 'SECRET-2', messages: [{ role: 'user', content: 'SECRET-3' }], extra: { content: 'SECRET-4', output: 'SECRET-5' } },
+        {
+          type: 'request.admitted',
+          replica: 'r',
+          prompt: 'SECRET-1',
+          text: 'SECRET-2',
+          messages: [{ role: 'user', content: 'SECRET-3' }],
+          extra: { content: 'SECRET-4', output: 'SECRET-5' },
+        },
         { model: 'm', prompt: 'SECRET-6', output: 'SECRET-7', tokens: 3 },
       ),
     );
@@ -69,14 +93,22 @@ describe('the inspection tap', () => {
 
   it('bounds long strings and arrays', () => {
     const { tap, frames } = tapWith();
-    tap.observe(snap('req.1', 'request', 'failed', { type: 'request.failed', message: 'x'.repeat(5000), gpus: Array.from({ length: 500 }, (_, i) => i) }));
+    tap.observe(
+      snap('req.1', 'request', 'failed', {
+        type: 'request.failed',
+        message: 'x'.repeat(5000),
+        gpus: Array.from({ length: 500 }, (_, i) => i),
+      }),
+    );
     const ev = (frames[1] as StateFrame).ev;
     expect((ev['message'] as string).length).toBeLessThanOrEqual(201);
     expect(ev['gpus']).toHaveLength(64);
   });
 
   it("sends a request's decision trace when it appears, and again when a resume adds a decision", () => {
-    const traces: unknown[] = [{ kind: 'admit', outcome: 'routed', chosen: 'replica.a#0', reason: 'cost', prompt: 'SECRET' }];
+    const traces: unknown[] = [
+      { kind: 'admit', outcome: 'routed', chosen: 'replica.a#0', reason: 'cost', prompt: 'SECRET' },
+    ];
     const { tap, frames } = tapWith(() => traces);
     tap.observe(snap('req.1', 'request', 'received', { type: 'xstate.init' }));
     tap.observe(snap('req.1', 'request', 'queued', { type: 'request.admitted', replica: 'replica.a#0' }));
@@ -84,7 +116,10 @@ describe('the inspection tap', () => {
     tap.observe(snap('req.1', 'request', 'requeued', { type: 'request.interrupted', code: 'replica_failed' }));
     const sent = frames.filter((f) => f.k === 'trace');
     expect(sent).toHaveLength(2);
-    expect(sent[1]).toMatchObject({ id: 'req.1', trace: [{ kind: 'admit' }, { kind: 'resume', chosen: 'replica.b#0' }] });
+    expect(sent[1]).toMatchObject({
+      id: 'req.1',
+      trace: [{ kind: 'admit' }, { kind: 'resume', chosen: 'replica.b#0' }],
+    });
     expect(JSON.stringify(sent)).not.toMatch(/SECRET/);
   });
 
@@ -100,8 +135,19 @@ describe('the inspection tap', () => {
   it('ignores machines the page does not show and inspection events other than snapshots', () => {
     const { tap, frames } = tapWith();
     tap.observe(snap('agent', 'node-agent', 'serving', { type: 'xstate.init' }));
-    tap.observe({ type: '@xstate.event', rootId: 'x', actorRef: { id: 'gpu.1', logic: { id: 'gpu' } }, event: { type: 'gpu.fault' }, sourceRef: undefined } as unknown as InspectionEvent);
-    tap.observe({ type: '@xstate.action', rootId: 'x', actorRef: { id: 'gpu.1', logic: { id: 'gpu' } }, action: { type: 'probe', params: {} } } as unknown as InspectionEvent);
+    tap.observe({
+      type: '@xstate.event',
+      rootId: 'x',
+      actorRef: { id: 'gpu.1', logic: { id: 'gpu' } },
+      event: { type: 'gpu.fault' },
+      sourceRef: undefined,
+    } as unknown as InspectionEvent);
+    tap.observe({
+      type: '@xstate.action',
+      rootId: 'x',
+      actorRef: { id: 'gpu.1', logic: { id: 'gpu' } },
+      action: { type: 'probe', params: {} },
+    } as unknown as InspectionEvent);
     expect(frames).toEqual([]);
   });
 });

@@ -46,7 +46,11 @@ function importViolations(source: string, file: string): ImportViolation[] {
       const allTypes =
         !!clause &&
         (clause.isTypeOnly ||
-          (!clause.name && !!named && ts.isNamedImports(named) && named.elements.length > 0 && named.elements.every((e) => e.isTypeOnly)));
+          (!clause.name &&
+            !!named &&
+            ts.isNamedImports(named) &&
+            named.elements.length > 0 &&
+            named.elements.every((e) => e.isTypeOnly)));
       check(node, node.moduleSpecifier.text, allTypes);
     } else if (ts.isExportDeclaration(node) && node.moduleSpecifier && ts.isStringLiteral(node.moduleSpecifier)) {
       check(node, node.moduleSpecifier.text, node.isTypeOnly);
@@ -58,7 +62,11 @@ function importViolations(source: string, file: string): ImportViolation[] {
       const dynamic = node.expression.kind === ts.SyntaxKind.ImportKeyword;
       const required = ts.isIdentifier(node.expression) && node.expression.text === 'require';
       if ((dynamic || required) && arg && ts.isStringLiteralLike(arg)) check(node, arg.text, false);
-    } else if (ts.isImportTypeNode(node) && ts.isLiteralTypeNode(node.argument) && ts.isStringLiteral(node.argument.literal)) {
+    } else if (
+      ts.isImportTypeNode(node) &&
+      ts.isLiteralTypeNode(node.argument) &&
+      ts.isStringLiteral(node.argument.literal)
+    ) {
       check(node, node.argument.literal.text, true);
     }
     ts.forEachChild(node, visit);
@@ -86,29 +94,35 @@ describe('the purity check', () => {
   const flagged = (source: string): string[] => importViolations(source, file).map((v) => v.specifier);
 
   it('flags Node built-ins with or without the node: prefix, even as types', () => {
-    expect(flagged(`import { readFileSync } from 'node:fs';\nimport path from 'path';\nimport type { Worker } from 'node:worker_threads';`)).toEqual([
-      'node:fs',
-      'path',
-      'node:worker_threads',
-    ]);
+    expect(
+      flagged(
+        `import { readFileSync } from 'node:fs';\nimport path from 'path';\nimport type { Worker } from 'node:worker_threads';`,
+      ),
+    ).toEqual(['node:fs', 'path', 'node:worker_threads']);
   });
 
   it('flags ws and msgpackr, static, dynamic or required', () => {
-    expect(flagged(`import WebSocket from 'ws';\nconst m = await import('msgpackr');\nconst w = require('ws');`)).toEqual(['ws', 'msgpackr', 'ws']);
+    expect(
+      flagged(`import WebSocket from 'ws';\nconst m = await import('msgpackr');\nconst w = require('ws');`),
+    ).toEqual(['ws', 'msgpackr', 'ws']);
   });
 
   it('flags values from actors/ and transport/ but allows their types', () => {
     const source = [
-      `import { createRuntime } from '../actors/runtime/system.ts';`,
+      `import { createRuntime } from '../runtime/system.ts';`,
       `export { encode } from '../transport/codec.ts';`,
-      `import { type Msg, createRuntime as again } from '../actors/runtime/system.ts';`,
-      `import type { Runtime } from '../actors/runtime/system.ts';`,
-      `import { type Clock } from '../actors/runtime/clock.ts';`,
+      `import { type Msg, createRuntime as again } from '../runtime/system.ts';`,
+      `import type { Runtime } from '../runtime/system.ts';`,
+      `import { type Clock } from '../runtime/clock.ts';`,
       `export type { NodeMessage } from '../transport/protocol.ts';`,
       `type P = import('../transport/protocol.ts').NodeMessage;`,
       `import { assign, setup } from 'xstate';`,
       `import type { OutEvent } from './messages.ts';`,
     ].join('\n');
-    expect(flagged(source)).toEqual(['../actors/runtime/system.ts', '../transport/codec.ts', '../actors/runtime/system.ts']);
+    expect(flagged(source)).toEqual([
+      '../actors/runtime/system.ts',
+      '../transport/codec.ts',
+      '../actors/runtime/system.ts',
+    ]);
   });
 });

@@ -33,7 +33,8 @@ export function replicaSpec(machine: AnyStateMachine = replicaMachine): ExploreS
       ];
       for (const epoch of epochs) out.push({ type: 'step.empty', epoch });
       for (const gpu of [0, 1]) {
-        for (const epoch of gpuEpochs) out.push({ type: 'gpu.loaded', gpu, epoch }, { type: 'gpu.released', gpu, epoch });
+        for (const epoch of gpuEpochs)
+          out.push({ type: 'gpu.loaded', gpu, epoch }, { type: 'gpu.released', gpu, epoch });
         for (const epoch of epochs) for (const step of steps) out.push({ type: 'step.completed', gpu, epoch, step });
       }
       for (const gpu of [0, 1, 7]) out.push({ type: 'gpu.failed', gpu, code: 'xid_79' });
@@ -58,7 +59,8 @@ export function gpuSpec(machine: AnyStateMachine = gpuMachine): ExploreSpec {
         { type: 'gpu.fault', code: 'xid_79' },
         { type: 'gpu.repair' },
       ];
-      for (const replica of [owner, 'replica.other']) for (const epoch of [num(s, 'epoch'), num(s, 'epoch') - 1]) out.push({ type: 'gpu.release', replica, epoch });
+      for (const replica of [owner, 'replica.other'])
+        for (const epoch of [num(s, 'epoch'), num(s, 'epoch') - 1]) out.push({ type: 'gpu.release', replica, epoch });
       return out;
     },
   };
@@ -87,7 +89,15 @@ export function batchSpec(machine: AnyStateMachine = batchMachine): ExploreSpec 
 export function requestSpec(machine: AnyStateMachine = requestMachine): ExploreSpec {
   return {
     machine,
-    input: { id: 'req.1', model: 'm', priority: 'p', receivedAt: 0, queueBudgetMs: 100, resumeBudgetMs: 50, maxResumes: 1 },
+    input: {
+      id: 'req.1',
+      model: 'm',
+      priority: 'p',
+      receivedAt: 0,
+      queueBudgetMs: 100,
+      resumeBudgetMs: 50,
+      maxResumes: 1,
+    },
     // Timestamps and counters only feed reports; the deadline guard compares with the event, derived from context.
     ignore: ['queuedAt', 'scheduledAt', 'firstTokenAt', 'finishedAt', 'preemptions', 'tokens', 'message', 'deadlineAt'],
     events: (s) => {
@@ -106,7 +116,8 @@ export function requestSpec(machine: AnyStateMachine = requestMachine): ExploreS
         { type: 'request.failed', code: 'replica_failed', message: 'gpu fault', tokens: 3, t: 0 },
         { type: 'request.cancel', t: 0 },
       ];
-      if (Number.isFinite(deadlineAt)) for (const at of [deadlineAt, deadlineAt - 1]) out.push({ type: 'request.deadline', at });
+      if (Number.isFinite(deadlineAt))
+        for (const at of [deadlineAt, deadlineAt - 1]) out.push({ type: 'request.deadline', at });
       return out;
     },
   };
@@ -120,7 +131,11 @@ export function placementSpec(machine: AnyStateMachine = placementMachine): Expl
     ignore: ['switches', 'since'],
     home: (s) => s.matches('steady'),
     events: () => [
-      ...(['large', 'small', 'mixed', 'share', 'empty'] as const).map((target) => ({ type: 'demand.shifted', target, t: 0 })),
+      ...(['large', 'small', 'mixed', 'share', 'empty'] as const).map((target) => ({
+        type: 'demand.shifted',
+        target,
+        t: 0,
+      })),
       { type: 'demand.shifted', target: 'large', t: 0, reservedAt: 0, deadlineAt: 100, drainDelayMs: 20 },
       ...(['large', 'small'] as const).map((mode) => ({ type: 'mode.forced', mode, t: 0 })),
       { type: 'demand.subsided', t: 0 },
@@ -141,7 +156,12 @@ export function nodeAgentSpec(machine: AnyStateMachine = nodeAgentMachine): Expl
     // Reconnect attempts only lengthen the back-off delay.
     ignore: ['attempt'],
     home: (s) => s.hasTag('serving'),
-    events: () => [{ type: 'link.opened' }, { type: 'node.registered', epoch: 1 }, { type: 'gpus.ready' }, { type: 'link.closed' }],
+    events: () => [
+      { type: 'link.opened' },
+      { type: 'node.registered', epoch: 1 },
+      { type: 'gpus.ready' },
+      { type: 'link.closed' },
+    ],
   };
 }
 

@@ -1,6 +1,13 @@
 // A small explicit-state explorer over a machine's pure transition function: BFS over abstracted snapshots,
 // with coverage of the declared states and transitions, dead ends and traps.
-import { getInitialMicrosteps, getMicrosteps, transition, type AnyMachineSnapshot, type AnyStateMachine, type AnyEventObject } from 'xstate';
+import {
+  getInitialMicrosteps,
+  getMicrosteps,
+  transition,
+  type AnyMachineSnapshot,
+  type AnyStateMachine,
+  type AnyEventObject,
+} from 'xstate';
 
 /** How to explore one machine: its input, the events to try in a snapshot, and what of the context matters. */
 export interface ExploreSpec {
@@ -58,7 +65,8 @@ type GuardImpl = (args: { context: unknown; event: AnyEventObject }, params: unk
 /** The identity of a snapshot: its state value, status and context minus the ignored fields. */
 export function snapshotKey(snapshot: AnyMachineSnapshot, ignore: readonly string[] = []): string {
   const context: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(snapshot.context as Record<string, unknown>)) if (!ignore.includes(k)) context[k] = v;
+  for (const [k, v] of Object.entries(snapshot.context as Record<string, unknown>))
+    if (!ignore.includes(k)) context[k] = v;
   return JSON.stringify({ value: snapshot.value, status: snapshot.status, context });
 }
 
@@ -88,12 +96,18 @@ export function declaredTransitions(machine: AnyStateMachine): Map<TransitionLik
 /** The delayed (`after`) event types a machine declares: the explorer fires them like any other event. */
 export function delayedEventTypes(machine: AnyStateMachine): string[] {
   const names = new Set<string>();
-  for (const t of declaredTransitions(machine).keys()) if (t.eventType.startsWith('xstate.after.')) names.add(t.eventType);
+  for (const t of declaredTransitions(machine).keys())
+    if (t.eventType.startsWith('xstate.after.')) names.add(t.eventType);
   return [...names];
 }
 
 // Eventless transitions do not show in getTransitionData: evaluate their (named or inline) guards the way XState does.
-function guardPasses(machine: AnyStateMachine, t: TransitionLike, snapshot: AnyMachineSnapshot, event: AnyEventObject): boolean {
+function guardPasses(
+  machine: AnyStateMachine,
+  t: TransitionLike,
+  snapshot: AnyMachineSnapshot,
+  event: AnyEventObject,
+): boolean {
   const g = t.guard;
   if (g === undefined) return true;
   const guards = (machine.implementations.guards ?? {}) as Record<string, GuardImpl>;
@@ -107,13 +121,23 @@ function guardPasses(machine: AnyStateMachine, t: TransitionLike, snapshot: AnyM
   throw new Error(`unsupported guard on ${t.source.id}`);
 }
 
-function call(fn: GuardImpl | undefined, name: string, args: { context: unknown; event: AnyEventObject }, params: unknown): boolean {
-  if (typeof fn !== 'function' || 'check' in fn) throw new Error(`guard ${name} is not a plain guard the explorer can evaluate`);
+function call(
+  fn: GuardImpl | undefined,
+  name: string,
+  args: { context: unknown; event: AnyEventObject },
+  params: unknown,
+): boolean {
+  if (typeof fn !== 'function' || 'check' in fn)
+    throw new Error(`guard ${name} is not a plain guard the explorer can evaluate`);
   return fn(args, params);
 }
 
 // The eventless transitions a snapshot takes on its way to stability (one per atomic state, first passing guard wins).
-function eventlessTaken(machine: AnyStateMachine, snapshot: AnyMachineSnapshot, event: AnyEventObject): TransitionLike[] {
+function eventlessTaken(
+  machine: AnyStateMachine,
+  snapshot: AnyMachineSnapshot,
+  event: AnyEventObject,
+): TransitionLike[] {
   const taken: TransitionLike[] = [];
   const nodes = (snapshot as unknown as { _nodes: StateNodeLike[] })._nodes;
   for (const atomic of nodes.filter((n) => n.type === 'atomic' || n.type === 'final')) {
@@ -152,10 +176,16 @@ export function explore(spec: ExploreSpec): ExploreReport {
   const outgoing = new Map<string, Set<string>>();
 
   // Records the transitions taken by one macrostep: the event's own, then one eventless step per later microstep.
-  const cover = (before: AnyMachineSnapshot | null, event: AnyEventObject, micro: [AnyMachineSnapshot, unknown][]): void => {
-    if (before) for (const t of (machine as unknown as TransitionData).getTransitionData(before, event)) takenTransitions.add(t);
+  const cover = (
+    before: AnyMachineSnapshot | null,
+    event: AnyEventObject,
+    micro: [AnyMachineSnapshot, unknown][],
+  ): void => {
+    if (before)
+      for (const t of (machine as unknown as TransitionData).getTransitionData(before, event)) takenTransitions.add(t);
     for (const [snap] of micro) for (const id of nodeIds(snap)) enteredNodes.add(id);
-    for (let i = 1; i < micro.length; i++) for (const t of eventlessTaken(machine, micro[i - 1]![0], event)) takenTransitions.add(t);
+    for (let i = 1; i < micro.length; i++)
+      for (const t of eventlessTaken(machine, micro[i - 1]![0], event)) takenTransitions.add(t);
   };
 
   const initMicro = getInitialMicrosteps(machine, spec.input) as [AnyMachineSnapshot, unknown][];
@@ -183,7 +213,8 @@ export function explore(spec: ExploreSpec): ExploreReport {
       edges.push({ from: key, event, to: nextKey });
       out.add(nextKey);
       if (!snapshots.has(nextKey)) {
-        if (snapshots.size >= maxStates) throw new Error(`more than ${maxStates} states: the abstraction is not finite`);
+        if (snapshots.size >= maxStates)
+          throw new Error(`more than ${maxStates} states: the abstraction is not finite`);
         snapshots.set(nextKey, next);
         parent.set(nextKey, { from: key, event });
         queue.push(nextKey);
@@ -191,7 +222,9 @@ export function explore(spec: ExploreSpec): ExploreReport {
     }
   }
 
-  const deadEnds = [...snapshots].filter(([k, s]) => s.status === 'active' && (outgoing.get(k)?.size ?? 0) === 0).map(([k]) => k);
+  const deadEnds = [...snapshots]
+    .filter(([k, s]) => s.status === 'active' && (outgoing.get(k)?.size ?? 0) === 0)
+    .map(([k]) => k);
   let trapped: string[] = [];
   if (home) {
     // Backward reachability from the home states over the explored edges.

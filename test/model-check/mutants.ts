@@ -9,7 +9,10 @@ type States = Record<string, StateConfig>;
 // A copy of a machine with some of its top-level states replaced; named guards, actions and delays are kept.
 function withStates(machine: AnyStateMachine, edit: (states: States) => States): AnyStateMachine {
   const config = machine.config as { states: States };
-  return createMachine({ ...machine.config, states: edit({ ...config.states }) } as never, machine.implementations as never);
+  return createMachine(
+    { ...machine.config, states: edit({ ...config.states }) } as never,
+    machine.implementations as never,
+  );
 }
 
 const state = (states: States, name: string): StateConfig => {
@@ -22,7 +25,10 @@ const state = (states: States, name: string): StateConfig => {
 export const replicaSkippingDraining = (): AnyStateMachine =>
   withStates(replicaMachine, (states) => {
     const ready = state(states, 'ready');
-    return { ...states, ready: { ...ready, on: { ...ready.on, 'replica.drain': 'unloading', 'replica.stop': 'unloading' } } };
+    return {
+      ...states,
+      ready: { ...ready, on: { ...ready.on, 'replica.drain': 'unloading', 'replica.stop': 'unloading' } },
+    };
   });
 
 /** A replica that fails without handing its sequences back to the router. */
@@ -37,14 +43,24 @@ export const replicaFailingWithoutInterrupting = (): AnyStateMachine =>
 export const replicaFailingPerFault = (): AnyStateMachine =>
   withStates(replicaMachine, (states) => {
     const failed = state(states, 'failed');
-    return { ...states, failed: { ...failed, on: { ...failed.on, 'gpu.failed': { guard: 'newFailedGpu', target: 'failed', reenter: true, actions: 'addFailedGpu' } } } };
+    return {
+      ...states,
+      failed: {
+        ...failed,
+        on: {
+          ...failed.on,
+          'gpu.failed': { guard: 'newFailedGpu', target: 'failed', reenter: true, actions: 'addFailedGpu' },
+        },
+      },
+    };
   });
 
 /** The replica before the model checker's fix: a GPU that faults after releasing is counted a second time. */
 export const replicaCountingReleasedFaults = (): AnyStateMachine =>
   replicaMachine.provide({
     guards: {
-      newFailedGpu: ({ context, event }) => event.type === 'gpu.failed' && context.gpus.includes(event.gpu) && !context.failedGpus.includes(event.gpu),
+      newFailedGpu: ({ context, event }) =>
+        event.type === 'gpu.failed' && context.gpus.includes(event.gpu) && !context.failedGpus.includes(event.gpu),
       allReleasedAfterFault: ({ context, event }) =>
         event.type === 'gpu.failed' &&
         context.gpus.includes(event.gpu) &&

@@ -30,7 +30,13 @@ describe('a replica whose drain skips draining', () => {
 
 describe('a replica that fails without interrupting its sequences', () => {
   it('strands their work', () => {
-    const r = checkTensorParallel({ gpus: 2, faults: 1, arrivals: 1, drain: false, replica: replicaFailingWithoutInterrupting() });
+    const r = checkTensorParallel({
+      gpus: 2,
+      faults: 1,
+      arrivals: 1,
+      drain: false,
+      replica: replicaFailingWithoutInterrupting(),
+    });
     expect(properties(r)).toContain('no work is stranded');
   });
 });
@@ -45,7 +51,9 @@ describe('a replica that fails again for every fault in its gang', () => {
 describe('regression: a GPU that faults after it released the replica', () => {
   it('was counted twice, letting placement free a GPU still unloading (the machine before the fix)', () => {
     const r = checkTensorParallel({ gpus: 3, faults: 1, arrivals: 0, replica: replicaCountingReleasedFaults() });
-    expect(properties(r)).toEqual(expect.arrayContaining(['a GPU belongs to one replica', 'the replica knows its failed GPUs']));
+    expect(properties(r)).toEqual(
+      expect.arrayContaining(['a GPU belongs to one replica', 'the replica knows its failed GPUs']),
+    );
     expect(orderDependent(r).length).toBeGreaterThan(0);
   });
 

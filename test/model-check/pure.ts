@@ -1,5 +1,11 @@
 // Cached pure transitions of a machine, and what a snapshot can still do (timers it waits for, events it may handle).
-import { createActor, type ActorScope, type AnyEventObject, type AnyMachineSnapshot, type AnyStateMachine } from 'xstate';
+import {
+  createActor,
+  type ActorScope,
+  type AnyEventObject,
+  type AnyMachineSnapshot,
+  type AnyStateMachine,
+} from 'xstate';
 
 /** An action a transition returns to be executed (never executed here). */
 export type Action = { type: string; params?: unknown; info?: { context?: unknown } };
@@ -12,7 +18,12 @@ export interface PureStepper {
 }
 
 type AnyScope = ActorScope<AnyMachineSnapshot, AnyEventObject>;
-type Node = { parent?: Node; states: Record<string, Node>; transitions: Map<string, { target?: Node[] }[]>; always?: { target?: Node[] }[] };
+type Node = {
+  parent?: Node;
+  states: Record<string, Node>;
+  transitions: Map<string, { target?: Node[] }[]>;
+  always?: { target?: Node[] }[];
+};
 const nodesOf = (s: AnyMachineSnapshot): Node[] => (s as unknown as { _nodes: Node[] })._nodes;
 
 /**
@@ -24,7 +35,17 @@ export function pureStepper(machine: AnyStateMachine, input: unknown): PureStepp
   const self = createActor(machine, { input });
   const collected: Action[] = [];
   const noop = (): void => {};
-  const scope = { self, id: '', sessionId: '', logger: noop, defer: noop, stopChild: noop, emit: noop, system: self.system, actionExecutor: (a: Action) => collected.push(a) };
+  const scope = {
+    self,
+    id: '',
+    sessionId: '',
+    logger: noop,
+    defer: noop,
+    stopChild: noop,
+    emit: noop,
+    system: self.system,
+    actionExecutor: (a: Action) => collected.push(a),
+  };
   const ids = new Map<string, number>();
   const idOf = new WeakMap<object, number>();
   const eventJson = new WeakMap<object, string>();
@@ -63,7 +84,8 @@ export function pureStepper(machine: AnyStateMachine, input: unknown): PureStepp
 export function pendingTimers(s: AnyMachineSnapshot): string[] {
   if (s.status !== 'active') return [];
   const out: string[] = [];
-  for (const node of nodesOf(s)) for (const type of node.transitions.keys()) if (type.startsWith('xstate.after.')) out.push(type);
+  for (const node of nodesOf(s))
+    for (const type of node.transitions.keys()) if (type.startsWith('xstate.after.')) out.push(type);
   return out;
 }
 

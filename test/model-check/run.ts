@@ -29,7 +29,12 @@ const runs: Run[] = quick
     ];
 
 // Pairs of runs that must reach the same outcomes: the abstraction against the plain model.
-const agreements: [string, string][] = quick ? [['tp2', 'tp2-full']] : [['tp8-a1', 'tp8-a1-full'], ['tp4', 'tp4-full']];
+const agreements: [string, string][] = quick
+  ? [['tp2', 'tp2-full']]
+  : [
+      ['tp8-a1', 'tp8-a1-full'],
+      ['tp4', 'tp4-full'],
+    ];
 
 const pad = (v: unknown, n: number): string => String(v).padStart(n);
 
@@ -47,10 +52,18 @@ for (const [name, spec] of Object.entries(machineSpecs)) {
       `${pad(`${r.unreachableStates.length}/${r.unreachableTransitions.length}`, 17)} ${pad(r.deadEnds.length, 10)} ${pad(r.trapped.length, 8)} ${pad(Math.round(performance.now() - t), 6)}`,
   );
   for (const s of [...r.unreachableStates, ...r.unreachableTransitions]) console.log(`  unreachable: ${s}`);
-  for (const k of [...r.deadEnds, ...r.trapped]) console.log(`  stuck: ${k} via ${r.pathTo(k).map((e) => e.type).join(' → ')}`);
+  for (const k of [...r.deadEnds, ...r.trapped])
+    console.log(
+      `  stuck: ${k} via ${r
+        .pathTo(k)
+        .map((e) => e.type)
+        .join(' → ')}`,
+    );
 }
 
-console.log('\nrun              gpus faults arrivals downlink prune    states  transitions  at-rest scenarios violations order-dep       ms');
+console.log(
+  '\nrun              gpus faults arrivals downlink prune    states  transitions  at-rest scenarios violations order-dep       ms',
+);
 const results: Record<string, TpReport> = {};
 const rows: Record<string, unknown>[] = [];
 for (const { name, options } of runs) {
@@ -62,12 +75,24 @@ for (const { name, options } of runs) {
   problems += r.violations.length + dependent;
   const downlink = options.downlink ?? 'eager';
   console.log(
-    `${name.padEnd(16)} ${pad(options.gpus, 4)} ${pad(options.faults, 6)} ${pad(options.arrivals, 8)} ${downlink.padEnd(8)} ${(options.pruneDeadReports ?? true ? 'yes' : 'no').padEnd(5)} ${pad(r.states, 9)} ` +
+    `${name.padEnd(16)} ${pad(options.gpus, 4)} ${pad(options.faults, 6)} ${pad(options.arrivals, 8)} ${downlink.padEnd(8)} ${((options.pruneDeadReports ?? true) ? 'yes' : 'no').padEnd(5)} ${pad(r.states, 9)} ` +
       `${pad(r.transitions, 12)} ${pad(r.quiescent, 8)} ${pad(r.scenarios, 9)} ${pad(r.violations.length, 10)} ${pad(dependent, 9)} ${pad(ms, 8)}`,
   );
   for (const v of r.violations) console.log(`  ${v.property}: ${v.detail}\n    ${v.path.join(' → ')}`);
   for (const [k, o] of orderDependent(r)) console.log(`  order-dependent ${k}: ${o.join(' | ')}`);
-  rows.push({ name, ...options, downlink, pruneDeadReports: options.pruneDeadReports ?? true, statesExplored: r.states, transitions: r.transitions, atRest: r.quiescent, scenarios: r.scenarios, violations: r.violations.length, orderDependent: dependent, ms });
+  rows.push({
+    name,
+    ...options,
+    downlink,
+    pruneDeadReports: options.pruneDeadReports ?? true,
+    statesExplored: r.states,
+    transitions: r.transitions,
+    atRest: r.quiescent,
+    scenarios: r.scenarios,
+    violations: r.violations.length,
+    orderDependent: dependent,
+    ms,
+  });
 }
 
 // Each abstraction must find what the plain model finds.

@@ -3,7 +3,8 @@
 import { describe, expect, it } from 'vitest';
 import { checkTensorParallel, orderDependent, type TpReport } from './tp-composition.ts';
 
-const describeViolations = (r: TpReport): string[] => r.violations.map((v) => `${v.property}: ${v.detail}\n    ${v.path.join(' → ')}`);
+const describeViolations = (r: TpReport): string[] =>
+  r.violations.map((v) => `${v.property}: ${v.detail}\n    ${v.path.join(' → ')}`);
 
 describe('tensor-parallel replica with eight GPUs', () => {
   let report: TpReport | undefined;
@@ -19,11 +20,24 @@ describe('tensor-parallel replica with eight GPUs', () => {
     return report;
   };
 
-  it('explores every interleaving of two faults and a drain and prints the states explored', { timeout: 180_000 }, () => {
-    const r = run();
-    expect(r.states).toBeGreaterThan(10_000);
-    expect(r.replicaStates).toEqual(['draining.stepping', 'failed', 'loading', 'ready.busy', 'ready.idle', 'ready.saturated', 'stopped', 'unloading']);
-  });
+  it(
+    'explores every interleaving of two faults and a drain and prints the states explored',
+    { timeout: 180_000 },
+    () => {
+      const r = run();
+      expect(r.states).toBeGreaterThan(10_000);
+      expect(r.replicaStates).toEqual([
+        'draining.stepping',
+        'failed',
+        'loading',
+        'ready.busy',
+        'ready.idle',
+        'ready.saturated',
+        'stopped',
+        'unloading',
+      ]);
+    },
+  );
 
   it('breaks no property in any interleaving', { timeout: 180_000 }, () => {
     expect(describeViolations(run())).toEqual([]);
@@ -37,7 +51,13 @@ describe('tensor-parallel replica with eight GPUs', () => {
     for (const ownedFaults of [0, 1, 2]) expect(keys.some((k) => k.ownedFaults === ownedFaults)).toBe(true);
     for (const [k, set] of r.outcomes) {
       const s = JSON.parse(k) as { ownedFaults: number; laterFaults: number };
-      const outcome = JSON.parse([...set][0]!) as { replica: string; failed: boolean; failedGpus: number; gpusFailed: number; gpusFree: number };
+      const outcome = JSON.parse([...set][0]!) as {
+        replica: string;
+        failed: boolean;
+        failedGpus: number;
+        gpusFailed: number;
+        gpusFree: number;
+      };
       expect(outcome).toEqual({
         replica: 'stopped',
         failed: s.ownedFaults > 0,
@@ -53,7 +73,9 @@ describe('the abstractions of the check', () => {
   it('find the same outcomes as per-GPU FIFO command links with every report delivered', () => {
     const abstract = checkTensorParallel({ gpus: 3, faults: 2, arrivals: 1 });
     const full = checkTensorParallel({ gpus: 3, faults: 2, arrivals: 1, downlink: 'fifo', pruneDeadReports: false });
-    console.log(`TP-3 cross-check: ${abstract.states} states with eager commands and dead reports dropped, ${full.states} without`);
+    console.log(
+      `TP-3 cross-check: ${abstract.states} states with eager commands and dead reports dropped, ${full.states} without`,
+    );
     expect(describeViolations(abstract)).toEqual([]);
     expect(describeViolations(full)).toEqual([]);
     const outcomes = (r: TpReport) => new Map([...r.outcomes].map(([k, v]) => [k, [...v].sort()]));

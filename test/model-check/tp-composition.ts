@@ -8,7 +8,13 @@
 //   so it commutes with everything but that GPU's own timers and fault, which in turn commute with the send;
 // - dead reports (`pruneDeadReports`): a report no reachable replica state handles is dropped on arrival in the link.
 // Both are cross-checked against the plain model (per-GPU FIFO commands, every report delivered) by the tests.
-import { initialTransition, transition, type AnyEventObject, type AnyMachineSnapshot, type AnyStateMachine } from 'xstate';
+import {
+  initialTransition,
+  transition,
+  type AnyEventObject,
+  type AnyMachineSnapshot,
+  type AnyStateMachine,
+} from 'xstate';
 import { gpuMachine } from '../../machines/gpu.machine.ts';
 import { replicaMachine } from '../../machines/replica.machine.ts';
 import { liveEventTypes, pendingTimers, pureStepper, type Action } from './pure.ts';
@@ -85,7 +91,15 @@ export function checkTensorParallel(o: TpOptions): TpReport {
   const pruneDead = o.pruneDeadReports ?? true;
   const maxStates = o.maxStates ?? 5_000_000;
   const maxViolations = o.maxViolations ?? 5;
-  const replicaInput = { id: REPLICA_ID, model: 'big', version: 'v1', gpus: [...Array(n).keys()], epoch: 0, loadMs: 100, unloadMs: 50 };
+  const replicaInput = {
+    id: REPLICA_ID,
+    model: 'big',
+    version: 'v1',
+    gpus: [...Array(n).keys()],
+    epoch: 0,
+    loadMs: 100,
+    unloadMs: 50,
+  };
   const violations: Violation[] = [];
   const seenProperties = new Set<string>();
   let staleResultsDelivered = 0;
@@ -152,7 +166,11 @@ export function checkTensorParallel(o: TpOptions): TpReport {
       const g = w.gpus[i]!;
       const c = ctx(g.snap);
       if (!g.snap.hasTag('serving') || c['replica'] !== m['replica'] || c['epoch'] !== m['epoch']) return;
-      if (g.exec) violate('one step per rank', `rank ${i} asked to run step ${String(m['step'])} while running step ${g.exec.step}`);
+      if (g.exec)
+        violate(
+          'one step per rank',
+          `rank ${i} asked to run step ${String(m['step'])} while running step ${g.exec.step}`,
+        );
       setGpu(w, i, { exec: { epoch: m['epoch'] as number, step: m['step'] as number } });
     } else gpuEvent(w, i, m);
   };
@@ -172,10 +190,16 @@ export function checkTensorParallel(o: TpOptions): TpReport {
       for (let i = 0; i < n; i++) {
         const g = w.gpus[i]!;
         if (g.snap.hasTag('holdsGpu') && ctx(g.snap)['replica'] === REPLICA_ID)
-          violate('a GPU belongs to one replica', `placement frees gpu.${i} while it still holds the replica (${JSON.stringify(g.snap.value)})`);
+          violate(
+            'a GPU belongs to one replica',
+            `placement frees gpu.${i} while it still holds the replica (${JSON.stringify(g.snap.value)})`,
+          );
         // A failed GPU ignores a late assignment (a repair command travels behind it on the same link).
         if (!g.snap.matches('failed') && g.down.some((d) => d.type === 'gpu.assign'))
-          violate('a GPU belongs to one replica', `placement frees gpu.${i} while an assignment to the replica is on its way`);
+          violate(
+            'a GPU belongs to one replica',
+            `placement frees gpu.${i} while an assignment to the replica is on its way`,
+          );
         setGpu(w, i, { owner: false });
       }
       w.registered = false;
@@ -191,14 +215,21 @@ export function checkTensorParallel(o: TpOptions): TpReport {
       const pre = w.replica;
       const pc = ctx(pre);
       const [next, actions] = replicaSteps.step(pre, e);
-      if (e.type === 'gpu.failed' && (pre.matches('loading') || pre.matches('ready') || pre.matches('draining')) && (pc['gpus'] as number[]).includes((e as Msg)['gpu'] as number))
+      if (
+        e.type === 'gpu.failed' &&
+        (pre.matches('loading') || pre.matches('ready') || pre.matches('draining')) &&
+        (pc['gpus'] as number[]).includes((e as Msg)['gpu'] as number)
+      )
         w.faultWhileServing = true;
       if (e.type === 'step.completed') {
         const m = e as Msg;
         const stale = m['epoch'] !== pc['epoch'] || m['step'] !== pc['step'];
         if (stale) staleResultsDelivered++;
         if (stale && (snapKey(next) !== snapKey(pre) || actions.length > 0))
-          violate('stale step results are dropped', `step.completed (epoch ${String(m['epoch'])}, step ${String(m['step'])}) changed the replica at epoch ${String(pc['epoch'])}, step ${String(pc['step'])}`);
+          violate(
+            'stale step results are dropped',
+            `step.completed (epoch ${String(m['epoch'])}, step ${String(m['step'])}) changed the replica at epoch ${String(pc['epoch'])}, step ${String(pc['step'])}`,
+          );
       }
       w.replica = next;
       for (const a of actions) {
@@ -211,10 +242,19 @@ export function checkTensorParallel(o: TpOptions): TpReport {
             break;
           }
           case 'assignGpus':
-            for (const i of gang) sendDown(w, i, { type: 'gpu.assign', replica: REPLICA_ID, epoch: c['gpuEpoch'], loadMs: 100, unloadMs: 50 });
+            for (const i of gang)
+              sendDown(w, i, {
+                type: 'gpu.assign',
+                replica: REPLICA_ID,
+                epoch: c['gpuEpoch'],
+                loadMs: 100,
+                unloadMs: 50,
+              });
             break;
           case 'releaseGpus':
-            for (const i of gang) if (!(c['failedGpus'] as number[]).includes(i)) sendDown(w, i, { type: 'gpu.release', replica: REPLICA_ID, epoch: c['gpuEpoch'] });
+            for (const i of gang)
+              if (!(c['failedGpus'] as number[]).includes(i))
+                sendDown(w, i, { type: 'gpu.release', replica: REPLICA_ID, epoch: c['gpuEpoch'] });
             break;
           case 'dispatchStep':
             if (w.work === 0) {
@@ -228,7 +268,8 @@ export function checkTensorParallel(o: TpOptions): TpReport {
               w.saturated = !w.saturated;
               queue.push({ type: w.saturated ? 'work.saturated' : 'work.unsaturated' });
             }
-            for (const i of gang) sendDown(w, i, { type: 'step.execute', replica: REPLICA_ID, epoch: c['epoch'], step: c['step'] });
+            for (const i of gang)
+              sendDown(w, i, { type: 'step.execute', replica: REPLICA_ID, epoch: c['epoch'], step: c['step'] });
             break;
           case 'completeStep':
             if (!w.inflight) {
@@ -274,7 +315,9 @@ export function checkTensorParallel(o: TpOptions): TpReport {
     if (!pruneDead) return;
     const live = w.registered ? liveEventTypes(w.replica) : null;
     w.gpus.forEach((g, i) => {
-      const up = g.up.filter(([to, m]) => (to === REPLICA_ID ? !!live && live.has(m.type) : to !== 'placement' || g.owner));
+      const up = g.up.filter(([to, m]) =>
+        to === REPLICA_ID ? !!live && live.has(m.type) : to !== 'placement' || g.owner,
+      );
       if (up.length === g.up.length) return;
       deadReportsDropped += g.up.length - up.length;
       setGpu(w, i, { up });
@@ -314,9 +357,13 @@ export function checkTensorParallel(o: TpOptions): TpReport {
           setGpu(x, i, { down: g.down.slice(1) });
           deliverDown(x, i, head);
         });
-      for (const t of pendingTimers(g.snap)) branch(`gpu.${i} ${t.split('.')[2]} elapses`, (x) => gpuEvent(x, i, { type: t }));
+      for (const t of pendingTimers(g.snap))
+        branch(`gpu.${i} ${t.split('.')[2]} elapses`, (x) => gpuEvent(x, i, { type: t }));
       const exec = g.exec;
-      if (exec) branch(`rank ${i} finishes step ${exec.step}`, (x) => setGpu(x, i, { exec: null, up: [...g.up, [REPLICA_ID, completed(i, exec.epoch, exec.step)]] }));
+      if (exec)
+        branch(`rank ${i} finishes step ${exec.step}`, (x) =>
+          setGpu(x, i, { exec: null, up: [...g.up, [REPLICA_ID, completed(i, exec.epoch, exec.step)]] }),
+        );
       const report = g.up[0];
       if (report) branch(`${report[1].type} from gpu.${i} arrives`, (x) => deliverUp(x, i));
       if (w.faults < o.faults && !g.snap.matches('failed'))
@@ -338,7 +385,9 @@ export function checkTensorParallel(o: TpOptions): TpReport {
         x.work++;
         toReplica(x, { type: 'work.available' });
       });
-    if (w.registered) for (const t of pendingTimers(w.replica)) branch(`replica ${t.split('.')[2]} elapses`, (x) => toReplica(x, { type: t }));
+    if (w.registered)
+      for (const t of pendingTimers(w.replica))
+        branch(`replica ${t.split('.')[2]} elapses`, (x) => toReplica(x, { type: t }));
     return out;
   };
 
@@ -349,19 +398,35 @@ export function checkTensorParallel(o: TpOptions): TpReport {
     const failedGpus = (rc['failedGpus'] as number[] | undefined) ?? [];
     // Without a drain to wait for, an idle replica that lost no GPU simply keeps serving.
     if (!(o.drain ?? true) && w.replica.hasTag('accepting') && w.faults === 0) return;
-    if (w.replica.status !== 'done') violate('the replica stops', `nothing left to happen but the replica is ${JSON.stringify(w.replica.value)}`);
+    if (w.replica.status !== 'done')
+      violate('the replica stops', `nothing left to happen but the replica is ${JSON.stringify(w.replica.value)}`);
     w.gpus.forEach((g, i) => {
-      if (!g.snap.matches('free') && !g.snap.matches('failed')) violate('every GPU ends released or failed', `gpu.${i} ends ${JSON.stringify(g.snap.value)}`);
+      if (!g.snap.matches('free') && !g.snap.matches('failed'))
+        violate('every GPU ends released or failed', `gpu.${i} ends ${JSON.stringify(g.snap.value)}`);
       if (g.owner) violate('a GPU belongs to one replica', `gpu.${i} is still owned by a stopped replica`);
       if (g.ownedFault !== failedGpus.includes(i))
-        violate('the replica knows its failed GPUs', `gpu.${i} ${g.ownedFault ? 'faulted while held' : 'did not fault while held'} but the replica's failedGpus is [${failedGpus.join(',')}]`);
+        violate(
+          'the replica knows its failed GPUs',
+          `gpu.${i} ${g.ownedFault ? 'faulted while held' : 'did not fault while held'} but the replica's failedGpus is [${failedGpus.join(',')}]`,
+        );
     });
     if (w.work !== 0 || w.completed + w.interrupted !== w.arrived)
-      violate('no work is stranded', `arrived ${w.arrived}, completed ${w.completed}, interrupted ${w.interrupted}, still held ${w.work}`);
+      violate(
+        'no work is stranded',
+        `arrived ${w.arrived}, completed ${w.completed}, interrupted ${w.interrupted}, still held ${w.work}`,
+      );
     if (w.failedEpochs.length !== (w.faultWhileServing ? 1 : 0))
-      violate('fails exactly once per fault epoch', `replica.failed sent ${w.failedEpochs.length} time(s); a fault ${w.faultWhileServing ? 'did' : 'did not'} reach it while serving`);
+      violate(
+        'fails exactly once per fault epoch',
+        `replica.failed sent ${w.failedEpochs.length} time(s); a fault ${w.faultWhileServing ? 'did' : 'did not'} reach it while serving`,
+      );
     const owned = w.gpus.filter((g) => g.ownedFault).length;
-    const scenario = JSON.stringify({ ownedFaults: owned, laterFaults: w.gpus.filter((g) => g.freeFault).length, drained: w.drained, arrived: w.arrived });
+    const scenario = JSON.stringify({
+      ownedFaults: owned,
+      laterFaults: w.gpus.filter((g) => g.freeFault).length,
+      drained: w.drained,
+      arrived: w.arrived,
+    });
     const outcome = JSON.stringify({
       replica: w.replica.value,
       failed: (w.replica.output as { failed?: boolean } | undefined)?.failed ?? null,
@@ -406,7 +471,11 @@ export function checkTensorParallel(o: TpOptions): TpReport {
   let quiescent = 0;
   const replicaStates = new Set<string>();
   const dotted = (v: unknown): string =>
-    typeof v === 'string' ? v : Object.entries(v as Record<string, unknown>).map(([k, c]) => `${k}.${dotted(c)}`).join(',');
+    typeof v === 'string'
+      ? v
+      : Object.entries(v as Record<string, unknown>)
+          .map(([k, c]) => `${k}.${dotted(c)}`)
+          .join(',');
   while (frontier.length > 0) {
     const nextFrontier: [string, World, number[]][] = [];
     for (const [key, w, sigs] of frontier) {

@@ -16,7 +16,13 @@ import { arr, bytes, int, num, obj, optional, str, union } from '../../transport
 
 const CODES = CODEC_ERROR_CODES;
 
-const HUGE: CodecLimits = { maxBytes: 2 ** 33, maxDepth: 32, maxArrayLength: 2 ** 33, maxMapSize: 2 ** 33, maxStringBytes: 2 ** 33 };
+const HUGE: CodecLimits = {
+  maxBytes: 2 ** 33,
+  maxDepth: 32,
+  maxArrayLength: 2 ** 33,
+  maxMapSize: 2 ** 33,
+  maxStringBytes: 2 ** 33,
+};
 
 function hex(h: string): Uint8Array {
   return Uint8Array.from(Buffer.from(h.replace(/\s+/g, ''), 'hex'));
@@ -43,18 +49,57 @@ function concat(...parts: Uint8Array[]): Uint8Array {
 const Gpu = obj({ id: int({ min: 0, max: 7 }), epoch: int({ min: 0 }), memFree: num({ min: 0 }) });
 const Message = union('type', {
   status: obj({ node: str({ max: 64 }), gpus: arr(Gpu, { max: 8 }), note: optional(str({ max: 1000 })) }),
-  infer: obj({ id: str({ max: 64 }), prompt: str({ max: 100_000 }), maxTokens: int({ min: 1, max: 32_768 }), temperature: num({ min: 0, max: 2 }) }),
+  infer: obj({
+    id: str({ max: 64 }),
+    prompt: str({ max: 100_000 }),
+    maxTokens: int({ min: 1, max: 32_768 }),
+    temperature: num({ min: 0, max: 2 }),
+  }),
   blob: obj({ id: int(), data: bytes({ max: 1 << 20 }) }),
 });
 
 const representative: unknown[] = [
-  { type: 'status', node: 'node-1', gpus: [{ id: 0, epoch: 12, memFree: 79.5 }, { id: 7, epoch: 2 ** 40, memFree: 0 }] },
+  {
+    type: 'status',
+    node: 'node-1',
+    gpus: [
+      { id: 0, epoch: 12, memFree: 79.5 },
+      { id: 7, epoch: 2 ** 40, memFree: 0 },
+    ],
+  },
   { type: 'infer', id: 'req-🚀-1', prompt: 'Résumé: 日本語のテキスト '.repeat(20), maxTokens: 256, temperature: 0.7 },
   { type: 'status', node: 'n', gpus: [], note: 'x'.repeat(300) },
-  { ints: [0, 1, 127, 128, 255, 256, 65535, 65536, 2 ** 32 - 1, 2 ** 32, Number.MAX_SAFE_INTEGER, -1, -32, -33, -128, -129, -32768, -32769, -(2 ** 31), -(2 ** 31) - 1, Number.MIN_SAFE_INTEGER] },
+  {
+    ints: [
+      0,
+      1,
+      127,
+      128,
+      255,
+      256,
+      65535,
+      65536,
+      2 ** 32 - 1,
+      2 ** 32,
+      Number.MAX_SAFE_INTEGER,
+      -1,
+      -32,
+      -33,
+      -128,
+      -129,
+      -32768,
+      -32769,
+      -(2 ** 31),
+      -(2 ** 31) - 1,
+      Number.MIN_SAFE_INTEGER,
+    ],
+  },
   { floats: [1.5, -2.25, 1e300, 5e-324, Math.PI] },
   { flags: [true, false, null], empty: { obj: {}, arr: [], str: '' } },
-  { wide: Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`k${i}`, i])), long: Array.from({ length: 70_000 }, (_, i) => i % 7) },
+  {
+    wide: Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`k${i}`, i])),
+    long: Array.from({ length: 70_000 }, (_, i) => i % 7),
+  },
   { str8: 'a'.repeat(200), str16: 'b'.repeat(70_000), nested: [[[[{ deep: ['x'] }]]]] },
   [1, 'two', { three: 3 }],
   'just a string',
@@ -128,7 +173,9 @@ describe('codec round trip', () => {
 describe('codec refusals', () => {
   it('refuses a frame larger than maxBytes with frame_too_large', () => {
     expect(codeOf(decodeUntrusted(new Uint8Array(DEFAULT_LIMITS.maxBytes + 1)))).toBe('frame_too_large');
-    expect(codeOf(decodeUntrusted(encode('x'.repeat(100)), { ...DEFAULT_LIMITS, maxBytes: 50 }))).toBe('frame_too_large');
+    expect(codeOf(decodeUntrusted(encode('x'.repeat(100)), { ...DEFAULT_LIMITS, maxBytes: 50 }))).toBe(
+      'frame_too_large',
+    );
   });
 
   it('refuses 1000 levels of nested arrays and maps with too_deep', () => {
@@ -175,7 +222,16 @@ describe('codec refusals', () => {
   });
 
   it('refuses every ext type with extension_refused', () => {
-    const exts = ['d4 01 00', 'd5 01 0000', 'd6 01 00000000', 'd7 01 0000000000000000', `d8 01 ${'00'.repeat(16)}`, 'c7 01 01 00', 'c8 0001 01 00', 'c9 00000001 01 00'];
+    const exts = [
+      'd4 01 00',
+      'd5 01 0000',
+      'd6 01 00000000',
+      'd7 01 0000000000000000',
+      `d8 01 ${'00'.repeat(16)}`,
+      'c7 01 01 00',
+      'c8 0001 01 00',
+      'c9 00000001 01 00',
+    ];
     for (const e of exts) {
       expect(codeOf(decodeUntrusted(hex(e)))).toBe('extension_refused');
       expect(codeOf(decodeUntrusted(hex(`92 01 ${e}`)))).toBe('extension_refused');
@@ -270,9 +326,20 @@ describe('codec refusals', () => {
   });
 
   it('reports schema failures as invalid_message with the path', () => {
-    const frame = encode({ type: 'status', node: 'n', gpus: [0, 1, 2, 3].map((id) => ({ id, epoch: 1, memFree: id === 3 ? -1 : 1 })) });
+    const frame = encode({
+      type: 'status',
+      node: 'n',
+      gpus: [0, 1, 2, 3].map((id) => ({ id, epoch: 1, memFree: id === 3 ? -1 : 1 })),
+    });
     const r = decodeMessage(frame, Message);
-    expect(r).toEqual({ ok: false, error: { code: 'invalid_message', path: '$.gpus[3].memFree', message: 'expected finite number >= 0, got integer -1' } });
+    expect(r).toEqual({
+      ok: false,
+      error: {
+        code: 'invalid_message',
+        path: '$.gpus[3].memFree',
+        message: 'expected finite number >= 0, got integer -1',
+      },
+    });
   });
 
   it('refuses input that is not a Uint8Array without throwing', () => {
@@ -305,7 +372,12 @@ describe('codec robustness', () => {
     const mutation = fc.oneof(
       fc.record({ kind: fc.constant('flip' as const), at: fc.nat(), bit: fc.integer({ min: 0, max: 7 }) }),
       fc.record({ kind: fc.constant('truncate' as const), at: fc.nat() }),
-      fc.record({ kind: fc.constant('splice' as const), at: fc.nat(), remove: fc.nat({ max: 8 }), insert: fc.uint8Array({ maxLength: 8 }) }),
+      fc.record({
+        kind: fc.constant('splice' as const),
+        at: fc.nat(),
+        remove: fc.nat({ max: 8 }),
+        insert: fc.uint8Array({ maxLength: 8 }),
+      }),
     );
     fc.assert(
       fc.property(json, fc.array(mutation, { minLength: 1, maxLength: 4 }), (value, mutations) => {
@@ -343,7 +415,12 @@ describe('codec robustness', () => {
   });
 
   it('does not allocate what a 10-byte frame declares: a 4 GiB string, bin, array or map', () => {
-    const frames = [hex(`db ffffffff ${ascii('aaaaa')}`), hex('c6 ffffffff 0000000000'), hex('dd ffffffff 0000000000'), hex('df ffffffff 0000000000')];
+    const frames = [
+      hex(`db ffffffff ${ascii('aaaaa')}`),
+      hex('c6 ffffffff 0000000000'),
+      hex('dd ffffffff 0000000000'),
+      hex('df ffffffff 0000000000'),
+    ];
     const before = process.memoryUsage();
     for (let i = 0; i < 10_000; i++) {
       for (const f of frames) {

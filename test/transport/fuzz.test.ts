@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { CODEC_ERROR_CODES, decodeMessage, encode } from '../../transport/codec.ts';
 import { nodeMessageSchema, type NodeMessage } from '../../transport/protocol.ts';
 import { validate } from '../../transport/schema.ts';
-import { createRng, type Rng } from '../../actors/runtime/rng.ts';
+import { createRng, type Rng } from '../../runtime/rng.ts';
 
 const FRAMES = Number(process.env['FUZZ_FRAMES'] ?? 1_000_000);
 
@@ -16,14 +16,31 @@ const samples: NodeMessage[] = [
   { type: 'node.register', node: 'node', protocol: 1, gpus: [0, 1, 2, 3, 4, 5, 6, 7], epoch: 3 },
   { type: 'node.registered', node: 'node', epoch: 3 },
   { type: 'node.heartbeat', node: 'node', epoch: 3, t: 1234.5 },
-  { type: 'gpu.assign', gpu: 2, replica: 'replica.llama-3-8b@v1#0', epoch: 1, model: 'llama-3-8b', gpuType: 'H100-SXM', tp: 1, loadMs: 4000, unloadMs: 1000 },
+  {
+    type: 'gpu.assign',
+    gpu: 2,
+    replica: 'replica.llama-3-8b@v1#0',
+    epoch: 1,
+    model: 'llama-3-8b',
+    gpuType: 'H100-SXM',
+    tp: 1,
+    loadMs: 4000,
+    unloadMs: 1000,
+  },
   { type: 'gpu.release', gpu: 2, replica: 'replica.llama-3-8b@v1#0', epoch: 1 },
   { type: 'gpu.loaded', gpu: 2, replica: 'replica.llama-3-8b@v1#0', epoch: 1 },
   { type: 'gpu.released', gpu: 2, replica: 'replica.llama-3-8b@v1#0', epoch: 1 },
   { type: 'gpu.ready', gpu: 5 },
   { type: 'gpu.failed', gpu: 3, code: 'xid_79', replica: 'replica.llama-3-70b@v1#0', epoch: 2 },
   { type: 'gpu.inject', gpu: 3, fault: 'straggle', factor: 2 },
-  { type: 'step.execute', replica: 'replica.llama-3-70b@v1#0', epoch: 2, step: 17, gpus: [0, 1, 2, 3, 4, 5, 6, 7], shape: { prefill: [[512, 0]], decodeBatch: 3, decodeContext: 4000 } },
+  {
+    type: 'step.execute',
+    replica: 'replica.llama-3-70b@v1#0',
+    epoch: 2,
+    step: 17,
+    gpus: [0, 1, 2, 3, 4, 5, 6, 7],
+    shape: { prefill: [[512, 0]], decodeBatch: 3, decodeContext: 4000 },
+  },
   { type: 'step.completed', gpu: 4, replica: 'replica.llama-3-70b@v1#0', epoch: 2, step: 17, busyMs: 12.5 },
 ] as NodeMessage[];
 
@@ -147,7 +164,16 @@ describe('hostile well-formed messages', () => {
       new Packr({ structuredClone: true, moreTypes: true }).pack(new Map([[1, new Set([1])]])),
       new Packr({ moreTypes: true }).pack(new Error('boom')),
       new Packr({ moreTypes: true }).pack(new Date(0)),
-      Uint8Array.from([0x82, 0xa4, ...Buffer.from('type'), 0xa9, ...Buffer.from('gpu.ready'), 0xa9, ...Buffer.from('__proto__'), 0x80]),
+      Uint8Array.from([
+        0x82,
+        0xa4,
+        ...Buffer.from('type'),
+        0xa9,
+        ...Buffer.from('gpu.ready'),
+        0xa9,
+        ...Buffer.from('__proto__'),
+        0x80,
+      ]),
       Uint8Array.from([0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]),
       Uint8Array.from(Array.from({ length: 200 }, () => 0x91)),
       Uint8Array.from([0xdd, 0xff, 0xff, 0xff, 0xff]),

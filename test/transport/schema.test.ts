@@ -36,7 +36,15 @@ function errorOf<T>(schema: Schema<T>, value: unknown): { path: string; message:
 
 describe('schema combinators', () => {
   it('accepts a conforming message and returns the same value', () => {
-    const m = { type: 'status', node: 'n1', gpus: [{ id: 0, epoch: 3 }, { id: 1, epoch: 4, model: 'llama' }], load: 0.5 };
+    const m = {
+      type: 'status',
+      node: 'n1',
+      gpus: [
+        { id: 0, epoch: 3 },
+        { id: 1, epoch: 4, model: 'llama' },
+      ],
+      load: 0.5,
+    };
     const r = validate(Msg, m);
     expect(r).toEqual({ ok: true, value: m });
     expect(r.ok && r.value).toBe(m);
@@ -109,7 +117,10 @@ describe('schema combinators', () => {
   it('refuses unknown keys on strict objects and ignores them on loose ones', () => {
     const strict = obj({ a: int() });
     const loose = obj({ a: int() }, { strict: false });
-    expect(errorOf(strict, { a: 1, b: 2 })).toEqual({ path: '$.b', message: 'expected a declared key, got an undeclared key' });
+    expect(errorOf(strict, { a: 1, b: 2 })).toEqual({
+      path: '$.b',
+      message: 'expected a declared key, got an undeclared key',
+    });
     expect(validate(loose, { a: 1, b: 2 }).ok).toBe(true);
     expect(errorOf(strict, { a: 1, b: undefined }).path).toBe('$.b');
     expect(validate(obj({ a: optional(int()) }), { a: undefined }).ok).toBe(true);
@@ -147,7 +158,9 @@ describe('schema combinators', () => {
   });
 
   it('refuses values that are not plain objects where objects are expected', () => {
-    class Point { x = 1; }
+    class Point {
+      x = 1;
+    }
     expect(errorOf(obj({ x: int() }), new Point()).message).toBe('expected plain object, got non-plain object');
     expect(validate(obj({ x: int() }), Object.assign(Object.create(null) as object, { x: 1 })).ok).toBe(true);
     for (const bad of [[], new Uint8Array(2), null, 'x', 1, new Map(), new Date(0), new Point()]) {
@@ -159,7 +172,9 @@ describe('schema combinators', () => {
   it('bounds record entries and checks keys and values', () => {
     const r = record(str({ pattern: /^gpu[0-7]$/ }), int(), { max: 2 });
     expect(validate(r, { gpu0: 1, gpu1: 2 }).ok).toBe(true);
-    expect(errorOf(r, { gpu0: 1, gpu1: 2, gpu2: 3 }).message).toBe('expected plain object with at most 2 keys, got more than 2 keys');
+    expect(errorOf(r, { gpu0: 1, gpu1: 2, gpu2: 3 }).message).toBe(
+      'expected plain object with at most 2 keys, got more than 2 keys',
+    );
     const badKey = errorOf(r, { gpu9: 1 });
     expect(badKey.path).toBe('$.gpu9');
     expect(badKey.message).toContain('expected key string');
@@ -170,7 +185,10 @@ describe('schema combinators', () => {
   it('dispatches a discriminated union on its tag field', () => {
     expect(validate(Msg, { type: 'ping', seq: 1 }).ok).toBe(true);
     expect(validate(Msg, { type: 'release', gpu: 2, reason: null }).ok).toBe(true);
-    expect(errorOf(Msg, { type: 'nope' })).toEqual({ path: '$.type', message: 'expected one of "status" | "ping" | "release", got string of length 4' });
+    expect(errorOf(Msg, { type: 'nope' })).toEqual({
+      path: '$.type',
+      message: 'expected one of "status" | "ping" | "release", got string of length 4',
+    });
     expect(errorOf(Msg, { seq: 1 }).path).toBe('$.type');
     expect(errorOf(Msg, { type: 'ping', seq: 1, extra: 1 }).path).toBe('$.extra');
     expect(errorOf(Msg, { type: 'toString' }).path).toBe('$.type');
@@ -185,7 +203,9 @@ describe('schema combinators', () => {
   it('checks byte arrays and their length', () => {
     expect(validate(bytes({ max: 4 }), new Uint8Array(4)).ok).toBe(true);
     expect(validate(bytes({ max: 4 }), Buffer.alloc(2)).ok).toBe(true);
-    expect(errorOf(bytes({ max: 4 }), new Uint8Array(5)).message).toBe('expected bytes with length <= 4, got bytes of length 5');
+    expect(errorOf(bytes({ max: 4 }), new Uint8Array(5)).message).toBe(
+      'expected bytes with length <= 4, got bytes of length 5',
+    );
     expect(validate(bytes(), [1, 2]).ok).toBe(false);
     expect(validate(bytes(), new Uint16Array(2)).ok).toBe(false);
   });
@@ -193,31 +213,72 @@ describe('schema combinators', () => {
   it('infers static types from schemas', () => {
     type M = Infer<typeof Msg>;
     expectTypeOf<Extract<M, { type: 'ping' }>>().toEqualTypeOf<{ seq: number; type: 'ping' }>();
-    expectTypeOf<Extract<M, { type: 'release' }>>().toEqualTypeOf<{ gpu: number; reason: 'done' | 'evicted' | null; type: 'release' }>();
+    expectTypeOf<Extract<M, { type: 'release' }>>().toEqualTypeOf<{
+      gpu: number;
+      reason: 'done' | 'evicted' | null;
+      type: 'release';
+    }>();
     expectTypeOf<Infer<typeof Gpu>>().toEqualTypeOf<{ id: number; epoch: number; model?: string | undefined }>();
     expectTypeOf<Infer<ReturnType<typeof record<'a' | 'b', number>>>>().toEqualTypeOf<{ a?: number; b?: number }>();
     expectTypeOf<Infer<ReturnType<typeof bytes>>>().toEqualTypeOf<Uint8Array>();
   });
 
   it('never throws on arbitrary values, even from the raw checks', () => {
-    const schemas: Schema<unknown>[] = [Msg, Status, Gpu, record(str(), arr(num())), arr(nullable(bytes())), obj({ a: optional(bool()) }, { strict: false })];
+    const schemas: Schema<unknown>[] = [
+      Msg,
+      Status,
+      Gpu,
+      record(str(), arr(num())),
+      arr(nullable(bytes())),
+      obj({ a: optional(bool()) }, { strict: false }),
+    ];
     fc.assert(
-      fc.property(fc.anything({ withNullPrototype: true, withTypedArray: true, withSparseArray: true, withBoxedValues: true, withMap: true, withSet: true, withBigInt: true, withDate: true }), (value) => {
-        for (const s of schemas) {
-          const r = validate(s, value);
-          expect(typeof r.ok).toBe('boolean');
-          const raw = s.check(value);
-          expect(raw === null || typeof raw.expected === 'string').toBe(true);
-        }
-      }),
+      fc.property(
+        fc.anything({
+          withNullPrototype: true,
+          withTypedArray: true,
+          withSparseArray: true,
+          withBoxedValues: true,
+          withMap: true,
+          withSet: true,
+          withBigInt: true,
+          withDate: true,
+        }),
+        (value) => {
+          for (const s of schemas) {
+            const r = validate(s, value);
+            expect(typeof r.ok).toBe('boolean');
+            const raw = s.check(value);
+            expect(raw === null || typeof raw.expected === 'string').toBe(true);
+          }
+        },
+      ),
       { numRuns: 2000 },
     );
   });
 
   it('turns a throwing getter or proxy into a validation failure', () => {
-    const getter = Object.defineProperty({}, 'a', { enumerable: true, get: () => { throw new Error('boom'); } });
-    expect(validate(obj({ a: int() }), getter)).toEqual({ ok: false, error: { code: 'invalid_message', path: '$', message: 'value could not be inspected: Error' } });
-    const proxy = new Proxy({}, { ownKeys: () => { throw new Error('boom'); }, getOwnPropertyDescriptor: () => { throw new Error('boom'); } });
+    const getter = Object.defineProperty({}, 'a', {
+      enumerable: true,
+      get: () => {
+        throw new Error('boom');
+      },
+    });
+    expect(validate(obj({ a: int() }), getter)).toEqual({
+      ok: false,
+      error: { code: 'invalid_message', path: '$', message: 'value could not be inspected: Error' },
+    });
+    const proxy = new Proxy(
+      {},
+      {
+        ownKeys: () => {
+          throw new Error('boom');
+        },
+        getOwnPropertyDescriptor: () => {
+          throw new Error('boom');
+        },
+      },
+    );
     expect(validate(record(int()), proxy).ok).toBe(false);
   });
 });

@@ -3,7 +3,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createWallClock } from '../../actors/runtime/clock.ts';
+import { createWallClock } from '../../runtime/clock.ts';
 import { encode } from '../../transport/codec.ts';
 import { createLink } from '../../transport/ws-link.ts';
 import { attachWsServer, connectWs, type WsPeer, type WsServer } from '../../transport/ws.ts';
@@ -20,7 +20,10 @@ afterEach(async () => {
 async function pair(): Promise<[WsPeer, WsPeer]> {
   const server: Server = createServer();
   let accepted: WsPeer | null = null;
-  const ws: WsServer = attachWsServer(server, { clock, routes: { '/l': { tokens: null, onConnection: (p) => (accepted = p) } } });
+  const ws: WsServer = attachWsServer(server, {
+    clock,
+    routes: { '/l': { tokens: null, onConnection: (p) => (accepted = p) } },
+  });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const r = await connectWs(`ws://127.0.0.1:${(server.address() as AddressInfo).port}/l`, { clock });
   if (!r.ok) throw new Error(r.error.message);
@@ -37,11 +40,20 @@ describe('ws-link', () => {
   it('sends everything queued in one tick as one frame and delivers it in order', async () => {
     const [a, b] = await pair();
     const got: string[] = [];
-    const rx = createLink(b, { accepts: () => true, deliver: (to, m) => got.push(`${to}:${m.type}:${'gpu' in m ? m.gpu : ''}`) });
+    const rx = createLink(b, {
+      accepts: () => true,
+      deliver: (to, m) => got.push(`${to}:${m.type}:${'gpu' in m ? m.gpu : ''}`),
+    });
     const tx = createLink(a, { accepts: () => true, deliver: () => {} });
     for (let g = 0; g < 5; g++) tx.send(`gpu.${g}`, { type: 'gpu.release', gpu: g, replica: 'r', epoch: 1 });
     while (got.length < 5) await sleep(2);
-    expect(got).toEqual(['gpu.0:gpu.release:0', 'gpu.1:gpu.release:1', 'gpu.2:gpu.release:2', 'gpu.3:gpu.release:3', 'gpu.4:gpu.release:4']);
+    expect(got).toEqual([
+      'gpu.0:gpu.release:0',
+      'gpu.1:gpu.release:1',
+      'gpu.2:gpu.release:2',
+      'gpu.3:gpu.release:3',
+      'gpu.4:gpu.release:4',
+    ]);
     expect(tx.stats.framesOut).toBe(1);
     expect(rx.stats.framesIn).toBe(1);
     expect(rx.stats.messagesIn).toBe(5);
@@ -51,7 +63,11 @@ describe('ws-link', () => {
     const [a, b] = await pair();
     const got: string[] = [];
     const reasons: string[] = [];
-    const rx = createLink(b, { accepts: () => true, deliver: (_to, m) => got.push(m.type), onRefused: (r) => reasons.push(r) });
+    const rx = createLink(b, {
+      accepts: () => true,
+      deliver: (_to, m) => got.push(m.type),
+      onRefused: (r) => reasons.push(r),
+    });
     a.send(new Uint8Array([0xc1]));
     a.send(encode([{ to: 'gpu.1', msg: { type: 'gpu.release', gpu: -1, replica: 'r', epoch: 1 } }]));
     a.send(encode([{ to: 'gpu.1', msg: { type: 'no.such.message' } }]));

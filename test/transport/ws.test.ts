@@ -4,8 +4,17 @@ import { createServer, type Server } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createWallClock } from '../../actors/runtime/clock.ts';
-import { CLOSE, attachWsServer, bearerToken, connectWs, isLoopback, tokenSet, type WsPeer, type WsServer } from '../../transport/ws.ts';
+import { createWallClock } from '../../runtime/clock.ts';
+import {
+  CLOSE,
+  attachWsServer,
+  bearerToken,
+  connectWs,
+  isLoopback,
+  tokenSet,
+  type WsPeer,
+  type WsServer,
+} from '../../transport/ws.ts';
 
 const clock = createWallClock();
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -55,14 +64,22 @@ async function start(opts: Partial<Parameters<typeof attachWsServer>[1]> = {}): 
 }
 
 /** A raw TCP client that completes the upgrade and then never answers anything (no pongs, no reads if paused). */
-function rawUpgrade(port: number, path: string, headers: Record<string, string> = {}): Promise<{ socket: Socket; status: number }> {
+function rawUpgrade(
+  port: number,
+  path: string,
+  headers: Record<string, string> = {},
+): Promise<{ socket: Socket; status: number }> {
   return new Promise((resolve, reject) => {
     const socket = connect(port, '127.0.0.1');
     let buf = '';
     socket.on('error', reject);
     socket.once('connect', () => {
-      const extra = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('');
-      socket.write(`GET ${path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n${extra}\r\n`);
+      const extra = Object.entries(headers)
+        .map(([k, v]) => `${k}: ${v}\r\n`)
+        .join('');
+      socket.write(
+        `GET ${path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n${extra}\r\n`,
+      );
     });
     const onData = (d: Buffer): void => {
       buf += d.toString('latin1');
@@ -99,9 +116,18 @@ describe('ws', () => {
   describe('the upgrade', () => {
     it('refuses an unknown path with 404 and a missing or wrong token with 401', async () => {
       const f = await start();
-      expect(await connectWs(`${f.url}/nowhere`, { clock })).toMatchObject({ ok: false, error: { code: 'http_error', status: 404 } });
-      expect(await connectWs(`${f.url}/secret`, { clock })).toMatchObject({ ok: false, error: { code: 'unauthorized', status: 401 } });
-      expect(await connectWs(`${f.url}/secret`, { clock, token: 'nope' })).toMatchObject({ ok: false, error: { code: 'unauthorized' } });
+      expect(await connectWs(`${f.url}/nowhere`, { clock })).toMatchObject({
+        ok: false,
+        error: { code: 'http_error', status: 404 },
+      });
+      expect(await connectWs(`${f.url}/secret`, { clock })).toMatchObject({
+        ok: false,
+        error: { code: 'unauthorized', status: 401 },
+      });
+      expect(await connectWs(`${f.url}/secret`, { clock, token: 'nope' })).toMatchObject({
+        ok: false,
+        error: { code: 'unauthorized' },
+      });
       const ok = await connectWs(`${f.url}/secret`, { clock, token: 's3cret' });
       expect(ok.ok).toBe(true);
       if (ok.ok) ok.peer.close();

@@ -1,6 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { createContinuousBatcher, type BatchPolicy, type ContinuousBatcher, type ContinuousLimits, type StepPlan } from '../../../actors/batcher/continuous.ts';
+import {
+  createContinuousBatcher,
+  type BatchPolicy,
+  type ContinuousBatcher,
+  type ContinuousLimits,
+  type StepPlan,
+} from '../../../actors/batcher/continuous.ts';
 import { createSequence, type Sequence, type SequenceListener } from '../../../actors/batcher/sequence.ts';
 import { normalizeScenario } from '../../../actors/config.ts';
 import { simulate } from '../../../actors/sim/simulate.ts';
@@ -183,7 +189,13 @@ describe('continuous batcher', () => {
         for (const e of p.entries) if (e.chunk > 0 && !order.includes(e.seq.id)) order.push(e.seq.id);
       }
       expect(order.slice(0, 1)).toEqual(['b']);
-      expect(log.events.filter((e) => e.startsWith('scheduled')).map((e) => e.split(' ')[1])).toEqual(['a', 'b', 'b', 'c', 'd']);
+      expect(log.events.filter((e) => e.startsWith('scheduled')).map((e) => e.split(' ')[1])).toEqual([
+        'a',
+        'b',
+        'b',
+        'c',
+        'd',
+      ]);
     });
 
     it('does not re-admit a victim in the step that preempted it', () => {
@@ -394,14 +406,21 @@ describe('continuous batcher', () => {
       maxRunning: fc.integer({ min: 1, max: 6 }),
       tokenBudget: fc.integer({ min: 4, max: 40 }),
       reqs: fc.array(
-        fc.record({ prompt: fc.integer({ min: 1, max: 20 }), output: fc.integer({ min: 1, max: 20 }), priority: fc.integer({ min: 0, max: 2 }), at: fc.integer({ min: 0, max: 30 }) }),
+        fc.record({
+          prompt: fc.integer({ min: 1, max: 20 }),
+          output: fc.integer({ min: 1, max: 20 }),
+          priority: fc.integer({ min: 0, max: 2 }),
+          at: fc.integer({ min: 0, max: 30 }),
+        }),
         { minLength: 1, maxLength: 25 },
       ),
     });
     fc.assert(
       fc.property(arb, ({ policy, blocksTotal, maxRunning, tokenBudget, reqs }) => {
         const log = newLog();
-        const b = createContinuousBatcher(limitsOf({ policy, blocksTotal, maxRunning, tokenBudget, blockTokens: 4, watermarkBlocks: 1 }));
+        const b = createContinuousBatcher(
+          limitsOf({ policy, blocksTotal, maxRunning, tokenBudget, blockTokens: 4, watermarkBlocks: 1 }),
+        );
         const pending = reqs.map((r, i) => ({ ...r, id: `r${i}` })).sort((x, y) => x.at - y.at);
         let t = 0;
         while (pending.length > 0 || b.hasWork()) {
@@ -437,8 +456,20 @@ describe('continuous batching in a simulation', () => {
         },
       ],
       traffic: [
-        { model: 'llama-3-8b', priority: 'interactive', requests: 150, lengths: { trace: 'splitwise_conv', maxTotalTokens: 4096 }, arrival: { process: 'poisson', rate: 3 } },
-        { model: 'llama-3-8b', priority: 'batch', requests: 150, lengths: { trace: 'splitwise_conv', maxTotalTokens: 4096 }, arrival: { process: 'poisson', rate: 3 } },
+        {
+          model: 'llama-3-8b',
+          priority: 'interactive',
+          requests: 150,
+          lengths: { trace: 'splitwise_conv', maxTotalTokens: 4096 },
+          arrival: { process: 'poisson', rate: 3 },
+        },
+        {
+          model: 'llama-3-8b',
+          priority: 'batch',
+          requests: 150,
+          lengths: { trace: 'splitwise_conv', maxTotalTokens: 4096 },
+          arrival: { process: 'poisson', rate: 3 },
+        },
       ],
     });
     const streams = new Map<string, { next: number; want: number; done: boolean }>();
@@ -451,7 +482,12 @@ describe('continuous batching in a simulation', () => {
         cp.submit = (spec, listener) =>
           submit(spec, {
             ...listener,
-            accepted: (id) => streams.set(id, { next: 0, want: Math.min(spec.outputTokens ?? spec.maxTokens, spec.maxTokens), done: false }),
+            accepted: (id) =>
+              streams.set(id, {
+                next: 0,
+                want: Math.min(spec.outputTokens ?? spec.maxTokens, spec.maxTokens),
+                done: false,
+              }),
             tokens: (id, seq, n) => {
               const s = streams.get(id)!;
               if (seq !== s.next) broken.push(`${id}: token ${seq} after ${s.next}`);

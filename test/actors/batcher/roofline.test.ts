@@ -10,12 +10,35 @@ const small = createCostModel(MODEL_PROFILES['llama-3-8b']!, GPU_PROFILES['H100-
 const large = createCostModel(MODEL_PROFILES['llama-3-70b']!, GPU_PROFILES['H100-SXM']!, 8);
 
 /** Serves `work` with the batcher, every step timed by the cost model; returns the seconds taken. */
-function serve(policy: BatchPolicy, maxRunning: number, tokenBudget: number, work: readonly WorkItem[], cost = small): number {
-  const b = createContinuousBatcher({ policy, maxRunning, tokenBudget, blockTokens: 16, blocksTotal: 4000, maxContext: 8192, watermarkBlocks: 0 });
+function serve(
+  policy: BatchPolicy,
+  maxRunning: number,
+  tokenBudget: number,
+  work: readonly WorkItem[],
+  cost = small,
+): number {
+  const b = createContinuousBatcher({
+    policy,
+    maxRunning,
+    tokenBudget,
+    blockTokens: 16,
+    blocksTotal: 4000,
+    maxContext: 8192,
+    watermarkBlocks: 0,
+  });
   const noop = (): void => {};
   work.forEach((w, i) =>
     b.enqueue(
-      createSequence({ id: `s${i}`, priority: 0, order: i, promptTokens: w.prompt, outputTokens: w.output, maxTokens: w.output, receivedAt: 0, listener: { scheduled: noop, preempted: noop, tokens: noop, finished: noop } }),
+      createSequence({
+        id: `s${i}`,
+        priority: 0,
+        order: i,
+        promptTokens: w.prompt,
+        outputTokens: w.output,
+        maxTokens: w.output,
+        receivedAt: 0,
+        listener: { scheduled: noop, preempted: noop, tokens: noop, finished: noop },
+      }),
     ),
   );
   let t = 0;
@@ -47,7 +70,10 @@ describe('roofline bound', () => {
         fc.constantFrom<BatchPolicy>('chunked', 'prefill-first', 'static'),
         fc.integer({ min: 1, max: 32 }),
         fc.integer({ min: 16, max: 2048 }),
-        fc.array(fc.record({ prompt: fc.integer({ min: 1, max: 3000 }), output: fc.integer({ min: 1, max: 200 }) }), { minLength: 1, maxLength: 30 }),
+        fc.array(fc.record({ prompt: fc.integer({ min: 1, max: 3000 }), output: fc.integer({ min: 1, max: 200 }) }), {
+          minLength: 1,
+          maxLength: 30,
+        }),
         (policy, maxRunning, tokenBudget, work) => {
           const bound = rooflineBound(small, { maxRunning, tokenBudget, wholePrompts: policy !== 'chunked' }, work);
           expect(serve(policy, maxRunning, tokenBudget, work)).toBeGreaterThanOrEqual(bound.seconds * (1 - 1e-9));

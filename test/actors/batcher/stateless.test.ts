@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { createVirtualClock, type VirtualClock } from '../../../actors/runtime/clock.ts';
+import { createVirtualClock, type VirtualClock } from '../../../runtime/clock.ts';
 import {
   batchShape,
   compatibilityKey,
@@ -12,7 +12,7 @@ import {
   type StatelessLimits,
   type StatelessOutcome,
 } from '../../../actors/batcher/stateless.ts';
-import { failure } from '../../../actors/outcomes.ts';
+import { failure } from '../../../machines/outcomes.ts';
 import { normalizeScenario } from '../../../actors/config.ts';
 import { simulate } from '../../../actors/sim/simulate.ts';
 
@@ -44,10 +44,25 @@ const item = (s: Spec, clock: VirtualClock): StatelessItem => ({
   receivedAt: clock.now(),
   reply: (o) => replies.set(s.id, [...(replies.get(s.id) ?? []), o]),
 });
-const spec = (id: string, over: Partial<Spec> = {}): Spec => ({ id, at: 0, tokens: 10, model: 'emb', version: 'v1', dtype: 'bf16', adapter: null, options: {}, ...over });
+const spec = (id: string, over: Partial<Spec> = {}): Spec => ({
+  id,
+  at: 0,
+  tokens: 10,
+  model: 'emb',
+  version: 'v1',
+  dtype: 'bf16',
+  adapter: null,
+  options: {},
+  ...over,
+});
 
 /** A replica that runs one closed batch at a time for `stepMs` and answers with each member's id. */
-function runReplica(clock: VirtualClock, b: () => StatelessBatcher, stepMs: number, ran: ClosedBatch[]): { wake(): void } {
+function runReplica(
+  clock: VirtualClock,
+  b: () => StatelessBatcher,
+  stepMs: number,
+  ran: ClosedBatch[],
+): { wake(): void } {
   let busy = false;
   const wake = (): void => {
     if (busy) return;
@@ -57,7 +72,10 @@ function runReplica(clock: VirtualClock, b: () => StatelessBatcher, stepMs: numb
     ran.push(batch);
     clock.setTimeout(() => {
       busy = false;
-      b().complete(batch.id, batch.members.map((m) => `result:${m.id}`));
+      b().complete(
+        batch.id,
+        batch.members.map((m) => `result:${m.id}`),
+      );
       wake();
     }, stepMs);
   };
@@ -77,7 +95,13 @@ describe('stateless batcher', () => {
       const base = spec('a', { options: { pooling: 'mean', normalize: true } });
       const same = spec('b', { options: { normalize: true, pooling: 'mean' } });
       expect(compatibilityKey(base, 16)).toBe(compatibilityKey(same, 16));
-      for (const diff of [{ model: 'x' }, { version: 'v2' }, { dtype: 'fp32' }, { adapter: 'lora-1' }, { options: { pooling: 'cls', normalize: true } }]) {
+      for (const diff of [
+        { model: 'x' },
+        { version: 'v2' },
+        { dtype: 'fp32' },
+        { adapter: 'lora-1' },
+        { options: { pooling: 'cls', normalize: true } },
+      ]) {
         expect(compatibilityKey(spec('c', { ...base, ...diff }), 16)).not.toBe(compatibilityKey(base, 16));
       }
       expect(compatibilityKey(base, 32)).not.toBe(compatibilityKey(base, 16));
@@ -170,7 +194,14 @@ describe('stateless batcher', () => {
       const b = createStatelessBatcher({ clock, limits: limitsOf({ maxSize: 2 }) });
       b.submit(item(spec('a', { tokens: 5 }), clock));
       b.submit(item(spec('b', { tokens: 12 }), clock));
-      expect(batchShape(b.next()!)).toEqual({ prefill: [{ tokens: 16, cached: 0 }, { tokens: 16, cached: 0 }], decodeBatch: 0, decodeContext: 0 });
+      expect(batchShape(b.next()!)).toEqual({
+        prefill: [
+          { tokens: 16, cached: 0 },
+          { tokens: 16, cached: 0 },
+        ],
+        decodeBatch: 0,
+        decodeContext: 0,
+      });
     });
   });
 
@@ -221,7 +252,10 @@ describe('stateless batcher', () => {
       b.next();
       b.abortAll(failure('replica_failed', 'gpu fault'));
       b.abortAll(failure('replica_failed', 'gpu fault'));
-      for (const id of ['a', 'b', 'c']) expect(replies.get(id)).toEqual([{ ok: false, failure: expect.objectContaining({ code: 'replica_failed', retryable: true }) }]);
+      for (const id of ['a', 'b', 'c'])
+        expect(replies.get(id)).toEqual([
+          { ok: false, failure: expect.objectContaining({ code: 'replica_failed', retryable: true }) },
+        ]);
       expect(b.hasWork()).toBe(false);
     });
   });
@@ -245,42 +279,47 @@ describe('stateless batcher', () => {
 
     it('answers every request exactly once, with its own result, from batches of compatible members within every limit', () => {
       fc.assert(
-        fc.property(fc.array(arbSpec, { minLength: 1, maxLength: 40 }), arbLimits, fc.integer({ min: 1, max: 15 }), (specs, lim, stepMs) => {
-          replies.clear();
-          const clock = createVirtualClock();
-          const limits = limitsOf(lim);
-          const ran: ClosedBatch[] = [];
-          let batcher: StatelessBatcher;
-          const replica = runReplica(clock, () => batcher, stepMs, ran);
-          batcher = createStatelessBatcher({ clock, limits, onReady: () => replica.wake() });
-          const items = specs.map((s, i) => ({ ...s, id: `r${i}` }));
-          for (const s of items) {
-            clock.at(s.at, () => {
-              expect(batcher.submit(item(s, clock))).toBeNull();
-              batcher.checkInvariants();
-            });
-          }
-          clock.run();
-          expect(batcher.hasWork()).toBe(false);
-          for (const s of items) {
-            const got = replies.get(s.id) ?? [];
-            expect(got).toHaveLength(1);
-            expect(got[0]).toMatchObject({ ok: true, result: `result:${s.id}` });
-          }
-          for (const b of ran) {
-            const keys = new Set(b.members.map((m) => compatibilityKey(m, shapeBucket(m.tokens, limits.buckets))));
-            expect(keys.size).toBe(1);
-            expect(b.members.length).toBeLessThanOrEqual(limits.maxSize);
-            expect(b.tokens).toBeLessThanOrEqual(limits.maxTokens);
-            expect(b.memoryBytes).toBeLessThanOrEqual(limits.maxMemoryBytes);
-            expect(b.tokens).toBe(b.members.length * b.bucket);
-            // No member waits in a forming batch past the delay, counted from the oldest member.
-            expect(b.closedAt - b.openedAt).toBeLessThanOrEqual(limits.maxDelayMs);
-            for (const m of b.members) expect(m.receivedAt).toBeGreaterThanOrEqual(b.openedAt);
-            if (b.closedBy === 'size') expect(b.members.length).toBe(limits.maxSize);
-            if (b.closedBy === 'delay') expect(b.closedAt - b.openedAt).toBe(limits.maxDelayMs);
-          }
-        }),
+        fc.property(
+          fc.array(arbSpec, { minLength: 1, maxLength: 40 }),
+          arbLimits,
+          fc.integer({ min: 1, max: 15 }),
+          (specs, lim, stepMs) => {
+            replies.clear();
+            const clock = createVirtualClock();
+            const limits = limitsOf(lim);
+            const ran: ClosedBatch[] = [];
+            let batcher: StatelessBatcher;
+            const replica = runReplica(clock, () => batcher, stepMs, ran);
+            batcher = createStatelessBatcher({ clock, limits, onReady: () => replica.wake() });
+            const items = specs.map((s, i) => ({ ...s, id: `r${i}` }));
+            for (const s of items) {
+              clock.at(s.at, () => {
+                expect(batcher.submit(item(s, clock))).toBeNull();
+                batcher.checkInvariants();
+              });
+            }
+            clock.run();
+            expect(batcher.hasWork()).toBe(false);
+            for (const s of items) {
+              const got = replies.get(s.id) ?? [];
+              expect(got).toHaveLength(1);
+              expect(got[0]).toMatchObject({ ok: true, result: `result:${s.id}` });
+            }
+            for (const b of ran) {
+              const keys = new Set(b.members.map((m) => compatibilityKey(m, shapeBucket(m.tokens, limits.buckets))));
+              expect(keys.size).toBe(1);
+              expect(b.members.length).toBeLessThanOrEqual(limits.maxSize);
+              expect(b.tokens).toBeLessThanOrEqual(limits.maxTokens);
+              expect(b.memoryBytes).toBeLessThanOrEqual(limits.maxMemoryBytes);
+              expect(b.tokens).toBe(b.members.length * b.bucket);
+              // No member waits in a forming batch past the delay, counted from the oldest member.
+              expect(b.closedAt - b.openedAt).toBeLessThanOrEqual(limits.maxDelayMs);
+              for (const m of b.members) expect(m.receivedAt).toBeGreaterThanOrEqual(b.openedAt);
+              if (b.closedBy === 'size') expect(b.members.length).toBe(limits.maxSize);
+              if (b.closedBy === 'delay') expect(b.closedAt - b.openedAt).toBe(limits.maxDelayMs);
+            }
+          },
+        ),
         { numRuns: 100, seed: 11 },
       );
     });
@@ -293,7 +332,8 @@ describe('stateless batcher', () => {
           const b = createStatelessBatcher({ clock, limits });
           for (const [i, s] of specs.entries()) b.submit(item({ ...s, id: `r${i}` }, clock));
           for (let c = b.next(); c; c = b.next()) {
-            if (c.closedBy === 'tokens') expect(c.tokens + c.bucket > limits.maxTokens || c.tokens === limits.maxTokens).toBe(true);
+            if (c.closedBy === 'tokens')
+              expect(c.tokens + c.bucket > limits.maxTokens || c.tokens === limits.maxTokens).toBe(true);
             if (c.closedBy === 'memory') {
               const per = c.bucket * limits.bytesPerToken;
               expect(c.memoryBytes + per > limits.maxMemoryBytes || c.memoryBytes === limits.maxMemoryBytes).toBe(true);
@@ -322,7 +362,14 @@ describe('stateless models in a simulation', () => {
           classes: { interactive: { maxQueueMs: 2000 } },
         },
       ],
-      traffic: [{ model: 'embed', requests: 400, lengths: { prompt: { mean: 150, cv: 1, max: 1024 }, output: { mean: 1, cv: 0 } }, arrival: { process: 'poisson', rate: 300 } }],
+      traffic: [
+        {
+          model: 'embed',
+          requests: 400,
+          lengths: { prompt: { mean: 150, cv: 1, max: 1024 }, output: { mean: 1, cv: 0 } },
+          arrival: { process: 'poisson', rate: 300 },
+        },
+      ],
       ...over,
     });
 
@@ -337,17 +384,32 @@ describe('stateless models in a simulation', () => {
   });
 
   it('names the bad field of a stateless batching setting', () => {
-    expect(() => scenario({ models: [{ name: 'embed', profile: 'llama-3-8b', kind: 'stateless', batching: { buckets: [256, 64] } }] })).toThrow(
-      /models\[0\]\.batching\.buckets/,
-    );
-    expect(() => scenario({ models: [{ name: 'embed', profile: 'llama-3-8b', kind: 'stateless', batching: { buckets: [64], maxBatchTokens: 32 } }] })).toThrow(
-      /models\[0\]\.batching\.maxBatchTokens/,
-    );
+    expect(() =>
+      scenario({
+        models: [{ name: 'embed', profile: 'llama-3-8b', kind: 'stateless', batching: { buckets: [256, 64] } }],
+      }),
+    ).toThrow(/models\[0\]\.batching\.buckets/);
+    expect(() =>
+      scenario({
+        models: [
+          { name: 'embed', profile: 'llama-3-8b', kind: 'stateless', batching: { buckets: [64], maxBatchTokens: 32 } },
+        ],
+      }),
+    ).toThrow(/models\[0\]\.batching\.maxBatchTokens/);
   });
 
   it('refuses an input longer than the last bucket as invalid, and serves the rest', () => {
     const r = simulate(
-      scenario({ traffic: [{ model: 'embed', requests: 200, lengths: { prompt: { mean: 600, cv: 1, max: 3000 }, output: { mean: 1, cv: 0 } }, arrival: { process: 'poisson', rate: 100 } }] }),
+      scenario({
+        traffic: [
+          {
+            model: 'embed',
+            requests: 200,
+            lengths: { prompt: { mean: 600, cv: 1, max: 3000 }, output: { mean: 1, cv: 0 } },
+            arrival: { process: 'poisson', rate: 100 },
+          },
+        ],
+      }),
     );
     expect(r.requests['invalid_request']).toBeGreaterThan(0);
     expect((r.requests['done'] ?? 0) + (r.requests['invalid_request'] ?? 0)).toBe(200);

@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { createCostModel, DEFAULT_COST_PARAMS, type CostModel, type StepShape } from '../../../actors/gpu/cost-model.ts';
+import {
+  createCostModel,
+  DEFAULT_COST_PARAMS,
+  type CostModel,
+  type StepShape,
+} from '../../../actors/gpu/cost-model.ts';
 import {
   GPU_PROFILES,
   gpuProfile,
@@ -26,7 +31,12 @@ const checkCalibration = (key: keyof typeof PUBLISHED_LINEAR_MS): void => {
   const rows = TOKENS.map((tokens, i) => {
     const published = ms[i]!;
     const predicted = cm.linearS(tokens) * 1e3;
-    return { tokens, publishedMs: published, predictedMs: +predicted.toFixed(2), ratio: +(predicted / published).toFixed(3) };
+    return {
+      tokens,
+      publishedMs: published,
+      predictedMs: +predicted.toFixed(2),
+      ratio: +(predicted / published).toFixed(3),
+    };
   });
   console.log(`${key} linear layers, published vs predicted:`);
   console.table(rows);
@@ -36,7 +46,11 @@ const checkCalibration = (key: keyof typeof PUBLISHED_LINEAR_MS): void => {
   }
 };
 
-const decodeShape = (batch: number, context: number): StepShape => ({ prefill: [], decodeBatch: batch, decodeContext: context });
+const decodeShape = (batch: number, context: number): StepShape => ({
+  prefill: [],
+  decodeBatch: batch,
+  decodeContext: context,
+});
 
 describe('gpu and model profiles', () => {
   it('store the three GPU types with GB = 1e9 bytes', () => {
@@ -94,7 +108,15 @@ describe('cost model', () => {
     const cm = costModel('llama-3-70b', 'H100-SXM', 8);
     const empty: StepShape = { prefill: [{ tokens: 0, cached: 100 }], decodeBatch: 0, decodeContext: 0 };
     expect(cm.stepS(empty)).toBe(0);
-    expect(cm.step(empty)).toEqual({ linearS: 0, attentionS: 0, allReduceS: 0, overheadS: 0, totalS: 0, flops: 0, bytes: 0 });
+    expect(cm.step(empty)).toEqual({
+      linearS: 0,
+      attentionS: 0,
+      allReduceS: 0,
+      overheadS: 0,
+      totalS: 0,
+      flops: 0,
+      bytes: 0,
+    });
     expect(cm.prefillS(0, 0)).toBe(0);
     expect(cm.decodeS(0, 0)).toBe(0);
     expect(cm.linearS(0)).toBe(0);
@@ -215,7 +237,8 @@ describe('cost model', () => {
 
   it('loads 70B on TP8 H100 in a plausible tens of seconds', () => {
     const cm = costModel('llama-3-70b', 'H100-SXM', 8);
-    const expected = 141e9 / 8 / DEFAULT_COST_PARAMS.loadBytesPerS + DEFAULT_COST_PARAMS.engineInitS + DEFAULT_COST_PARAMS.warmupS;
+    const expected =
+      141e9 / 8 / DEFAULT_COST_PARAMS.loadBytesPerS + DEFAULT_COST_PARAMS.engineInitS + DEFAULT_COST_PARAMS.warmupS;
     expect(cm.loadS()).toBeCloseTo(expected, 9);
     expect(cm.loadS()).toBeGreaterThan(10);
     expect(cm.loadS()).toBeLessThan(120);

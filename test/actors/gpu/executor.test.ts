@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { createCostModelExecutor, createZeroCostExecutor } from '../../../actors/gpu/executor.ts';
-import { createVirtualClock, createWallClock } from '../../../actors/runtime/clock.ts';
+import { createVirtualClock, createWallClock } from '../../../runtime/clock.ts';
 import { createCostModel } from '../../../actors/gpu/cost-model.ts';
 import { gpuProfile, modelProfile } from '../../../actors/gpu/profiles.ts';
 import { executorContract } from './executor.contract.ts';

@@ -32,7 +32,8 @@ function watchStreams(cp: ControlPlane, problems: string[]): void {
       terminal: (id, o) => {
         ended.set(id, (ended.get(id) ?? 0) + 1);
         if (ended.get(id)! > 1) problems.push(`${id}: second terminal event ${o.outcome}`);
-        if (o.outcome === 'done' && o.tokens !== next.get(id)) problems.push(`${id}: done with ${o.tokens} tokens, streamed ${next.get(id)}`);
+        if (o.outcome === 'done' && o.tokens !== next.get(id))
+          problems.push(`${id}: done with ${o.tokens} tokens, streamed ${next.get(id)}`);
       },
       ...listener,
     });
@@ -94,7 +95,9 @@ describe('waiting for a repair instead of refusing', () => {
     expect(big.some((r) => r.code === 'model_unavailable')).toBe(false);
     // Requests that arrived during the outage were held, then served once the gang was back.
     const back = run.report.failures![0]!;
-    const outage = big.filter((r) => r.receivedAt - run.report.sim.originMs! > 10_500 && r.receivedAt - run.report.sim.originMs! < 20_000);
+    const outage = big.filter(
+      (r) => r.receivedAt - run.report.sim.originMs! > 10_500 && r.receivedAt - run.report.sim.originMs! < 20_000,
+    );
     expect(outage.length).toBeGreaterThan(0);
     for (const r of outage) expect(r.outcome).toBe('done');
     expect(back.largeBackAfterRepairMs).not.toBeNull();

@@ -31,7 +31,13 @@ export function twoModels(o: {
     name: 'test',
     seed: o.seed ?? 1,
     node: { gpu: 'H100-SXM', gpus, repairMs: o.repairMs ?? 5000 },
-    placement: { policy: 'switch', initialMode: 'small', drainDeadlineMs: 30_000, minResidencyMs: 10_000, ...o.placement },
+    placement: {
+      policy: 'switch',
+      initialMode: 'small',
+      drainDeadlineMs: 30_000,
+      minResidencyMs: 10_000,
+      ...o.placement,
+    },
     ...(o.detection ? { detection: o.detection } : {}),
     models: [
       {
@@ -47,7 +53,16 @@ export function twoModels(o: {
         profile: 'llama-3-8b',
         tp: 1,
         replicas: gpus,
-        classes: { interactive: { ttftMs: 60_000, tpotMs: 100, maxQueueMs: 120_000, maxQueued: 50_000, maxQueuedTokens: 100_000_000, ...o.smallClass } },
+        classes: {
+          interactive: {
+            ttftMs: 60_000,
+            tpotMs: 100,
+            maxQueueMs: 120_000,
+            maxQueued: 50_000,
+            maxQueuedTokens: 100_000_000,
+            ...o.smallClass,
+          },
+        },
         resume: { maxResumes: 3, budgetMs: 120_000 },
       },
     ],
@@ -81,4 +96,6 @@ export function record(s: Scenario, setup?: (cp: ControlPlane) => void): Recorde
 
 /** Seconds each request of `model` waited before first being scheduled (or until it ended unscheduled). */
 export const waitsS = (r: Recorded, model: string): number[] =>
-  r.records.filter((x) => x.model === model).map((x) => ((x.firstScheduledAt >= 0 ? x.firstScheduledAt : x.finishedAt) - x.receivedAt) / 1000);
+  r.records
+    .filter((x) => x.model === model)
+    .map((x) => ((x.firstScheduledAt >= 0 ? x.firstScheduledAt : x.finishedAt) - x.receivedAt) / 1000);

@@ -16,29 +16,42 @@ const MODES: LayoutMode[] = ['large', 'small', 'mixed', 'share'];
 describe('layouts', () => {
   it('never split the large model and never give a device to two replicas, for any healthy set and mode', () => {
     fc.assert(
-      fc.property(fc.subarray([0, 1, 2, 3, 4, 5, 6, 7]), fc.constantFrom(...MODES), fc.integer({ min: 0, max: 8 }), (healthy, mode, small) => {
-        const sc = scenario(mode === 'share' ? 'share' : 'switch', 1, small);
-        const entries = layoutFor(sc, mode, new Set(healthy));
-        const owners = new Map<number, string>();
-        for (const e of entries) {
-          expect(e.devices.length).toBe(e.model.tp);
-          for (const d of e.devices) {
-            expect(owners.has(d)).toBe(false);
-            owners.set(d, e.id);
-            expect(healthy).toContain(d % 8);
+      fc.property(
+        fc.subarray([0, 1, 2, 3, 4, 5, 6, 7]),
+        fc.constantFrom(...MODES),
+        fc.integer({ min: 0, max: 8 }),
+        (healthy, mode, small) => {
+          const sc = scenario(mode === 'share' ? 'share' : 'switch', 1, small);
+          const entries = layoutFor(sc, mode, new Set(healthy));
+          const owners = new Map<number, string>();
+          for (const e of entries) {
+            expect(e.devices.length).toBe(e.model.tp);
+            for (const d of e.devices) {
+              expect(owners.has(d)).toBe(false);
+              owners.set(d, e.id);
+              expect(healthy).toContain(d % 8);
+            }
           }
-        }
-        const gangs = entries.filter((e) => e.model.name === 'big');
-        if (healthy.length < 8) expect(gangs).toEqual([]);
-        else if (mode !== 'small') expect(gangs.map((g) => g.devices)).toEqual([[0, 1, 2, 3, 4, 5, 6, 7]]);
-      }),
+          const gangs = entries.filter((e) => e.model.name === 'big');
+          if (healthy.length < 8) expect(gangs).toEqual([]);
+          else if (mode !== 'small') expect(gangs.map((g) => g.devices)).toEqual([[0, 1, 2, 3, 4, 5, 6, 7]]);
+        },
+      ),
       { numRuns: 300 },
     );
   });
 
   it('give the seven healthy GPUs to small replicas when one of eight fails', () => {
     const entries = layoutFor(scenario('switch'), 'large', new Set([0, 1, 2, 4, 5, 6, 7]));
-    expect(entries.map((e) => `${e.model.name}:${e.devices.join(',')}`)).toEqual(['small:0', 'small:1', 'small:2', 'small:4', 'small:5', 'small:6', 'small:7']);
+    expect(entries.map((e) => `${e.model.name}:${e.devices.join(',')}`)).toEqual([
+      'small:0',
+      'small:1',
+      'small:2',
+      'small:4',
+      'small:5',
+      'small:6',
+      'small:7',
+    ]);
   });
 
   it('keep a replica on its GPU when another GPU fails (no reshuffle)', () => {
@@ -61,8 +74,12 @@ describe('layouts', () => {
     const L = costOf(sc, sc.models[0]!);
     const S = costOf(sc, sc.models[1]!);
     const used =
-      L.weightsBytesPerGpu + L.activationReserveBytesPerGpu + (gang.blocksTotal! * 16 * L.kvBytesPerToken) / 8 +
-      S.weightsBytesPerGpu + S.activationReserveBytesPerGpu + guests[0]!.blocksTotal! * 16 * S.kvBytesPerToken;
+      L.weightsBytesPerGpu +
+      L.activationReserveBytesPerGpu +
+      (gang.blocksTotal! * 16 * L.kvBytesPerToken) / 8 +
+      S.weightsBytesPerGpu +
+      S.activationReserveBytesPerGpu +
+      guests[0]!.blocksTotal! * 16 * S.kvBytesPerToken;
     expect(used).toBeLessThanOrEqual(L.params.gpuMemoryUtilization * L.gpu.memoryBytes);
   });
 

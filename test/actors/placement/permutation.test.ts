@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { initialTransition, transition, type AnyMachineSnapshot } from 'xstate';
 import { replicaMachine, type ReplicaEvent } from '../../../machines/replica.machine.ts';
-import { createVirtualClock } from '../../../actors/runtime/clock.ts';
-import { createRng } from '../../../actors/runtime/rng.ts';
-import { createRuntime, type Msg } from '../../../actors/runtime/system.ts';
+import { createVirtualClock } from '../../../runtime/clock.ts';
+import { createRng } from '../../../runtime/rng.ts';
+import { createRuntime, type Msg } from '../../../runtime/system.ts';
 import { createReplica } from '../../../actors/replica.ts';
 import { createCostModel } from '../../../actors/gpu/cost-model.ts';
 import { gpuProfile, modelProfile } from '../../../actors/gpu/profiles.ts';
@@ -27,7 +27,13 @@ const eventOf = (i: number): ReplicaEvent =>
   i < 8 ? { type: 'step.completed', gpu: i, epoch: 1, step: 1 } : { type: 'gpu.failed', gpu: FAILED, code: 'xid_79' };
 const project = (s: AnyMachineSnapshot): string => {
   const c = s.context as Record<string, unknown>;
-  return JSON.stringify({ value: s.value, epoch: c['epoch'], failedGpus: c['failedGpus'], stepping: c['stepping'], pendingRanks: c['pendingRanks'] });
+  return JSON.stringify({
+    value: s.value,
+    epoch: c['epoch'],
+    failedGpus: c['failedGpus'],
+    stepping: c['stepping'],
+    pendingRanks: c['pendingRanks'],
+  });
 };
 
 describe('a TP-8 replica losing a GPU mid-step', () => {
@@ -101,7 +107,10 @@ describe('a TP-8 replica losing a GPU mid-step', () => {
 });
 
 /** Drives a real replica actor: one step in flight, then the eight ranks' results with the fault at `pos`. */
-function driveReplica(pos: number, failedReports: boolean): { interrupted: string[]; state: string; epoch: number; tokens: number } {
+function driveReplica(
+  pos: number,
+  failedReports: boolean,
+): { interrupted: string[]; state: string; epoch: number; tokens: number } {
   const clock = createVirtualClock();
   const runtime = createRuntime({ name: 't', clock, rng: createRng(1) });
   const sent: { to: string; msg: Msg }[] = [];
@@ -118,17 +127,43 @@ function driveReplica(pos: number, failedReports: boolean): { interrupted: strin
     gpuType: 'H100-SXM',
     modelProfile: 'llama-3-70b',
     cost,
-    limits: { policy: 'chunked', maxRunning: 8, tokenBudget: 2048, blockTokens: 16, maxContext: 8192, watermarkBlocks: 0, blocksTotal: 1000 },
+    limits: {
+      policy: 'chunked',
+      maxRunning: 8,
+      tokenBudget: 2048,
+      blockTokens: 16,
+      maxContext: 8192,
+      watermarkBlocks: 0,
+      blocksTotal: 1000,
+    },
     onInterrupted: (seqs: Sequence[]) => interrupted.push(...seqs.map((s) => s.id)),
   });
   r.actor.send({ type: 'replica.start' });
   for (const g of GANG) runtime.send(r.id, { type: 'gpu.loaded', gpu: g, epoch: 1 });
-  const listener = { scheduled: () => {}, preempted: () => {}, tokens: (_s: Sequence, n: number) => (tokens += n), finished: () => {} };
+  const listener = {
+    scheduled: () => {},
+    preempted: () => {},
+    tokens: (_s: Sequence, n: number) => (tokens += n),
+    finished: () => {},
+  };
   for (const id of ['req.a', 'req.b']) {
-    r.enqueue(createSequence({ id, priority: 0, order: id === 'req.a' ? 1 : 2, promptTokens: 16, outputTokens: 4, maxTokens: 4, receivedAt: 0, listener }));
+    r.enqueue(
+      createSequence({
+        id,
+        priority: 0,
+        order: id === 'req.a' ? 1 : 2,
+        promptTokens: 16,
+        outputTokens: 4,
+        maxTokens: 4,
+        receivedAt: 0,
+        listener,
+      }),
+    );
   }
   const step = r.actor.getSnapshot().context.step;
-  const results = GANG.filter((g) => failedReports || g !== FAILED).map((g) => ({ type: 'step.completed', gpu: g, epoch: 1, step }) as Msg);
+  const results = GANG.filter((g) => failedReports || g !== FAILED).map(
+    (g) => ({ type: 'step.completed', gpu: g, epoch: 1, step }) as Msg,
+  );
   const order: Msg[] = [...results];
   order.splice(Math.min(pos, order.length), 0, { type: 'gpu.failed', gpu: FAILED, code: 'xid_79' });
   for (const m of order) runtime.send(r.id, m);

@@ -6,7 +6,12 @@ describe('placement under the switch policy (simulation)', () => {
   it('never splits the large model and never gives a GPU to two replicas, through switches, a failure and a repair', () => {
     const r = record(
       twoModels({
-        traffic: [poisson('small', 6, 120), poisson('big', 0.5, 15, 5), poisson('big', 0.5, 10, 45), poisson('small', 6, 120, 60)],
+        traffic: [
+          poisson('small', 6, 120),
+          poisson('big', 0.5, 15, 5),
+          poisson('big', 0.5, 10, 45),
+          poisson('small', 6, 120, 60),
+        ],
         faults: [{ at: 50, gpu: 2, kind: 'fault', repairAt: 55 }],
       }),
     );
@@ -47,7 +52,8 @@ describe('placement under the switch policy (simulation)', () => {
   it('keeps switches per minute within the thrash bound while demand oscillates faster than a switch', () => {
     // Ten-second phases of only-large and only-small traffic, for two minutes.
     const traffic: unknown[] = [];
-    for (let p = 0; p < 12; p++) traffic.push(p % 2 === 0 ? poisson('big', 1, 8, p * 10) : poisson('small', 8, 70, p * 10));
+    for (let p = 0; p < 12; p++)
+      traffic.push(p % 2 === 0 ? poisson('big', 1, 8, p * 10) : poisson('small', 8, 70, p * 10));
     const s = twoModels({ traffic });
     const r = record(s);
     const switched = r.report.placement.filter((e) => e.kind === 'mode.switched').map((e) => e.t);
@@ -55,9 +61,11 @@ describe('placement under the switch policy (simulation)', () => {
     // A switch takes at least an unload and a load; a mode then serves at least min(residency, deadline) before
     // fresh work can drain it. Phase changes come every 10 s (6/min); switching follows at most this rate.
     const minLoad = Math.min(...s.models.map((m) => loadMsOf(s, m)));
-    const boundPerMin = 60_000 / (Math.min(s.placement.minResidencyMs, s.placement.drainDeadlineMs) + UNLOAD_MS + minLoad);
+    const boundPerMin =
+      60_000 / (Math.min(s.placement.minResidencyMs, s.placement.drainDeadlineMs) + UNLOAD_MS + minLoad);
     expect(switched.length / minutes).toBeLessThanOrEqual(boundPerMin);
-    for (let i = 1; i < switched.length; i++) expect(switched[i]! - switched[i - 1]!).toBeGreaterThanOrEqual(UNLOAD_MS + minLoad);
+    for (let i = 1; i < switched.length; i++)
+      expect(switched[i]! - switched[i - 1]!).toBeGreaterThanOrEqual(UNLOAD_MS + minLoad);
     expect(switched.length).toBeGreaterThanOrEqual(2);
     expect(r.violations).toEqual([]);
   });

@@ -73,7 +73,14 @@ describe('switch policy', () => {
 
   it('reserves at once for waiting large work, draining after the hysteresis and by the deadline counted from the wait', () => {
     const ev = decideSwitch(input({ demandSince: new Map([['big', 95_000]]) }));
-    expect(ev).toEqual({ type: 'demand.shifted', target: 'large', t: 100_000, reservedAt: 95_000, deadlineAt: 125_000, drainDelayMs: 250 });
+    expect(ev).toEqual({
+      type: 'demand.shifted',
+      target: 'large',
+      t: 100_000,
+      reservedAt: 95_000,
+      deadlineAt: 125_000,
+      drainDelayMs: 250,
+    });
   });
 
   it('spends the minimum residency inside the deadline window, never past it', () => {
@@ -86,7 +93,11 @@ describe('switch policy', () => {
   it('the naive policy switches only once the node is idle', () => {
     const naive = { config: placementDefaults({ largeWaitReservation: false }), demandSince: new Map([['big', 0]]) };
     expect(decideSwitch(input({ ...naive, idle: () => false }))).toBeNull();
-    expect(decideSwitch(input({ ...naive, idle: () => true }))).toMatchObject({ type: 'demand.shifted', target: 'large', drainDelayMs: 0 });
+    expect(decideSwitch(input({ ...naive, idle: () => true }))).toMatchObject({
+      type: 'demand.shifted',
+      target: 'large',
+      drainDelayMs: 0,
+    });
   });
 
   it('lets the reservation go when the waiting work disappears', () => {
@@ -96,7 +107,13 @@ describe('switch policy', () => {
   });
 
   it('falls back to the small mode when the gang cannot be placed', () => {
-    expect(decideSwitch(input({ context: ctx({ mode: 'large', target: 'large' }), largeImpossible: true }))).toEqual({ type: 'mode.forced', mode: 'small', t: 100_000 });
-    expect(decideSwitch(input({ state: 'switching', context: ctx({ target: 'large' }), largeImpossible: true }))).toMatchObject({ type: 'mode.forced' });
+    expect(decideSwitch(input({ context: ctx({ mode: 'large', target: 'large' }), largeImpossible: true }))).toEqual({
+      type: 'mode.forced',
+      mode: 'small',
+      t: 100_000,
+    });
+    expect(
+      decideSwitch(input({ state: 'switching', context: ctx({ target: 'large' }), largeImpossible: true })),
+    ).toMatchObject({ type: 'mode.forced' });
   });
 });

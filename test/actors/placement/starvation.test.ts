@@ -18,7 +18,12 @@ describe('anti-starvation', () => {
   const naive = record(scenario(false));
   const s = scenario(true);
   const large = rolesOf(s.models).large!;
-  const boundS = (s.placement.drainDeadlineMs + UNLOAD_MS + loadMsOf(s, large) + costOf(s, large).prefillS(large.batching.tokenBudget, 0) * 1000) / 1000;
+  const boundS =
+    (s.placement.drainDeadlineMs +
+      UNLOAD_MS +
+      loadMsOf(s, large) +
+      costOf(s, large).prefillS(large.batching.tokenBudget, 0) * 1000) /
+    1000;
 
   it('bounds the large model’s wait by drain deadline + unload + load + one step under small traffic at capacity', () => {
     const w = waitsS(reserved, 'big');

@@ -6,8 +6,14 @@ import { createCostModel } from '../../../actors/gpu/cost-model.ts';
 import { gpuProfile, modelProfile } from '../../../actors/gpu/profiles.ts';
 import type { ReplicaHandle } from '../../../actors/replica.ts';
 import { createRegistry, type ModelEntry } from '../../../actors/router/registry.ts';
-import { createRouter, type ClassLimits, type Router, type RouterDeps, type RoutingPolicy } from '../../../actors/router/router.ts';
-import { createRng } from '../../../actors/runtime/rng.ts';
+import {
+  createRouter,
+  type ClassLimits,
+  type Router,
+  type RouterDeps,
+  type RoutingPolicy,
+} from '../../../actors/router/router.ts';
+import { createRng } from '../../../runtime/rng.ts';
 
 /** A replica whose machine state the test controls. */
 export interface FakeReplica extends ReplicaHandle {
@@ -21,7 +27,13 @@ const quiet: SequenceListener = { scheduled: () => {}, preempted: () => {}, toke
 let seqNo = 0;
 
 /** A fake replica of model@version in machine state `state` (`ready.idle`, `loading`, `draining.stepping`…). */
-export function fakeReplica(id: string, model: string, version: string, state = 'ready.idle', blocksTotal = 20_000): FakeReplica {
+export function fakeReplica(
+  id: string,
+  model: string,
+  version: string,
+  state = 'ready.idle',
+  blocksTotal = 20_000,
+): FakeReplica {
   let st = state;
   const batcher = createContinuousBatcher({
     policy: 'chunked',
@@ -52,7 +64,16 @@ export function fakeReplica(id: string, model: string, version: string, state = 
     load: (prompt: number, output = 100, rank = 0) => {
       seqNo++;
       batcher.enqueue(
-        createSequence({ id: `load.${seqNo}`, priority: rank, order: seqNo, promptTokens: prompt, outputTokens: output, maxTokens: output, receivedAt: 0, listener: quiet }),
+        createSequence({
+          id: `load.${seqNo}`,
+          priority: rank,
+          order: seqNo,
+          promptTokens: prompt,
+          outputTokens: output,
+          maxTokens: output,
+          receivedAt: 0,
+          listener: quiet,
+        }),
       );
     },
   };
@@ -62,13 +83,25 @@ export function fakeReplica(id: string, model: string, version: string, state = 
 /** Two classes: interactive (rank 0, 1 s budget) and batch (rank 1, 10 s budget, shed at half the top budget). */
 export const CLASSES: Record<string, ClassLimits> = {
   interactive: { rank: 0, ttftMs: 500, tpotMs: 100, maxQueueMs: 1000, maxQueued: 1000, maxQueuedTokens: 10_000_000 },
-  batch: { rank: 1, ttftMs: 10_000, tpotMs: 1000, maxQueueMs: 10_000, maxQueued: 1000, maxQueuedTokens: 10_000_000, shedAt: 0.5 },
+  batch: {
+    rank: 1,
+    ttftMs: 10_000,
+    tpotMs: 1000,
+    maxQueueMs: 10_000,
+    maxQueued: 1000,
+    maxQueuedTokens: 10_000_000,
+    shedAt: 0.5,
+  },
 };
 
 /** A router over `replicas` with overridable dependencies. */
 export function routerFor(
   replicas: ReplicaHandle[],
-  over: Partial<RouterDeps> & { models?: ModelEntry[]; policy?: RoutingPolicy; classes?: Record<string, ClassLimits> } = {},
+  over: Partial<RouterDeps> & {
+    models?: ModelEntry[];
+    policy?: RoutingPolicy;
+    classes?: Record<string, ClassLimits>;
+  } = {},
 ): Router {
   const models = over.models ?? [{ name: 'm', versions: ['v1', 'v2'], aliases: {} }];
   return createRouter({
@@ -87,5 +120,13 @@ export function routerFor(
 
 /** A routing request for model `m` with defaults. */
 export function req(over: Partial<Parameters<Router['route']>[0]> = {}): Parameters<Router['route']>[0] {
-  return { id: 'r', model: 'm', priority: 'interactive', promptTokens: 500, maxTokens: 100, estOutputTokens: 100, ...over };
+  return {
+    id: 'r',
+    model: 'm',
+    priority: 'interactive',
+    promptTokens: 500,
+    maxTokens: 100,
+    estOutputTokens: 100,
+    ...over,
+  };
 }

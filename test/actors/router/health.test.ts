@@ -88,7 +88,10 @@ describe('health (outlier ejection)', () => {
     const { h } = tracker({ maxEjectedFraction: 0.5 }, 4);
     for (const id of ['m#0', 'm#1', 'm#2']) for (let i = 0; i < 30; i++) h.step(id, 10, 50);
     expect(['m#0', 'm#1', 'm#2'].filter((id) => h.ejected(id) !== null)).toEqual(['m#0', 'm#1']);
-    expect(h.events.find((e) => e.kind === 'kept')).toMatchObject({ replica: 'm#2', reason: expect.stringMatching(/at most 50 %/) });
+    expect(h.events.find((e) => e.kind === 'kept')).toMatchObject({
+      replica: 'm#2',
+      reason: expect.stringMatching(/at most 50 %/),
+    });
   });
 
   it('never ejects the only replica of a model', () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { createRegistry } from '../../../actors/router/registry.ts';
-import { createRng } from '../../../actors/runtime/rng.ts';
+import { createRng } from '../../../runtime/rng.ts';
 
 const registry = () =>
   createRegistry([
@@ -99,8 +99,12 @@ describe('registry', () => {
     });
 
     it('refuses at creation an alias or split that names an unknown version', () => {
-      expect(() => createRegistry([{ name: 'm', versions: ['v1'], aliases: { stable: 'v2' } }])).toThrow(/aliases\.stable/);
-      expect(() => createRegistry([{ name: 'm', versions: ['v1'], aliases: {}, split: { v2: 1 } }])).toThrow(/split\.v2/);
+      expect(() => createRegistry([{ name: 'm', versions: ['v1'], aliases: { stable: 'v2' } }])).toThrow(
+        /aliases\.stable/,
+      );
+      expect(() => createRegistry([{ name: 'm', versions: ['v1'], aliases: {}, split: { v2: 1 } }])).toThrow(
+        /split\.v2/,
+      );
     });
   });
 });

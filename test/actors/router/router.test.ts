@@ -21,7 +21,11 @@ describe('router', () => {
     });
 
     it('records why the other replicas were not considered', () => {
-      const router = routerFor([fakeReplica('a', 'm', 'v1', 'loading'), fakeReplica('b', 'm', 'v1', 'draining.stepping'), fakeReplica('c', 'm', 'v1')]);
+      const router = routerFor([
+        fakeReplica('a', 'm', 'v1', 'loading'),
+        fakeReplica('b', 'm', 'v1', 'draining.stepping'),
+        fakeReplica('c', 'm', 'v1'),
+      ]);
       const a = router.route(req());
       expect(a.trace.excluded).toEqual([
         { replica: 'a', why: 'not ready (loading)' },
@@ -30,14 +34,19 @@ describe('router', () => {
     });
 
     it('leaves out ejected replicas and says why', () => {
-      const router = routerFor([fakeReplica('a', 'm', 'v1'), fakeReplica('b', 'm', 'v1')], { ejected: (id) => (id === 'a' ? 'slow steps' : null) });
+      const router = routerFor([fakeReplica('a', 'm', 'v1'), fakeReplica('b', 'm', 'v1')], {
+        ejected: (id) => (id === 'a' ? 'slow steps' : null),
+      });
       const a = router.route(req());
       expect(chosen(a)).toBe('b');
       expect(a.trace.excluded).toEqual([{ replica: 'a', why: 'ejected: slow steps' }]);
     });
 
     it('still routes to ejected replicas when every ready replica is ejected, rather than holding the request', () => {
-      const router = routerFor([fakeReplica('a', 'm', 'v1'), fakeReplica('b', 'm', 'v1', 'loading')], { ejected: () => 'slow steps', etaMs: () => 0 });
+      const router = routerFor([fakeReplica('a', 'm', 'v1'), fakeReplica('b', 'm', 'v1', 'loading')], {
+        ejected: () => 'slow steps',
+        etaMs: () => 0,
+      });
       const a = router.route(req());
       expect(chosen(a)).toBe('a');
       expect(a.trace.excluded).toEqual([{ replica: 'b', why: 'not ready (loading)' }]);
@@ -179,13 +188,24 @@ describe('router', () => {
       const r = fakeReplica('a', 'm', 'v1');
       r.load(100);
       r.load(100);
-      const byCount = routerFor([r], { classes: { ...CLASSES, interactive: { ...CLASSES['interactive']!, maxQueued: 2 } } }).route(req());
+      const byCount = routerFor([r], {
+        classes: { ...CLASSES, interactive: { ...CLASSES['interactive']!, maxQueued: 2 } },
+      }).route(req());
       expect(byCount.ok).toBe(false);
-      if (!byCount.ok) expect(byCount.failure).toMatchObject({ code: 'overloaded', message: expect.stringMatching(/queue of m is full/) });
-      const byTokens = routerFor([r], { classes: { ...CLASSES, interactive: { ...CLASSES['interactive']!, maxQueuedTokens: 600 } } }).route(req());
+      if (!byCount.ok)
+        expect(byCount.failure).toMatchObject({
+          code: 'overloaded',
+          message: expect.stringMatching(/queue of m is full/),
+        });
+      const byTokens = routerFor([r], {
+        classes: { ...CLASSES, interactive: { ...CLASSES['interactive']!, maxQueuedTokens: 600 } },
+      }).route(req());
       expect(byTokens.ok).toBe(false);
       if (!byTokens.ok) expect(byTokens.failure.retryAfterMs).toBeGreaterThan(0);
-      const held = routerFor([r], { held: () => ({ count: 5, tokens: 100 }), classes: { ...CLASSES, interactive: { ...CLASSES['interactive']!, maxQueued: 6 } } }).route(req());
+      const held = routerFor([r], {
+        held: () => ({ count: 5, tokens: 100 }),
+        classes: { ...CLASSES, interactive: { ...CLASSES['interactive']!, maxQueued: 6 } },
+      }).route(req());
       expect(held.ok).toBe(false);
     });
 
@@ -209,7 +229,12 @@ describe('router', () => {
     it('answers model_unavailable with the reason when no replica of the model can exist', () => {
       const a = routerFor([], { unavailable: () => 'm needs 8 healthy GPUs, 7 available' }).route(req());
       expect(a.ok).toBe(false);
-      if (!a.ok) expect(a.failure).toMatchObject({ code: 'model_unavailable', message: 'm needs 8 healthy GPUs, 7 available', retryable: true });
+      if (!a.ok)
+        expect(a.failure).toMatchObject({
+          code: 'model_unavailable',
+          message: 'm needs 8 healthy GPUs, 7 available',
+          retryable: true,
+        });
     });
 
     it('answers model_not_found for an unknown model or version', () => {
@@ -282,7 +307,15 @@ describe('router', () => {
       a.load(4000);
       const b = fakeReplica('b', 'm', 'v1');
       const adm = routerFor([a, b]).route(req());
-      expect(adm.trace).toMatchObject({ kind: 'admit', model: 'm', version: 'v1', budgetMs: 1000, chosen: 'b', outcome: 'routed', policy: 'cost' });
+      expect(adm.trace).toMatchObject({
+        kind: 'admit',
+        model: 'm',
+        version: 'v1',
+        budgetMs: 1000,
+        chosen: 'b',
+        outcome: 'routed',
+        policy: 'cost',
+      });
       expect(adm.trace.candidates.map((c) => c.replica)).toEqual(['a', 'b']);
       for (const c of adm.trace.candidates) {
         expect(c.waitMs).toBeGreaterThanOrEqual(0);

@@ -12,7 +12,11 @@ function straggler(): { cp: ControlPlane; report: ReturnType<typeof simulate> } 
   if (!straggled) {
     let cp!: ControlPlane;
     const report = simulate(
-      smallScenario({ classes: { interactive: { maxQueueMs: 2000 } }, traffic: [poisson(300, 20)], faults: [{ at: 2, gpu: 0, kind: 'straggle', factor: 6 }] }),
+      smallScenario({
+        classes: { interactive: { maxQueueMs: 2000 } },
+        traffic: [poisson(300, 20)],
+        faults: [{ at: 2, gpu: 0, kind: 'straggle', factor: 6 }],
+      }),
       { onStart: (c) => void (cp = c) },
     );
     straggled = { cp, report };
@@ -66,8 +70,11 @@ describe('routing in simulation', () => {
       },
     );
     const recs = cp.collector.records;
-    const rate = (cls: string) => recs.filter((r) => r.priority === cls && r.outcome === 'rejected').length / recs.filter((r) => r.priority === cls).length;
-    const first = (cls: string) => Math.min(...recs.filter((r) => r.priority === cls && r.outcome === 'rejected').map((r) => r.receivedAt));
+    const rate = (cls: string) =>
+      recs.filter((r) => r.priority === cls && r.outcome === 'rejected').length /
+      recs.filter((r) => r.priority === cls).length;
+    const first = (cls: string) =>
+      Math.min(...recs.filter((r) => r.priority === cls && r.outcome === 'rejected').map((r) => r.receivedAt));
     expect(rate('batch')).toBeGreaterThan(rate('interactive') + 0.2);
     expect(first('batch')).toBeLessThan(first('interactive'));
     expect(recs.filter((r) => r.outcome === 'rejected').every((r) => r.code === 'overloaded')).toBe(true);
@@ -80,28 +87,38 @@ describe('routing in simulation', () => {
     let cp!: ControlPlane;
     let rollout!: Rollout;
     const versions = new Set<string>();
-    const report = simulate(smallScenario({ gpus: 3, replicas: 3, versions: ['v1', 'v2'], traffic: [poisson(1000, 15)] }), {
-      onStart: (c) => {
-        cp = c;
-        c.placement.setReplicas('llama', 'v2', 0);
-        const submit = c.submit;
-        c.submit = (spec, l) => {
-          const res = submit(spec, l);
-          const v = c.explain(res.id)?.[0]?.version;
-          if (v) versions.add(v);
-          return res;
-        };
-        afterBoot(c, () => {
-          rollout = startRollout({ clock: c.runtime.clock, placement: c.placement, registry: c.router.registry }, { model: 'llama', from: 'v1', to: 'v2' });
-        });
+    const report = simulate(
+      smallScenario({ gpus: 3, replicas: 3, versions: ['v1', 'v2'], traffic: [poisson(1000, 15)] }),
+      {
+        onStart: (c) => {
+          cp = c;
+          c.placement.setReplicas('llama', 'v2', 0);
+          const submit = c.submit;
+          c.submit = (spec, l) => {
+            const res = submit(spec, l);
+            const v = c.explain(res.id)?.[0]?.version;
+            if (v) versions.add(v);
+            return res;
+          };
+          afterBoot(c, () => {
+            rollout = startRollout(
+              { clock: c.runtime.clock, placement: c.placement, registry: c.router.registry },
+              { model: 'llama', from: 'v1', to: 'v2' },
+            );
+          });
+        },
       },
-    });
+    );
     expect(report.requests).toEqual({ total: 1000, done: 1000 });
     expect(report.invariants).toMatchObject({ violations: [], overBudget: 0, withoutOneOutcome: 0 });
     expect(rollout.done).toBe(true);
     expect(cp.router.registry.get('llama')!.aliases['stable']).toBe('v2');
     const live = [...cp.placement.replicas.values()];
-    expect(live.map((r) => `${r.version}:${r.state().split('.')[0]}`).sort()).toEqual(['v2:ready', 'v2:ready', 'v2:ready']);
+    expect(live.map((r) => `${r.version}:${r.state().split('.')[0]}`).sort()).toEqual([
+      'v2:ready',
+      'v2:ready',
+      'v2:ready',
+    ]);
     // While it rolled, old replicas drained and new ones loaded; both versions served requests.
     const kinds = report.placement.map((e) => `${e.kind} ${e.replica ?? ''}`);
     expect(kinds.filter((k) => k.startsWith('replica.stopped replica.llama@v1')).length).toBe(3);
@@ -145,24 +162,31 @@ describe('routing in simulation', () => {
   it('never counts a client’s error against a replica', () => {
     let cp!: ControlPlane;
     const codes: string[] = [];
-    const report = simulate(smallScenario({ replicas: 2, traffic: [poisson(200, 10)], routing: { ejection: { minSteps: 1, slowFactor: 1.5 } } }), {
-      onStart: (c) => {
-        cp = c;
-        afterBoot(c, () => {
-          for (let i = 0; i < 50; i++) {
-            for (const bad of [
-              { model: 'llama', promptTokens: 8000, maxTokens: 1000 },
-              { model: 'llama', promptTokens: 0, maxTokens: 10 },
-              { model: 'llama', promptTokens: 10, maxTokens: 10, priority: 'nope' },
-              { model: 'llama', version: 'v9', promptTokens: 10, maxTokens: 10 },
-            ]) {
-              const res = c.submit(bad);
-              codes.push(res.failure?.code ?? 'ok');
+    const report = simulate(
+      smallScenario({
+        replicas: 2,
+        traffic: [poisson(200, 10)],
+        routing: { ejection: { minSteps: 1, slowFactor: 1.5 } },
+      }),
+      {
+        onStart: (c) => {
+          cp = c;
+          afterBoot(c, () => {
+            for (let i = 0; i < 50; i++) {
+              for (const bad of [
+                { model: 'llama', promptTokens: 8000, maxTokens: 1000 },
+                { model: 'llama', promptTokens: 0, maxTokens: 10 },
+                { model: 'llama', promptTokens: 10, maxTokens: 10, priority: 'nope' },
+                { model: 'llama', version: 'v9', promptTokens: 10, maxTokens: 10 },
+              ]) {
+                const res = c.submit(bad);
+                codes.push(res.failure?.code ?? 'ok');
+              }
             }
-          }
-        });
+          });
+        },
       },
-    });
+    );
     expect(new Set(codes)).toEqual(new Set(['invalid_request', 'model_not_found']));
     expect(cp.health.events).toEqual([]);
     expect(report.requests['done']).toBe(200);

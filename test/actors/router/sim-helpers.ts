@@ -3,7 +3,16 @@ import { normalizeScenario, type Scenario } from '../../../actors/config.ts';
 import type { ControlPlane } from '../../../actors/control-plane.ts';
 
 /** A scenario of the 8B model with `replicas` replicas (per version) and the given overrides. */
-export function smallScenario(over: { replicas?: number; gpus?: number; versions?: string[]; classes?: object; traffic: object[]; faults?: object[]; routing?: object; policy?: string }): Scenario {
+export function smallScenario(over: {
+  replicas?: number;
+  gpus?: number;
+  versions?: string[];
+  classes?: object;
+  traffic: object[];
+  faults?: object[];
+  routing?: object;
+  policy?: string;
+}): Scenario {
   return normalizeScenario({
     name: 'router-test',
     seed: 3,
@@ -27,7 +36,14 @@ export function smallScenario(over: { replicas?: number; gpus?: number; versions
 
 /** Poisson traffic of `requests` requests at `rate` req/s with conversation-trace lengths. */
 export function poisson(requests: number, rate: number, extra: object = {}): object {
-  return { model: 'llama', priority: 'interactive', requests, lengths: { trace: 'splitwise_conv', maxTotalTokens: 4096 }, arrival: { process: 'poisson', rate }, ...extra };
+  return {
+    model: 'llama',
+    priority: 'interactive',
+    requests,
+    lengths: { trace: 'splitwise_conv', maxTotalTokens: 4096 },
+    arrival: { process: 'poisson', rate },
+    ...extra,
+  };
 }
 
 /** Runs `fn` once, just before the first request arrives (after the node has booted and placed its replicas). */

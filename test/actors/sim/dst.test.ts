@@ -11,16 +11,21 @@ describe('deterministic simulation testing', () => {
   });
 
   it('gives the same trace hash for the same seed', () => {
-    for (const seed of [7, 8]) expect(runDstSeed(seed, { simSeconds: 60 }).traceHash).toBe(runDstSeed(seed, { simSeconds: 60 }).traceHash);
+    for (const seed of [7, 8])
+      expect(runDstSeed(seed, { simSeconds: 60 }).traceHash).toBe(runDstSeed(seed, { simSeconds: 60 }).traceHash);
   });
 
   it('catches a build that skips releasing GPUs on failure, within a few seeds, and shrinks its schedule', () => {
-    const failing = [1, 2, 3, 4, 5, 6].map((seed) => runDstSeed(seed, { simSeconds: 60, mutation: 'skip-gpu-release' })).filter((r) => r.violations.length > 0);
+    const failing = [1, 2, 3, 4, 5, 6]
+      .map((seed) => runDstSeed(seed, { simSeconds: 60, mutation: 'skip-gpu-release' }))
+      .filter((r) => r.violations.length > 0);
     expect(failing.length).toBeGreaterThan(0);
     expect(failing[0]!.violations.some((v) => v.startsWith('P9'))).toBe(true);
     const shrunk = shrinkFaults(failing[0]!.seed, { simSeconds: 60, mutation: 'skip-gpu-release' }, failing[0]!.faults);
     expect(shrunk.length).toBeLessThanOrEqual(failing[0]!.faults.length);
-    expect(runDstSeed(failing[0]!.seed, { simSeconds: 60, mutation: 'skip-gpu-release', faults: shrunk }).violations.length).toBeGreaterThan(0);
+    expect(
+      runDstSeed(failing[0]!.seed, { simSeconds: 60, mutation: 'skip-gpu-release', faults: shrunk }).violations.length,
+    ).toBeGreaterThan(0);
   });
 
   it('catches a control plane that forgets interrupted requests', () => {

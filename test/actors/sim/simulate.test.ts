@@ -8,7 +8,14 @@ const small = (over: Record<string, unknown> = {}) =>
     name: 'small',
     seed: 3,
     models: [{ name: 'llama-3-8b', profile: 'llama-3-8b', replicas: 2 }],
-    traffic: [{ model: 'llama-3-8b', requests: 300, lengths: { trace: 'splitwise_conv', maxTotalTokens: 4096 }, arrival: { process: 'poisson', rate: 20 } }],
+    traffic: [
+      {
+        model: 'llama-3-8b',
+        requests: 300,
+        lengths: { trace: 'splitwise_conv', maxTotalTokens: 4096 },
+        arrival: { process: 'poisson', rate: 20 },
+      },
+    ],
     ...over,
   });
 
@@ -46,8 +53,17 @@ describe('simulate', () => {
   it('gives every request exactly one outcome and never exceeds a queue budget under overload', () => {
     const r = simulate(
       small({
-        models: [{ name: 'llama-3-8b', profile: 'llama-3-8b', replicas: 2, classes: { interactive: { maxQueueMs: 1000 } } }],
-        traffic: [{ model: 'llama-3-8b', requests: 600, lengths: { trace: 'splitwise_conv', maxTotalTokens: 4096 }, arrival: { process: 'poisson', rate: 200 } }],
+        models: [
+          { name: 'llama-3-8b', profile: 'llama-3-8b', replicas: 2, classes: { interactive: { maxQueueMs: 1000 } } },
+        ],
+        traffic: [
+          {
+            model: 'llama-3-8b',
+            requests: 600,
+            lengths: { trace: 'splitwise_conv', maxTotalTokens: 4096 },
+            arrival: { process: 'poisson', rate: 200 },
+          },
+        ],
       }),
     );
     expect(r.requests.total).toBe(600);
@@ -62,7 +78,9 @@ describe('scenario validation', () => {
     expect(() => small({ models: [{ name: 'x', profile: 'llama-9' }] })).toThrow(ConfigError);
     expect(() => small({ models: [{ name: 'x', profile: 'llama-9' }] })).toThrow(/models\[0\]\.profile/);
     expect(() =>
-      small({ traffic: [{ model: 'nope', requests: 1, lengths: { trace: 'splitwise_conv' }, arrival: { process: 'trace' } }] }),
+      small({
+        traffic: [{ model: 'nope', requests: 1, lengths: { trace: 'splitwise_conv' }, arrival: { process: 'trace' } }],
+      }),
     ).toThrow(/traffic\[0\]\.model/);
     expect(() => small({ faults: [{ at: 1, gpu: 9, kind: 'fault' }] })).toThrow(/faults\[0\]\.gpu/);
   });
@@ -74,9 +92,13 @@ describe('scenario validation', () => {
 
 describe('switchyard simulate --json', () => {
   const run = () =>
-    spawnSync(process.execPath, ['--import', 'tsx', 'bin/switchyard.ts', 'simulate', 'scenarios/chat-8b.yaml', '--seed', '1', '--json'], {
-      encoding: 'utf8',
-    });
+    spawnSync(
+      process.execPath,
+      ['--import', 'tsx', 'bin/switchyard.ts', 'simulate', 'scenarios/chat-8b.yaml', '--seed', '1', '--json'],
+      {
+        encoding: 'utf8',
+      },
+    );
 
   it('prints one JSON report that is identical across two runs with the same seed', () => {
     const a = run();
@@ -84,13 +106,27 @@ describe('switchyard simulate --json', () => {
     expect(a.status).toBe(0);
     expect(a.stdout).toBe(b.stdout);
     const report = JSON.parse(a.stdout);
-    for (const k of ['requests', 'throughput', 'ttftMs', 'tpotMs', 'tbtMs', 'e2eMs', 'queueWaitMs', 'batch', 'gpus', 'sim']) expect(report).toHaveProperty(k);
+    for (const k of [
+      'requests',
+      'throughput',
+      'ttftMs',
+      'tpotMs',
+      'tbtMs',
+      'e2eMs',
+      'queueWaitMs',
+      'batch',
+      'gpus',
+      'sim',
+    ])
+      expect(report).toHaveProperty(k);
     expect(report.requests.total).toBe(2000);
     expect(a.stderr).toMatch(/wall/);
   });
 
   it('exits non-zero naming the bad field of an invalid scenario', () => {
-    const r = spawnSync(process.execPath, ['--import', 'tsx', 'bin/switchyard.ts', 'simulate', 'package.json'], { encoding: 'utf8' });
+    const r = spawnSync(process.execPath, ['--import', 'tsx', 'bin/switchyard.ts', 'simulate', 'package.json'], {
+      encoding: 'utf8',
+    });
     expect(r.status).toBe(2);
     expect(r.stderr).toMatch(/invalid scenario/);
   });

@@ -1,0 +1,192 @@
+// A node agent: the worker process that owns GPUs, runs their actors, and executes steps with an executor.
+import { createActor, type ActorRefFrom } from 'xstate';
+import { gpuMachine } from '../../machines/gpu.machine.ts';
+import { createCostModel, type CostModel, type StepShape } from '../gpu/cost-model.ts';
+import { gpuProfile, modelProfile } from '../gpu/profiles.ts';
+import type { Executor } from '../gpu/executor.ts';
+import type { Msg, Runtime } from '../../runtime/system.ts';
+import type { NodeMessage } from '../../transport/protocol.ts';
+import type { TimerId } from '../../runtime/clock.ts';
+
+type NodeFault = Extract<NodeMessage, { type: 'gpu.inject' }>['fault'];
+
+/** Per-GPU execution state the node keeps beside the GPU actor. */
+interface GpuSlot {
+  actor: ActorRefFrom<typeof gpuMachine>;
+  cost: CostModel | null;
+  slowdown: number;
+  hung: boolean;
+  /** Crashed: answers neither health checks nor steps (found by missed heartbeats). */
+  silent: boolean;
+  /** The step this rank is executing, for progress (hung-rank) detection. */
+  inflight: { replica: string; epoch: number; step: number; since: number } | null;
+}
+
+/** A running node agent. */
+export interface NodeAgent {
+  readonly id: string;
+  readonly gpus: readonly number[];
+  gpuState(gpu: number): string;
+  busyMs(gpu: number): number;
+  stop(): void;
+}
+
+/** Options of a node agent. */
+export interface NodeAgentOptions {
+  id?: string;
+  gpus: readonly number[];
+  executor: Executor;
+  repairMs?: number;
+  probeMs?: number;
+  /** Multiplies load and unload times (serving tests run a model's 13.5 s load in a fraction of that). */
+  timeScale?: number;
+  /** Sends `node.heartbeat` (with the devices that answered) to placement every heartbeatMs; off when absent or 0. */
+  heartbeatMs?: number;
+  /** Co-location lanes per GPU: lane l of GPU g is device g + l * (max GPU + 1), sharing g's fate (default 1). */
+  lanes?: number;
+}
+
+const shapeOf = (m: Extract<NodeMessage, { type: 'step.execute' }>): StepShape => ({
+  prefill: m.shape.prefill.map(([tokens, cached]) => ({ tokens: tokens ?? 0, cached: cached ?? 0 })),
+  decodeBatch: m.shape.decodeBatch,
+  decodeContext: m.shape.decodeContext,
+});
+
+/** Starts a node agent on `runtime`: one GPU actor per device, registered as `gpu.<n>`, and the `node` inbox. */
+export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAgent {
+  const id = opts.id ?? 'node';
+  const slots = new Map<number, GpuSlot>();
+  const costs = new Map<string, CostModel>();
+  const { clock, send } = runtime;
+  const scale = opts.timeScale ?? 1;
+  const stride = Math.max(-1, ...opts.gpus) + 1;
+  const lanesOf = (g: number): number[] => Array.from({ length: opts.lanes ?? 1 }, (_, l) => (g % stride) + l * stride);
+  const devices = opts.gpus.flatMap(lanesOf);
+  let heartbeat: TimerId | null = null;
+
+  for (const g of devices) {
+    const machine = gpuMachine.provide({
+      actions: {
+        abortStep: () => opts.executor.abort(g),
+        probe: ({ self }) => {
+          clock.setTimeout(() => self.send({ type: 'gpu.probed' }), opts.probeMs ?? 0);
+        },
+      },
+    });
+    const actor = createActor(machine, { input: { index: g, repairMs: opts.repairMs }, clock, id: `gpu.${g}` });
+    slots.set(g, { actor, cost: null, slowdown: 1, hung: false, silent: false, inflight: null });
+    runtime.register(`gpu.${g}`, (msg) => onGpuMessage(g, msg));
+    runtime.supervise(`gpu.${g}`, actor);
+  }
+
+  const onGpuMessage = (g: number, msg: Msg): void => {
+    const slot = slots.get(g);
+    if (!slot) return;
+    const m = msg as NodeMessage;
+    if (m.type === 'gpu.assign') {
+      const key = `${m.model}|${m.gpuType}|${m.tp}`;
+      let cost = costs.get(key);
+      if (!cost) {
+        cost = createCostModel(modelProfile(m.model), gpuProfile(m.gpuType), m.tp);
+        costs.set(key, cost);
+      }
+      slot.cost = cost;
+      slot.slowdown = m.slowdown ?? 1;
+      slot.actor.send({
+        type: 'gpu.assign',
+        replica: m.replica,
+        epoch: m.epoch,
+        loadMs: m.loadMs * scale,
+        unloadMs: m.unloadMs * scale,
+      });
+    } else if (m.type === 'gpu.release') {
+      slot.actor.send({ type: 'gpu.release', replica: m.replica, epoch: m.epoch });
+    } else if (m.type === 'gpu.inject') {
+      inject(g, m.fault, m.factor);
+    } else if (m.type === 'gpu.fence') {
+      fence(g, m.code);
+    }
+  };
+
+  /** Runs one rank's share of a step if the GPU is serving that replica's epoch; reports `step.completed`. */
+  const startStep = (g: number, replica: string, epoch: number, step: number, shape: StepShape): void => {
+    const slot = slots.get(g);
+    if (!slot || !slot.cost || slot.hung) return;
+    const snap = slot.actor.getSnapshot();
+    if (!snap.hasTag('serving') || snap.context.replica !== replica || snap.context.epoch !== epoch) return;
+    slot.inflight = { replica, epoch, step, since: clock.now() };
+    opts.executor.start({ gpu: g, replica, epoch, step, shape, cost: slot.cost, slowdown: slot.slowdown }, (busyMs) => {
+      slot.inflight = null;
+      send(replica, { type: 'step.completed', gpu: g, replica, epoch, step, busyMs });
+    });
+  };
+
+  const inject = (g: number, fault: NodeFault, factor?: number): void => {
+    for (const d of lanesOf(g)) injectDevice(d, fault, factor);
+  };
+  const injectDevice = (g: number, fault: NodeFault, factor?: number): void => {
+    const slot = slots.get(g);
+    if (!slot) return;
+    if (fault === 'fault') slot.actor.send({ type: 'gpu.fault', code: 'xid_79' });
+    else if (fault === 'hang') slot.hung = true;
+    else if (fault === 'silent') {
+      slot.hung = true;
+      slot.silent = true;
+    } else if (fault === 'straggle') slot.slowdown = factor ?? 2;
+    else if (fault === 'repair') {
+      slot.hung = false;
+      slot.silent = false;
+      slot.slowdown = 1;
+      slot.actor.send({ type: 'gpu.repair' });
+    }
+  };
+  // The control plane declared the GPU failed: every lane of it leaves service (and reports gpu.failed).
+  const fence = (g: number, code: string): void => {
+    for (const d of lanesOf(g)) {
+      const slot = slots.get(d);
+      if (!slot) continue;
+      slot.inflight = null;
+      slot.actor.send({ type: 'gpu.fault', code });
+      // A device that is not itself broken (fenced because of a partition or a lost node) is reset: it goes
+      // through repair and probing and comes back as a new, free GPU.
+      if (!slot.hung && !slot.silent) slot.actor.send({ type: 'gpu.repair' });
+    }
+  };
+  const beat = (): void => {
+    const alive = opts.gpus.filter((g) => !slots.get(g)?.silent);
+    send('placement', { type: 'node.heartbeat', node: id, epoch: 0, t: clock.now(), gpus: alive });
+    heartbeat = clock.setTimeout(beat, opts.heartbeatMs!);
+  };
+
+  runtime.register(id, (msg) => {
+    const m = msg as NodeMessage;
+    if (m.type === 'step.execute') {
+      const shape = shapeOf(m);
+      for (const g of m.gpus) startStep(g, m.replica, m.epoch, m.step, shape);
+    } else if (m.type === 'gpu.inject') {
+      inject(m.gpu, m.fault, m.factor);
+    } else if (m.type === 'gpu.fence') {
+      fence(m.gpu, m.code);
+    }
+  });
+
+  for (const { actor } of slots.values()) actor.start();
+  for (const { actor } of slots.values()) actor.send({ type: 'gpu.register' });
+  if (opts.heartbeatMs && opts.heartbeatMs > 0) heartbeat = clock.setTimeout(beat, opts.heartbeatMs);
+
+  return {
+    id,
+    gpus: opts.gpus,
+    gpuState: (g) => JSON.stringify(slots.get(g)?.actor.getSnapshot().value ?? 'unknown'),
+    busyMs: (g) => opts.executor.busyMs(g),
+    stop: () => {
+      if (heartbeat !== null) clock.clearTimeout(heartbeat);
+      heartbeat = null;
+      for (const [g, { actor }] of slots) {
+        actor.stop();
+        runtime.unregister(`gpu.${g}`);
+      }
+      runtime.unregister(id);
+    },
+  };
+}

@@ -1,0 +1,180 @@
+// The worker process: the node-agent machine drives the link to the control plane (connect, register with protocol
+// version and epoch, serve, reconnect with back-off); each registration starts fresh GPU actors and an executor.
+import { createActor, type ActorRefFrom } from 'xstate';
+import { nodeAgentMachine } from '../../machines/node-agent.machine.ts';
+import { createWallClock, type Clock } from '../../runtime/clock.ts';
+import { createRng } from '../../runtime/rng.ts';
+import { createRuntime, type Runtime } from '../../runtime/system.ts';
+import {
+  createCostModelExecutor,
+  createTimedExecutor,
+  createZeroCostExecutor,
+  type Executor,
+} from '../gpu/executor.ts';
+import { PROTOCOL_VERSION } from '../../transport/protocol.ts';
+import { createLink, type Link } from '../../transport/ws-link.ts';
+import { connectWs, type WsPeer } from '../../transport/ws.ts';
+import { startNodeAgent, type NodeAgent } from './agent.ts';
+import { stateName } from '../../machines/state-name.ts';
+
+/** Which executor the worker runs steps with. */
+export type ExecutorKind = 'cost-model' | 'zero-cost' | 'fixed';
+
+/** Options of a worker process. */
+export interface NodeProcessOptions {
+  /** The control plane's node endpoint (`ws://127.0.0.1:8080/v1/node`). */
+  url: string;
+  token: string;
+  node?: string;
+  gpus: readonly number[];
+  executor?: ExecutorKind;
+  /** Step time of the `fixed` executor (ms). */
+  fixedStepMs?: number;
+  /** Multiplies step, load, unload and repair times (the simulated hardware runs faster or slower). */
+  timeScale?: number;
+  repairMs?: number;
+  probeMs?: number;
+  baseBackoffMs?: number;
+  maxBackoffMs?: number;
+  heartbeatMs?: number;
+  clock?: Clock;
+  log?(line: string): void;
+  /** Called when the control plane refuses the token (retrying cannot help). */
+  onUnauthorized?(): void;
+}
+
+/** A running worker. */
+export interface NodeProcess {
+  state(): string;
+  epoch(): number;
+  stop(): void;
+}
+
+/** Builds the executor a worker runs. */
+export function createExecutor(kind: ExecutorKind, clock: Clock, timeScale = 1, fixedStepMs = 1): Executor {
+  if (kind === 'zero-cost') return createZeroCostExecutor(clock);
+  if (kind === 'fixed') return createTimedExecutor('fixed', clock, () => fixedStepMs);
+  return createCostModelExecutor(clock, timeScale);
+}
+
+const nodeAccepts = (to: string): boolean => to === 'link' || to === 'node' || /^gpu\.\d+$/.test(to);
+
+/** Runs a worker until `stop()`: connects, registers its GPUs, executes steps, and reconnects when the link drops. */
+export function startNodeProcess(opts: NodeProcessOptions): NodeProcess {
+  const clock = opts.clock ?? createWallClock();
+  const log = opts.log ?? (() => {});
+  const nodeName = opts.node ?? 'node';
+  const scale = opts.timeScale ?? 1;
+  const executor = createExecutor(opts.executor ?? 'cost-model', clock, scale, opts.fixedStepMs);
+  let peer: WsPeer | null = null;
+  let link: Link | null = null;
+  let runtime: Runtime | null = null;
+  let agent: NodeAgent | null = null;
+  let stopped = false;
+  let incarnation = 0;
+  let actor: ActorRefFrom<typeof nodeAgentMachine>;
+  // What the control plane said with the registration; a local repairMs option overrides its repair time.
+  let settings: { heartbeatMs?: number | undefined; repairMs?: number | undefined; lanes?: number | undefined } = {};
+
+  const dropAgent = (): void => {
+    if (!agent) return;
+    for (const g of opts.gpus) executor.abort(g);
+    agent.stop();
+    agent = null;
+    runtime?.setRemote(null);
+    runtime = null;
+  };
+
+  const machine = nodeAgentMachine.provide({
+    actions: {
+      connect: () => {
+        const attempt = ++incarnation;
+        void connectWs(opts.url, {
+          clock,
+          token: opts.token,
+          ...(opts.heartbeatMs ? { heartbeatMs: opts.heartbeatMs } : {}),
+        }).then((r) => {
+          if (stopped || attempt !== incarnation) {
+            if (r.ok) r.peer.close(1001, 'worker stopping');
+            return;
+          }
+          if (!r.ok) {
+            log(`connect to ${opts.url} failed: ${r.error.message}`);
+            if (r.error.code === 'unauthorized') opts.onUnauthorized?.();
+            actor.send({ type: 'link.closed' });
+            return;
+          }
+          peer = r.peer;
+          link = createLink(r.peer, {
+            accepts: nodeAccepts,
+            deliver: (to, msg) => {
+              if (to === 'link') {
+                if (msg.type === 'node.registered') {
+                  settings = { heartbeatMs: msg.heartbeatMs, repairMs: msg.repairMs, lanes: msg.lanes };
+                  actor.send({ type: 'node.registered', epoch: msg.epoch });
+                }
+                return;
+              }
+              runtime?.send(to, msg);
+            },
+            onRefused: (reason) => log(`refused frame from the control plane: ${reason}`),
+          });
+          r.peer.onClose((code, reason) => {
+            if (peer !== r.peer) return;
+            peer = null;
+            link = null;
+            log(`link closed (${code}${reason ? ` ${reason}` : ''})`);
+            if (!stopped) actor.send({ type: 'link.closed' });
+          });
+          actor.send({ type: 'link.opened' });
+        });
+      },
+      register: ({ context }) => {
+        link?.send('control', {
+          type: 'node.register',
+          node: nodeName,
+          protocol: PROTOCOL_VERSION,
+          gpus: [...opts.gpus],
+          epoch: context.epoch,
+        });
+      },
+      startGpus: ({ context, self }) => {
+        dropAgent();
+        const l = link;
+        const repairMs = opts.repairMs ?? (settings.repairMs !== undefined ? settings.repairMs * scale : undefined);
+        runtime = createRuntime({ name: `node@${context.epoch}`, clock, rng: createRng(context.epoch).fork('node') });
+        runtime.setRemote((to, msg) => l?.send(to, msg));
+        agent = startNodeAgent(runtime, {
+          id: 'node',
+          gpus: opts.gpus,
+          executor,
+          timeScale: scale,
+          ...(repairMs !== undefined ? { repairMs } : {}),
+          ...(settings.heartbeatMs ? { heartbeatMs: settings.heartbeatMs } : {}),
+          ...(settings.lanes ? { lanes: settings.lanes } : {}),
+          ...(opts.probeMs !== undefined ? { probeMs: opts.probeMs } : {}),
+        });
+        log(`registered as ${nodeName} with GPUs ${opts.gpus.join(',')} at epoch ${context.epoch}`);
+        self.send({ type: 'gpus.ready' });
+      },
+      onDisconnect: () => dropAgent(),
+    },
+  });
+  actor = createActor(machine, {
+    input: { node: nodeName, baseBackoffMs: opts.baseBackoffMs ?? 100, maxBackoffMs: opts.maxBackoffMs ?? 5_000 },
+    clock,
+  });
+  actor.subscribe({ error: (e) => log(`node agent machine failed: ${String(e)}`) });
+  actor.start();
+
+  return {
+    state: () => stateName(actor.getSnapshot().value),
+    epoch: () => actor.getSnapshot().context.epoch,
+    stop: () => {
+      stopped = true;
+      dropAgent();
+      actor.stop();
+      peer?.close(1001, 'worker stopping');
+    },
+  };
+}

@@ -1,0 +1,195 @@
+// A serving control plane in one process: the control plane on the wall clock, the node link for its worker, the
+// /v1/ws streaming API, OpenAI-compatible HTTP, metrics, probes and the admin API, all on one HTTP server.
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { startControlPlane, type ControlPlane } from '../actors/control-plane.ts';
+import type { Scenario } from '../actors/config.ts';
+import { createWallClock, type Clock } from '../runtime/clock.ts';
+import { createRng } from '../runtime/rng.ts';
+import { createRuntime, type Runtime } from '../runtime/system.ts';
+import { CLIENT_SUBPROTOCOLS } from '../transport/client-protocol.ts';
+import { createHttpHandler } from './http/handler.ts';
+import { createBoundedCollector } from './bounded-collector.ts';
+import { DEFAULT_MAX_BUFFERED, attachWsServer, isLoopback, tokenSet, type WsServer } from '../transport/ws.ts';
+import { createServerMetrics, type ServerMetrics } from './metrics.ts';
+import { startNodeLink, type NodeLink } from '../actors/node-link.ts';
+import { createServing, type Serving } from './serving.ts';
+import { createStreamApi, type StreamApi } from './stream-api.ts';
+import { createInspectorRoutes, type InspectorRoutes } from '../inspector/server.ts';
+
+/** Options of a serving control plane. */
+export interface ServerOptions {
+  scenario: Scenario;
+  /** Interface to bind; 127.0.0.1 unless told otherwise. */
+  host?: string;
+  /** Port; 0 picks a free one. */
+  port?: number;
+  /** Client tokens for /v1 and /v1/ws; required when host is not loopback. */
+  clientTokens?: readonly string[];
+  /** Worker tokens for /v1/node; at least one. */
+  workerTokens: readonly string[];
+  /** Admin tokens for /admin; at least one. */
+  adminTokens: readonly string[];
+  /** Grace before a disconnected worker's GPUs are failed. */
+  nodeGraceMs?: number;
+  heartbeatMs?: number;
+  maxStreamsPerConnection?: number;
+  maxConnections?: number;
+  /** Most concurrent WebSocket connections (clients, workers, inspectors); more get HTTP 503 at the upgrade. Default 4096. */
+  maxWsConnections?: number;
+  /** Time a connection has to send complete request headers (slow upgrades, idle sockets); then HTTP 408. Default 10 s. */
+  headersTimeoutMs?: number;
+  /** Outgoing bytes (socket buffer plus merged messages waiting) past which a client is cut off with 4001. Default 16 MiB. */
+  maxBufferedBytes?: number;
+  /** Outgoing bytes above which a socket counts as congested. Default 1 MiB. */
+  highWaterBytes?: number;
+  /** Browser Origins allowed on WebSocket routes; absent allows any (non-browser clients send none). */
+  allowedOrigins?: readonly string[];
+  clock?: Clock;
+  log?(line: string): void;
+  /** Extra fields for /admin/status. */
+  status?(): Record<string, unknown>;
+}
+
+/** A running server. */
+export interface RunningServer {
+  readonly port: number;
+  readonly host: string;
+  /** Base URL of the HTTP API (`http://host:port`). */
+  readonly url: string;
+  /** The client streaming endpoint. */
+  readonly wsUrl: string;
+  /** The endpoint workers register on. */
+  readonly nodeUrl: string;
+  readonly cp: ControlPlane;
+  readonly runtime: Runtime;
+  readonly node: NodeLink;
+  readonly serving: Serving;
+  readonly streams: StreamApi;
+  readonly metrics: ServerMetrics;
+  /** The inspector: /inspector page and the read-only /v1/inspect stream. */
+  readonly inspector: InspectorRoutes;
+  /** True when client tokens are not required (loopback only). */
+  readonly openClientApi: boolean;
+  close(): Promise<void>;
+}
+
+/** Refusal to start: the configuration is unsafe or incomplete. */
+export class ServeError extends Error {
+  override readonly name = 'ServeError';
+}
+
+/** Starts serving `scenario`; resolves once the HTTP server listens. */
+export async function startServer(opts: ServerOptions): Promise<RunningServer> {
+  const host = opts.host ?? '127.0.0.1';
+  const clientTokens = opts.clientTokens ?? [];
+  if (!isLoopback(host) && clientTokens.length === 0) {
+    throw new ServeError(
+      `listening on ${host} reaches beyond this host: give client tokens (--client-token or SWITCHYARD_CLIENT_TOKENS)`,
+    );
+  }
+  if (opts.workerTokens.length === 0)
+    throw new ServeError('workers always authenticate: give at least one worker token');
+  if (opts.adminTokens.length === 0)
+    throw new ServeError('the admin API always authenticates: give at least one admin token');
+  const clock = opts.clock ?? createWallClock();
+  const log = opts.log ?? (() => {});
+  const runtime = createRuntime({ name: 'control', clock, rng: createRng(opts.scenario.seed).fork('control') });
+  const cp = startControlPlane(runtime, opts.scenario, { checkInvariants: false, collector: createBoundedCollector() });
+  const node = startNodeLink(runtime, {
+    gpus: opts.scenario.node.gpus,
+    graceMs: opts.nodeGraceMs ?? 2_000,
+    log,
+    // The same node settings the simulator gives its agent.
+    settings: {
+      heartbeatMs: opts.scenario.detection.heartbeatMs,
+      repairMs: opts.scenario.node.repairMs,
+      lanes: opts.scenario.placement.policy === 'share' ? 2 : 1,
+    },
+  });
+  const metrics = createServerMetrics(cp, node);
+  cp.onStep = (r, plan) => metrics.step(r.model, plan.entries.length);
+  const serving = createServing(cp, node, metrics);
+  const maxBufferedBytes = opts.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED;
+  const streams = createStreamApi(serving, metrics, {
+    clock,
+    maxStreamsPerConnection: opts.maxStreamsPerConnection ?? 16_384,
+    maxQueuedBytes: maxBufferedBytes,
+  });
+  const clientSet = clientTokens.length > 0 ? tokenSet(clientTokens) : null;
+  const inspector = createInspectorRoutes({ cp, tokens: clientSet, allowedOrigins: opts.allowedOrigins ?? null });
+  const handler = createHttpHandler({
+    cp,
+    serving,
+    metrics,
+    node,
+    clientTokens: clientSet,
+    adminTokens: tokenSet(opts.adminTokens),
+    ...(opts.status ? { status: opts.status } : {}),
+  });
+  const headersTimeoutMs = opts.headersTimeoutMs ?? 10_000;
+  const server: Server = createServer(
+    {
+      maxHeaderSize: 16 * 1024,
+      requestTimeout: 0,
+      headersTimeout: headersTimeoutMs,
+      connectionsCheckingInterval: Math.min(1_000, Math.max(50, headersTimeoutMs / 4)),
+      keepAliveTimeout: 5_000,
+    },
+    (req, res) => {
+      if (!inspector.handleHttp(req, res)) handler(req, res);
+    },
+  );
+  if (opts.maxConnections !== undefined) server.maxConnections = opts.maxConnections;
+  const origins = opts.allowedOrigins ? new Set(opts.allowedOrigins) : null;
+  const ws: WsServer = attachWsServer(server, {
+    clock,
+    log,
+    maxConnections: opts.maxWsConnections ?? 4096,
+    maxBufferedBytes,
+    ...(opts.highWaterBytes !== undefined ? { highWaterBytes: opts.highWaterBytes } : {}),
+    ...(opts.heartbeatMs !== undefined ? { heartbeatMs: opts.heartbeatMs } : {}),
+    ...(origins ? { checkOrigin: (o: string | undefined) => o === undefined || origins.has(o) } : {}),
+    routes: {
+      '/v1/node': { tokens: tokenSet(opts.workerTokens), onConnection: (peer) => node.onConnection(peer) },
+      '/v1/ws': {
+        tokens: clientSet,
+        protocols: CLIENT_SUBPROTOCOLS,
+        onConnection: (peer) => streams.onConnection(peer),
+      },
+      '/v1/inspect': inspector.ws,
+    },
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port ?? 8080, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  const shown = host.includes(':') ? `[${host}]` : host;
+  return {
+    port,
+    host,
+    url: `http://${shown}:${port}`,
+    wsUrl: `ws://${shown}:${port}/v1/ws`,
+    nodeUrl: `ws://${shown}:${port}/v1/node`,
+    cp,
+    runtime,
+    node,
+    serving,
+    streams,
+    metrics,
+    inspector,
+    openClientApi: clientSet === null,
+    close: () =>
+      new Promise<void>((resolve) => {
+        node.close();
+        inspector.close();
+        ws.close();
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}

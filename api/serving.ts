@@ -1,0 +1,157 @@
+// What every client API (WebSocket stream, OpenAI HTTP, chat) uses: submit a request to the control plane and hear
+// accepted / tokens (with pseudo-text) / exactly one terminal event; readiness and model listing.
+import type { ControlPlane, TerminalOutcome } from '../actors/control-plane.ts';
+import { OUTCOME_CODES, failure, type Failure } from '../machines/outcomes.ts';
+import type { NodeLink } from '../actors/node-link.ts';
+import type { ServerMetrics } from './metrics.ts';
+import { estimateTokens, textRange, textSeed } from './pseudo-text.ts';
+
+/** A request as a client API hands it over. */
+export interface ServeRequest {
+  model: string;
+  version?: string;
+  priority?: string;
+  prompt?: string;
+  /** Overrides the estimate from the prompt text. */
+  promptTokens?: number;
+  maxTokens: number;
+  deadlineMs?: number;
+  /** Whether token events carry text. */
+  text: boolean;
+}
+
+/** How a request ended well. */
+export interface DoneInfo {
+  finishReason: 'length' | 'stop';
+  usage: { promptTokens: number; completionTokens: number };
+  timings: { queueMs: number; ttftMs: number; e2eMs: number };
+}
+
+/** What a client API hears about a request after it was accepted. */
+export interface StreamSink {
+  tokens(seq: number, n: number, text: string | undefined): void;
+  /** Exactly one of done / failed ends the request. */
+  done(info: DoneInfo): void;
+  failed(f: Failure & { outcome: TerminalOutcome['outcome'] }): void;
+}
+
+/** An accepted request. */
+export interface Accepted {
+  ok: true;
+  request: string;
+  model: string;
+  version: string;
+  promptTokens: number;
+  cancel(): void;
+}
+
+/** Readiness of one model. */
+export interface ModelReadiness {
+  ready: boolean;
+  replicas: { id: string; state: string; gpus: number[] }[];
+  reason: string | null;
+}
+
+/** The serving facade over a control plane. */
+export interface Serving {
+  submit(req: ServeRequest, sink: StreamSink): Accepted | { ok: false; failure: Failure };
+  readiness(): Record<string, ModelReadiness>;
+  models(): { name: string; versions: string[]; aliases: Record<string, string>; tp: number; kind: string }[];
+  readonly cp: ControlPlane;
+}
+
+const finite = (x: number): number => (Number.isFinite(x) && x >= 0 ? Math.round(x * 1000) / 1000 : 0);
+
+/** Wraps a control plane for client APIs; every outcome also feeds the metrics. */
+export function createServing(cp: ControlPlane, node: NodeLink, metrics: ServerMetrics): Serving {
+  const models = new Map(cp.scenario.models.map((m) => [m.name, m]));
+
+  const submit = (req: ServeRequest, sink: StreamSink): Accepted | { ok: false; failure: Failure } => {
+    const promptTokens = req.promptTokens ?? estimateTokens(req.prompt ?? '');
+    const seed = textSeed(`${req.model}\u0000${req.prompt ?? String(promptTokens)}`);
+    let accepted = false;
+    let firstSchedule = -1;
+    const res = cp.submit(
+      {
+        model: req.model,
+        ...(req.version !== undefined ? { version: req.version } : {}),
+        ...(req.priority !== undefined ? { priority: req.priority } : {}),
+        promptTokens,
+        maxTokens: req.maxTokens,
+        outputTokens: req.maxTokens,
+        ...(req.deadlineMs !== undefined ? { deadlineMs: req.deadlineMs } : {}),
+      },
+      {
+        accepted: () => {
+          accepted = true;
+        },
+        tokens: (_id, seq, n, t) => {
+          if (firstSchedule < 0) firstSchedule = t;
+          sink.tokens(seq, n, req.text ? textRange(seed, seq, n) : undefined);
+        },
+        terminal: (_id, o) => {
+          metrics.outcome(req.model, o);
+          // A rejection is answered by submit's return value; only accepted requests hear a terminal event.
+          if (!accepted) return;
+          if (o.outcome === 'done') {
+            const { receivedAt, firstTokenAt, finishedAt } = o.timings;
+            sink.done({
+              finishReason: o.tokens >= req.maxTokens ? 'length' : 'stop',
+              usage: { promptTokens, completionTokens: o.tokens },
+              timings: {
+                queueMs: finite((firstTokenAt >= 0 ? firstTokenAt : finishedAt) - receivedAt),
+                ttftMs: finite(firstTokenAt - receivedAt),
+                e2eMs: finite(finishedAt - receivedAt),
+              },
+            });
+          } else {
+            const code = (o.code ?? (o.outcome === 'cancelled' ? 'cancelled' : 'internal')) as Failure['code'];
+            const f = failure(
+              Object.hasOwn(OUTCOME_CODES, code) ? code : 'internal',
+              o.message ?? `request ${o.outcome}`,
+            );
+            sink.failed({
+              ...f,
+              outcome: o.outcome,
+              ...(o.retryAfterMs !== undefined ? { retryAfterMs: o.retryAfterMs } : {}),
+            });
+          }
+        },
+      },
+    );
+    if (!res.ok) return { ok: false, failure: res.failure ?? failure('internal', 'submit failed') };
+    const version = cp.explain(res.id)?.[0]?.version ?? models.get(req.model)?.versions[0] ?? '';
+    return { ok: true, request: res.id, model: req.model, version, promptTokens, cancel: () => void cp.cancel(res.id) };
+  };
+
+  return {
+    cp,
+    submit,
+    readiness: () => {
+      const out: Record<string, ModelReadiness> = {};
+      const all = [...cp.placement.replicas.values()];
+      const serving = all.some((r) => r.accepting());
+      for (const m of cp.scenario.models) {
+        const replicas = all
+          .filter((r) => r.model === m.name)
+          .map((r) => ({ id: r.id, state: r.state(), gpus: [...r.gpus] }));
+        const anyReady = all.some((r) => r.model === m.name && r.accepting());
+        const why = cp.placement.unavailable(m.name);
+        // Under `switch` a model without a replica is still servable while the node serves: placement switches to it.
+        const switchable = cp.scenario.placement.policy === 'switch' && serving;
+        const ready = why === null && (anyReady || switchable);
+        const reason = ready ? null : !node.connected() ? 'no worker registered' : (why ?? 'no replica is ready yet');
+        out[m.name] = { ready, replicas, reason };
+      }
+      return out;
+    },
+    models: () =>
+      cp.scenario.models.map((m) => ({
+        name: m.name,
+        versions: m.versions,
+        aliases: m.aliases,
+        tp: m.tp,
+        kind: m.kind,
+      })),
+  };
+}

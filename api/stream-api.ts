@@ -1,0 +1,293 @@
+// `/v1/ws`: one session per client socket. Submits and cancels go to the serving facade; everything said to the client
+// in one tick leaves as one frame; while the socket is congested, token messages of the same request are merged so
+// the outgoing queue stays bounded by the number of live requests.
+import type { Clock, TimerId } from '../runtime/clock.ts';
+import { failure } from '../machines/outcomes.ts';
+import {
+  CLIENT_PROTOCOL_VERSION,
+  decodeClientFrame,
+  encodeFrame,
+  formatOf,
+  type ClientMessage,
+  type ServerMessage,
+} from '../transport/client-protocol.ts';
+import { CLOSE, DEFAULT_MAX_BUFFERED, type WsPeer } from '../transport/ws.ts';
+import type { ServerMetrics } from './metrics.ts';
+import type { Serving } from './serving.ts';
+
+/** Options of the streaming API. */
+export interface StreamApiOptions {
+  clock: Clock;
+  /** Most live requests per connection; more are rejected with `overloaded`. */
+  maxStreamsPerConnection: number;
+  /** Most messages in one outgoing frame. */
+  maxMessagesPerFrame?: number;
+  /** Retry interval while the socket is congested. */
+  congestionRetryMs?: number;
+  /** Most time one turn of the event loop spends on a connection's incoming frames before yielding. */
+  turnBudgetMs?: number;
+  /** Outgoing bytes (socket buffer plus merged messages waiting) past which a client that does not read is cut off (4001). */
+  maxQueuedBytes?: number;
+}
+
+/** Incoming frames a connection may have waiting before its socket stops being read (TCP backpressure). */
+const INBOX_PAUSE = 64;
+/** Incoming frames past which a connection is closed: it kept sending after it was paused. */
+const INBOX_MAX = 4096;
+
+/** The streaming API: hand it each authenticated socket. */
+export interface StreamApi {
+  onConnection(peer: WsPeer): void;
+  /** Live sessions. */
+  sessions(): number;
+  /** Live requests across sessions. */
+  streams(): number;
+}
+
+type TokensMsg = Extract<ServerMessage, { type: 'tokens' }>;
+
+/** Creates the `/v1/ws` handler over a serving facade. */
+export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: StreamApiOptions): StreamApi {
+  let sessions = 0;
+  let streams = 0;
+  const perFrame = opts.maxMessagesPerFrame ?? 4096;
+  const maxQueuedBytes = opts.maxQueuedBytes ?? DEFAULT_MAX_BUFFERED;
+  const pacer = createPacer(opts.clock, opts.turnBudgetMs ?? 10);
+
+  const onConnection = (peer: WsPeer): void => {
+    const format = formatOf(peer.protocol);
+    const live = new Map<string, { cancel(): void }>();
+    let out: ServerMessage[] = [];
+    // The latest queued tokens message per request, while it is still in `out` (merged into when congested).
+    const lastTokens = new Map<string, TokensMsg>();
+    let scheduled = false;
+    let retry: TimerId | null = null;
+    // Rough size of what waits in `out` (merged token text included): a client that never reads is bounded by it.
+    let waitingBytes = 0;
+    sessions++;
+
+    const flush = (): void => {
+      scheduled = false;
+      if (out.length === 0 || !peer.isOpen()) return;
+      if (peer.congested()) {
+        if (peer.bufferedAmount() + waitingBytes > maxQueuedBytes) {
+          metrics.refused('slow_consumer');
+          peer.close(CLOSE.slowConsumer, 'too slow reading');
+          peer.terminate();
+          return;
+        }
+        if (retry === null) {
+          retry = opts.clock.setTimeout(() => {
+            retry = null;
+            flush();
+          }, opts.congestionRetryMs ?? 5);
+        }
+        return;
+      }
+      const msgs = out;
+      out = [];
+      waitingBytes = 0;
+      lastTokens.clear();
+      for (let i = 0; i < msgs.length; i += perFrame)
+        peer.send(encodeFrame(i === 0 && msgs.length <= perFrame ? msgs : msgs.slice(i, i + perFrame), format));
+    };
+    const push = (m: ServerMessage): void => {
+      waitingBytes += m.type === 'tokens' ? 24 + (m.text?.length ?? 0) : 128;
+      if (m.type === 'tokens') {
+        const prev = lastTokens.get(m.id);
+        if (prev && prev.seq + prev.n === m.seq) {
+          prev.n += m.n;
+          if (m.text !== undefined) prev.text = (prev.text ?? '') + m.text;
+          return;
+        }
+        lastTokens.set(m.id, m);
+      } else {
+        if ('id' in m && m.id !== undefined) lastTokens.delete(m.id);
+      }
+      out.push(m);
+      if (!scheduled && retry === null) {
+        scheduled = true;
+        // At the end of the loop's turn: tokens from every step applied in this turn share one frame per client.
+        opts.clock.setTimeout(flush, 0);
+      }
+    };
+
+    const submit = (m: Extract<ClientMessage, { type: 'submit' }>): void => {
+      if (live.has(m.id)) {
+        metrics.refused('invalid_request');
+        push({
+          type: 'error',
+          code: 'invalid_request',
+          message: `request id ${m.id} is already live on this connection`,
+          retryable: false,
+        });
+        return;
+      }
+      if (live.size >= opts.maxStreamsPerConnection) {
+        const f = failure('overloaded', `this connection already has ${live.size} live requests`, {
+          retryAfterMs: 1000,
+        });
+        metrics.refused('overloaded');
+        push({
+          type: 'rejected',
+          id: m.id,
+          code: f.code,
+          message: f.message,
+          retryable: f.retryable,
+          retryAfterMs: 1000,
+        });
+        return;
+      }
+      const id = m.id;
+      const end = (): void => {
+        if (live.delete(id)) streams--;
+      };
+      const res = serving.submit(
+        {
+          model: m.model,
+          ...(m.version !== undefined ? { version: m.version } : {}),
+          ...(m.priority !== undefined ? { priority: m.priority } : {}),
+          ...(m.prompt !== undefined ? { prompt: m.prompt } : {}),
+          ...(m.promptTokens !== undefined ? { promptTokens: m.promptTokens } : {}),
+          maxTokens: m.maxTokens,
+          ...(m.deadlineMs !== undefined ? { deadlineMs: m.deadlineMs } : {}),
+          text: m.text ?? true,
+        },
+        {
+          tokens: (seq, n, text) =>
+            push(text === undefined ? { type: 'tokens', id, seq, n } : { type: 'tokens', id, seq, n, text }),
+          done: (info) => {
+            end();
+            push({ type: 'done', id, ...info });
+          },
+          failed: (f) => {
+            end();
+            push({
+              type: 'error',
+              id,
+              code: f.code,
+              message: f.message,
+              retryable: f.retryable,
+              ...(f.retryAfterMs !== undefined ? { retryAfterMs: f.retryAfterMs } : {}),
+            });
+          },
+        },
+      );
+      if (!res.ok) {
+        const f = res.failure;
+        push({
+          type: 'rejected',
+          id,
+          code: f.code,
+          message: f.message,
+          retryable: f.retryable,
+          ...(f.retryAfterMs !== undefined ? { retryAfterMs: f.retryAfterMs } : {}),
+        });
+        return;
+      }
+      live.set(id, res);
+      streams++;
+      // Tokens only come from a later step, so `accepted` is always the request's first frame.
+      push({ type: 'accepted', id, request: res.request, model: res.model, version: res.version });
+    };
+
+    const handle = (data: Uint8Array | string): void => {
+      const frame = decodeClientFrame(data, format);
+      if (!frame.ok) {
+        metrics.refused('invalid_request');
+        push({ type: 'error', code: frame.error.code, message: frame.error.message, retryable: false });
+        return;
+      }
+      for (const m of frame.messages) {
+        if (m.type === 'submit') submit(m);
+        else live.get(m.id)?.cancel();
+      }
+    };
+    // Frames wait in a bounded inbox and are handled on later turns, round-robin across connections within one time
+    // budget, so a burst of submits cannot hold back the node link, timers and other clients; a full inbox stops
+    // reading its socket (TCP backpressure).
+    const inbox: Inbox = { frames: [], head: 0, paused: false, handle, peer };
+    peer.onMessage((data) => {
+      inbox.frames.push(data);
+      const waiting = inbox.frames.length - inbox.head;
+      if (waiting > INBOX_MAX) {
+        peer.close(1008, 'too many frames waiting');
+        return;
+      }
+      if (waiting >= INBOX_PAUSE && !inbox.paused) {
+        inbox.paused = true;
+        peer.pause();
+      }
+      pacer.wake(inbox);
+    });
+    peer.onClose(() => {
+      sessions--;
+      if (retry !== null) opts.clock.clearTimeout(retry);
+      // Nobody is listening any more: stop the work (each cancel ends its request and frees its KV).
+      for (const r of [...live.values()]) r.cancel();
+      out = [];
+    });
+    push({
+      type: 'hello',
+      protocol: CLIENT_PROTOCOL_VERSION,
+      server: 'switchyard',
+      backend: 'simulated',
+      models: serving.models().map((x) => x.name),
+    });
+  };
+
+  return { onConnection, sessions: () => sessions, streams: () => streams };
+}
+
+/** A connection's waiting frames. */
+interface Inbox {
+  frames: (Uint8Array | string)[];
+  head: number;
+  paused: boolean;
+  handle(data: Uint8Array | string): void;
+  peer: WsPeer;
+}
+
+/** Handles waiting frames round-robin across connections, at most `budgetMs` per turn of the event loop. */
+function createPacer(clock: Clock, budgetMs: number): { wake(inbox: Inbox): void } {
+  const ready: Inbox[] = [];
+  const queued = new Set<Inbox>();
+  let scheduled = false;
+  const turn = (): void => {
+    scheduled = false;
+    const until = clock.now() + budgetMs;
+    while (ready.length > 0 && clock.now() < until) {
+      const box = ready.shift()!;
+      const d = box.frames[box.head];
+      if (d !== undefined && box.peer.isOpen()) {
+        box.frames[box.head++] = '';
+        box.handle(d);
+      }
+      if (box.head < box.frames.length && box.peer.isOpen()) ready.push(box);
+      else {
+        queued.delete(box);
+        box.frames = [];
+        box.head = 0;
+      }
+      if (box.paused && box.frames.length - box.head < INBOX_PAUSE / 2) {
+        box.paused = false;
+        box.peer.resume();
+      }
+    }
+    if (ready.length > 0) schedule();
+  };
+  const schedule = (): void => {
+    if (scheduled) return;
+    scheduled = true;
+    clock.setTimeout(turn, 0);
+  };
+  return {
+    wake: (box) => {
+      if (!queued.has(box)) {
+        queued.add(box);
+        ready.push(box);
+      }
+      schedule();
+    },
+  };
+}

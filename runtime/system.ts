@@ -1,0 +1,114 @@
+// One process's actor runtime: a registry of entities by system id, message routing, and supervision.
+import type { AnyActorRef, InspectionEvent, Subscription } from 'xstate';
+import type { Clock } from './clock.ts';
+import type { Rng } from './rng.ts';
+import type { IdGen } from './ids.ts';
+import { createIdGen } from './ids.ts';
+
+/** A message between entities: data with a `type`. */
+export interface Msg {
+  type: string;
+  [k: string]: unknown;
+}
+
+/** Something that went wrong inside an actor, reported instead of crashing the process. */
+export interface ActorFault {
+  actor: string;
+  error: unknown;
+}
+
+/** The runtime of one process: clock, randomness, ids, and the routing of messages between entities. */
+export interface Runtime {
+  readonly name: string;
+  readonly clock: Clock;
+  readonly rng: Rng;
+  readonly ids: IdGen;
+  /** Makes `id` reachable: messages to it call `deliver`. */
+  register(id: string, deliver: (msg: Msg) => void): void;
+  unregister(id: string): void;
+  /** True if `id` is a local entity. */
+  has(id: string): boolean;
+  /** Sends to a local entity, or through the link when the id lives in another process. */
+  send(to: string, msg: Msg): void;
+  /** Connects this runtime to another process: messages for non-local ids go to `remote`. */
+  setRemote(remote: ((to: string, msg: Msg) => void) | null): void;
+  /** Wires an actor's `out` events into routing and its errors into `faults`. */
+  supervise(id: string, actor: AnyActorRef): void;
+  /** Errors raised inside actors (a broken invariant), in order. */
+  readonly faults: ActorFault[];
+  /** Messages that found no destination, by message type. */
+  readonly dropped: Map<string, number>;
+  /** Inspects every live supervised actor (replaying each one's current snapshot first) until cleared with null;
+   * while no inspector is set, actors carry no inspection observer at all. */
+  setInspector(observer: ((ev: InspectionEvent) => void) | null): void;
+}
+
+/** Creates a runtime for one process. */
+export function createRuntime(opts: { name: string; clock: Clock; rng: Rng; ids?: IdGen }): Runtime {
+  const local = new Map<string, (msg: Msg) => void>();
+  const dropped = new Map<string, number>();
+  const faults: ActorFault[] = [];
+  let remote: ((to: string, msg: Msg) => void) | null = null;
+  // Live supervised actors, so that an inspector set later also sees the ones already running.
+  const inspectable = new Map<string, { actor: AnyActorRef; sub: Subscription | null }>();
+  let inspector: ((ev: InspectionEvent) => void) | null = null;
+
+  const send = (to: string, msg: Msg): void => {
+    const deliver = local.get(to);
+    if (deliver) return deliver(msg);
+    if (remote) return remote(to, msg);
+    dropped.set(msg.type, (dropped.get(msg.type) ?? 0) + 1);
+  };
+
+  return {
+    name: opts.name,
+    clock: opts.clock,
+    rng: opts.rng,
+    ids: opts.ids ?? createIdGen(),
+    register: (id, deliver) => {
+      local.set(id, deliver);
+    },
+    unregister: (id) => {
+      local.delete(id);
+    },
+    has: (id) => local.has(id),
+    send,
+    setRemote: (r) => {
+      remote = r;
+    },
+    supervise: (id, actor) => {
+      actor.on('out', (e: { to: string; msg: Msg }) => send(e.to, e.msg));
+      const entry = { actor, sub: inspector ? actor.system.inspect(inspector) : null };
+      inspectable.set(id, entry);
+      // The observer stays on a finished actor's system: XState reports the final snapshot after completing.
+      const forget = (): void => {
+        if (inspectable.get(id) === entry) inspectable.delete(id);
+      };
+      actor.subscribe({
+        error: (error) => {
+          faults.push({ actor: id, error });
+          forget();
+        },
+        complete: forget,
+      });
+    },
+    faults,
+    dropped,
+    setInspector: (observer) => {
+      inspector = observer;
+      for (const e of inspectable.values()) {
+        e.sub?.unsubscribe();
+        e.sub = observer ? e.actor.system.inspect(observer) : null;
+        const snapshot = e.actor.getSnapshot();
+        if (observer)
+          observer({
+            type: '@xstate.snapshot',
+            rootId: e.actor.sessionId,
+            actorRef: e.actor,
+            event: { type: 'xstate.init' },
+            snapshot,
+          });
+      }
+    },
+  };
+}

@@ -1,0 +1,106 @@
+import { describe, expect, it } from 'vitest';
+import { createVirtualClock } from '../../runtime/clock.ts';
+import { createRng } from '../../runtime/rng.ts';
+import { createDeadlineWheel } from '../../runtime/deadlines.ts';
+import { createRuntime } from '../../runtime/system.ts';
+
+describe('virtual clock', () => {
+  it('runs callbacks in time order and in scheduling order at equal times', () => {
+    const c = createVirtualClock();
+    const seen: string[] = [];
+    c.setTimeout(() => seen.push('b@10'), 10);
+    c.setTimeout(() => seen.push('a@5'), 5);
+    c.setTimeout(() => seen.push('c@10'), 10);
+    c.at(0, () => seen.push('now'));
+    c.run();
+    expect(seen).toEqual(['now', 'a@5', 'b@10', 'c@10']);
+    expect(c.now()).toBe(10);
+  });
+
+  it('skips cleared timers and stops at the requested time', () => {
+    const c = createVirtualClock();
+    const seen: number[] = [];
+    const id = c.setTimeout(() => seen.push(1), 1);
+    c.setTimeout(() => seen.push(2), 2);
+    c.setTimeout(() => seen.push(9), 9);
+    c.clearTimeout(id);
+    c.run(5);
+    expect(seen).toEqual([2]);
+    expect(c.now()).toBe(5);
+    expect(c.pending()).toBe(1);
+  });
+
+  it('never schedules into the past', () => {
+    const c = createVirtualClock(100);
+    let at = -1;
+    c.at(50, () => (at = c.now()));
+    c.run();
+    expect(at).toBe(100);
+  });
+});
+
+describe('seeded rng', () => {
+  it('gives the same sequence for the same seed and different ones for different seeds', () => {
+    const a = createRng(7);
+    const b = createRng(7);
+    const c = createRng(8);
+    const xs = Array.from({ length: 5 }, () => a.next());
+    expect(Array.from({ length: 5 }, () => b.next())).toEqual(xs);
+    expect(Array.from({ length: 5 }, () => c.next())).not.toEqual(xs);
+  });
+
+  it('draws exponential and gamma samples with the requested mean', () => {
+    const r = createRng(1);
+    const n = 20000;
+    let e = 0;
+    let g = 0;
+    for (let i = 0; i < n; i++) {
+      e += r.exponential(3);
+      g += r.gamma(5, 2);
+    }
+    expect(e / n).toBeGreaterThan(2.85);
+    expect(e / n).toBeLessThan(3.15);
+    expect(g / n).toBeGreaterThan(4.6);
+    expect(g / n).toBeLessThan(5.4);
+  });
+
+  it('forks independent, reproducible streams by label', () => {
+    expect(createRng(1).fork('x').next()).toBe(createRng(1).fork('x').next());
+    expect(createRng(1).fork('x').next()).not.toBe(createRng(1).fork('y').next());
+  });
+});
+
+describe('deadline wheel', () => {
+  it('fires every deadline at its time with one clock timer at a time', () => {
+    const c = createVirtualClock();
+    const w = createDeadlineWheel(c);
+    const fired: [number, number][] = [];
+    for (const at of [30, 10, 20, 10]) w.arm(at, () => fired.push([at, c.now()]));
+    expect(c.pending()).toBe(1);
+    c.run();
+    expect(fired).toEqual([
+      [10, 10],
+      [10, 10],
+      [20, 20],
+      [30, 30],
+    ]);
+    expect(w.size).toBe(0);
+  });
+});
+
+describe('runtime', () => {
+  it('delivers to local entities, forwards the rest to the remote link, and counts what it cannot route', () => {
+    const clock = createVirtualClock();
+    const rt = createRuntime({ name: 't', clock, rng: createRng(1) });
+    const local: string[] = [];
+    rt.register('a', (m) => local.push(m.type));
+    rt.send('a', { type: 'x' });
+    rt.send('b', { type: 'y' });
+    expect(local).toEqual(['x']);
+    expect(rt.dropped.get('y')).toBe(1);
+    const remote: string[] = [];
+    rt.setRemote((to, m) => remote.push(`${to}:${m.type}`));
+    rt.send('b', { type: 'z' });
+    expect(remote).toEqual(['b:z']);
+  });
+});
