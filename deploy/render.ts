@@ -46,7 +46,7 @@ export function renderFleet(fleet: Fleet, source: string): RenderedFile[] {
   const m = (name: string): string => `${MANIFESTS_DIR}/${name}`;
   const files: RenderedFile[] = [];
   for (const pool of fleet.pools) {
-    const job = `Pool "${pool.name}" (${pool.mode} mode, ${pool.nodes} nodes): config, node Deployment, PodDisruptionBudget`;
+    const job = `Pool "${pool.name}" (${pool.mode} mode, ${pool.nodes} nodes): config, node Deployment, PDB`;
     files.push(
       file(m(`pool-${pool.name}.yaml`), job, source, [
         poolConfigMap(fleet, pool),
@@ -68,14 +68,23 @@ export function renderFleet(fleet: Fleet, source: string): RenderedFile[] {
     );
   }
   files.push(
-    file(m('network-policies.yaml'), 'Ingress to node pods and endpoint pickers: gateway, EPP, Prometheus only', source, [
-      nodeNetworkPolicy(fleet),
-      eppNetworkPolicy(fleet),
-    ]),
+    file(
+      m('network-policies.yaml'),
+      'Ingress to node pods and endpoint pickers: gateway, EPP, Prometheus only',
+      source,
+      [nodeNetworkPolicy(fleet), eppNetworkPolicy(fleet)],
+    ),
     file(m('pod-monitor.yaml'), 'Prometheus Operator PodMonitor scraping every node pod', source, [podMonitor(fleet)]),
-    file(m('http-route.yaml'), 'Gateway API HTTPRoute sending each model to its InferencePool', source, [httpRoute(fleet)]),
+    file(m('http-route.yaml'), 'Gateway API HTTPRoute sending each model to its InferencePool', source, [
+      httpRoute(fleet),
+    ]),
   );
-  files.push(kustomization(files.map((f) => f.path), source));
+  files.push(
+    kustomization(
+      files.map((f) => f.path),
+      source,
+    ),
+  );
   files.push(
     file('tokens-secret.example.yaml', 'The tokens Secret template: placeholders only, never applied as is', source, [
       tokensSecretTemplate(fleet),
@@ -93,10 +102,14 @@ export function renderFleetFile(fleetPath: string): { fleet: Fleet; files: Rende
 
 /** Files under `dir` that differ from (or are missing in, or are extra to) the rendering. */
 export function driftFrom(dir: string, files: RenderedFile[]): string[] {
-  const drift = files.filter((f) => !existsSync(join(dir, f.path)) || readFileSync(join(dir, f.path), 'utf8') !== f.text);
+  const drift = files.filter(
+    (f) => !existsSync(join(dir, f.path)) || readFileSync(join(dir, f.path), 'utf8') !== f.text,
+  );
   const manifests = join(dir, MANIFESTS_DIR);
   const extra = existsSync(manifests)
-    ? readdirSync(manifests).map((n) => `${MANIFESTS_DIR}/${n}`).filter((p) => !files.some((f) => f.path === p))
+    ? readdirSync(manifests)
+        .map((n) => `${MANIFESTS_DIR}/${n}`)
+        .filter((p) => !files.some((f) => f.path === p))
     : [];
   return [...drift.map((f) => f.path), ...extra];
 }
@@ -133,4 +146,5 @@ function main(argv: string[]): number {
   return 0;
 }
 
-if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) process.exitCode = main(process.argv.slice(2));
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url))
+  process.exitCode = main(process.argv.slice(2));

@@ -60,7 +60,9 @@ export function eppConfig(model: string): Record<string, unknown> {
         ],
       },
     ],
-    dataLayer: { sources: [{ pluginRef: 'metrics-data-source', extractors: [{ pluginRef: 'core-metrics-extractor' }] }] },
+    dataLayer: {
+      sources: [{ pluginRef: 'metrics-data-source', extractors: [{ pluginRef: 'core-metrics-extractor' }] }],
+    },
   };
 }
 
@@ -106,7 +108,11 @@ export function eppRbac(fleet: Fleet, model: string): [IServiceAccount, IRole, I
       rules: [
         { apiGroups: [''], resources: ['pods'], verbs: read },
         { apiGroups: ['inference.networking.k8s.io'], resources: ['inferencepools'], verbs: read },
-        { apiGroups: ['inference.networking.x-k8s.io'], resources: ['inferenceobjectives', 'inferencemodelrewrites'], verbs: read },
+        {
+          apiGroups: ['inference.networking.x-k8s.io'],
+          resources: ['inferenceobjectives', 'inferencemodelrewrites'],
+          verbs: read,
+        },
       ],
     },
     {

@@ -42,7 +42,9 @@ export function nodeNetworkPolicy(fleet: Fleet): INetworkPolicy {
     spec: {
       podSelector: { matchLabels: nodeSelectorLabels(fleet) },
       policyTypes: ['Ingress'],
-      ingress: [{ from: [gatewayPeer(fleet), eppPeer, prometheusPeer(fleet)], ports: [{ protocol: 'TCP', port: 'http' }] }],
+      ingress: [
+        { from: [gatewayPeer(fleet), eppPeer, prometheusPeer(fleet)], ports: [{ protocol: 'TCP', port: 'http' }] },
+      ],
     },
   };
 }
@@ -88,7 +90,12 @@ export function httpRoute(fleet: Fleet): HTTPRoute {
     metadata: { name: fleet.name, namespace: fleet.namespace, labels: fleetLabels(fleet) },
     spec: {
       parentRefs: [
-        { group: 'gateway.networking.k8s.io', kind: 'Gateway', name: fleet.gateway.name, namespace: fleet.gateway.namespace },
+        {
+          group: 'gateway.networking.k8s.io',
+          kind: 'Gateway',
+          name: fleet.gateway.name,
+          namespace: fleet.gateway.namespace,
+        },
       ],
       rules: fleetModels(fleet).map((model) => ({
         matches: [
@@ -97,7 +104,9 @@ export function httpRoute(fleet: Fleet): HTTPRoute {
             headers: [{ type: 'Exact' as const, name: 'X-Gateway-Model-Name', value: model }],
           },
         ],
-        backendRefs: [{ group: 'inference.networking.k8s.io', kind: 'InferencePool', name: names.inferencePool(fleet, model) }],
+        backendRefs: [
+          { group: 'inference.networking.k8s.io', kind: 'InferencePool', name: names.inferencePool(fleet, model) },
+        ],
         timeouts: { request: '600s' },
       })),
     },

@@ -154,7 +154,13 @@ function parsePool(v: unknown, path: string, image: string): Pool {
     nodes: integer(raw['nodes'], `${path}.nodes`, 1, 512),
     gpu,
     image: optional(raw, 'image', path, text, image),
-    startupSeconds: optional(raw, 'startupSeconds', path, (x, p) => integer(x, p, 60, 7200), mode === 'large' ? 1800 : 900),
+    startupSeconds: optional(
+      raw,
+      'startupSeconds',
+      path,
+      (x, p) => integer(x, p, 60, 7200),
+      mode === 'large' ? 1800 : 900,
+    ),
     resources: {
       cpu: optional(res, 'cpu', `${path}.resources`, (x, p) => text(String(x), p, QUANTITY), '32'),
       memory: optional(res, 'memory', `${path}.resources`, (x, p) => text(x, p, QUANTITY), '256Gi'),
@@ -193,7 +199,9 @@ export function parseFleet(source: string): Fleet {
     gateway: {
       name: gatewayName,
       namespace: optional(gw, 'namespace', 'gateway', (x, p) => text(x, p, DNS_LABEL, 63), 'gateway-system'),
-      podLabels: optional(gw, 'podLabels', 'gateway', labels, { 'gateway.networking.k8s.io/gateway-name': gatewayName }),
+      podLabels: optional(gw, 'podLabels', 'gateway', labels, {
+        'gateway.networking.k8s.io/gateway-name': gatewayName,
+      }),
     },
     prometheus: {
       namespace: optional(prom, 'namespace', 'prometheus', (x, p) => text(x, p, DNS_LABEL, 63), 'monitoring'),

@@ -46,5 +46,13 @@ export function serveArgs(fleet: Fleet): string[] {
 
 /** The worker's command line: dials the control plane over the pod's loopback, named after the pod. */
 export function nodeAgentArgs(): string[] {
-  return ['node-agent', '--url', `ws://127.0.0.1:${HTTP_PORT}/v1/node`, '--gpus', String(GPUS_PER_NODE), '--node', '$(POD_NAME)'];
+  return [
+    'node-agent',
+    '--url',
+    `ws://127.0.0.1:${HTTP_PORT}/v1/node`,
+    '--gpus',
+    String(GPUS_PER_NODE),
+    '--node',
+    '$(POD_NAME)',
+  ];
 }
