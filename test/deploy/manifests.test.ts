@@ -48,7 +48,8 @@ function matches(selector: Record<string, string>, labels: Record<string, string
   return Object.entries(selector).every(([k, v]) => labels[k] === v);
 }
 
-describe.each(FLEETS)('the %s fleet', (fleetName) => {
+/** A fleet rendered afresh, its manifest objects, and accessors the tests share. */
+function loadRendered(fleetName: string) {
   const { fleet, files } = renderFleetFile(join(REPO_ROOT, 'deploy', 'fleets', `${fleetName}.yaml`));
   const dir = join(REPO_ROOT, 'deploy', 'rendered', fleetName);
   const objects = files.filter((f) => f.path.startsWith(`${MANIFESTS_DIR}/`)).flatMap((f) => docs(f.text));
@@ -58,6 +59,11 @@ describe.each(FLEETS)('the %s fleet', (fleetName) => {
   );
   const containers = (d: Obj): IContainer[] => (d as IDeployment).spec!.template.spec!.containers;
   const byName = (d: Obj, name: string): IContainer => containers(d).find((c) => c.name === name)!;
+  return { fleet, files, dir, objects, ofKind, nodeDeployments, containers, byName };
+}
+
+describe.each(FLEETS)('the rendered %s fleet', (fleetName) => {
+  const { fleet, files, dir, objects, ofKind, nodeDeployments, containers, byName } = loadRendered(fleetName);
 
   it('renders to exactly the committed bytes', () => {
     expect(driftFrom(dir, files)).toEqual([]);
@@ -158,6 +164,16 @@ describe.each(FLEETS)('the %s fleet', (fleetName) => {
       }
     }
   });
+
+  it('lists every manifest in its kustomization', () => {
+    const kustomization = parse(files.find((f) => f.path === 'kustomization.yaml')!.text) as Obj;
+    const manifests = files.filter((f) => f.path.startsWith(`${MANIFESTS_DIR}/`)).map((f) => f.path);
+    expect([...kustomization.resources].sort()).toEqual(manifests.sort());
+  });
+});
+
+describe.each(FLEETS)('the %s fleet in a cluster', (fleetName) => {
+  const { fleet, files, dir, objects, ofKind, nodeDeployments, containers, byName } = loadRendered(fleetName);
 
   it('selects with each InferencePool exactly the pods of the pools that serve its model', () => {
     for (const pool of ofKind('InferencePool')) {
@@ -276,12 +292,6 @@ describe.each(FLEETS)('the %s fleet', (fleetName) => {
     expect(routed).toEqual(fleetModels(fleet).map((m) => [m, `${fleet.name}-${m.replace(/\./g, '-')}`]));
     expect(routed.every(([, p]: string[]) => pools.has(p!))).toBe(true);
     expect(route.spec.rules.every((r: Obj) => r.matches[0].path.value === '/v1')).toBe(true);
-  });
-
-  it('lists every manifest in its kustomization', () => {
-    const kustomization = parse(files.find((f) => f.path === 'kustomization.yaml')!.text) as Obj;
-    const manifests = files.filter((f) => f.path.startsWith(`${MANIFESTS_DIR}/`)).map((f) => f.path);
-    expect([...kustomization.resources].sort()).toEqual(manifests.sort());
   });
 });
 
