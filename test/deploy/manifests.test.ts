@@ -18,7 +18,7 @@ import { TOKEN_PLACEHOLDER } from '../../deploy/lib/fleet-wide.ts';
 import { METRICS, TOKEN_KEYS } from '../../deploy/lib/switchyard-cli.ts';
 import { checkHTTPRoute, checkInferencePool, checkPodMonitor } from './crd-checks.ts';
 
-type Obj = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Obj = Record<string, any>;
 
 const FLEETS = ['small-only', 'mixed-2x2', 'large-heavy'];
 
@@ -173,7 +173,7 @@ describe.each(FLEETS)('the rendered %s fleet', (fleetName) => {
 });
 
 describe.each(FLEETS)('the %s fleet in a cluster', (fleetName) => {
-  const { fleet, files, dir, objects, ofKind, nodeDeployments, containers, byName } = loadRendered(fleetName);
+  const { fleet, files, ofKind, nodeDeployments, containers, byName } = loadRendered(fleetName);
 
   it('selects with each InferencePool exactly the pods of the pools that serve its model', () => {
     for (const pool of ofKind('InferencePool')) {
