@@ -20,8 +20,7 @@ export interface PlacementEvent {
     | 'loading.started'
     | 'mode.switched'
     | 'mode.forced'
-    | 'node.stalled'
-    | 'node.resumed';
+    | 'node.stalled';
   replica?: string;
   model?: string;
   gpu?: number;

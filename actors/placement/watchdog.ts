@@ -1,6 +1,6 @@
 // Placement's detection wiring: GPUs coming up, reported faults, node heartbeats and the detector's findings become
-// GPU ledger changes, `gpu.failed` for the replicas holding them, and fences for the node (repeated on every heartbeat
-// until the node confirms them, since a fence may be lost in a partition).
+// GPU ledger changes, `gpu.failed` for the replicas holding them, and fences for the node (repeated on heartbeats until
+// the node confirms them, since a fence may be lost in a partition); suspected GPUs; stalls of the whole node.
 import type { NodeMessage } from '../../transport/protocol.ts';
 import type { Runtime } from '../../runtime/system.ts';
 import type { Scenario } from '../config.ts';
@@ -35,7 +35,8 @@ export interface Watchdog {
 export function createWatchdog(d: WatchdogDeps): Watchdog {
   const { runtime, ledger, replicas, timeline } = d;
   const now = (): number => runtime.clock.now();
-  const fencing = new Map<number, string>();
+  // Fences the node has not confirmed, with the heartbeats heard since each was sent.
+  const fencing = new Map<number, { code: string; beats: number }>();
 
   const failGpu = (found: Detected): void => {
     const rec = ledger.gpus.get(found.gpu);
@@ -62,7 +63,7 @@ export function createWatchdog(d: WatchdogDeps): Watchdog {
     // A GPU the control plane declared failed (rather than one that reported it) is taken out of service at the node;
     // the fence is repeated on later heartbeats until the node confirms it (it may be lost in a partition).
     if (found.path !== 'reported') {
-      fencing.set(found.gpu, found.code);
+      fencing.set(found.gpu, { code: found.code, beats: 0 });
       runtime.send('node', { type: 'gpu.fence', gpu: found.gpu, code: found.code });
     }
     d.gpuFailed(found.gpu);
@@ -80,10 +81,26 @@ export function createWatchdog(d: WatchdogDeps): Watchdog {
         if (f && (st.startsWith('ready') || st.startsWith('draining'))) yield { replica: r.id, devices: r.gpus, ...f };
       }
     },
+    loading: function* () {
+      for (const r of replicas.values()) if (r.state() === 'loading') yield { replica: r.id, devices: r.gpus };
+    },
     onDetected: (found) => {
       for (const f of found) failGpu(f);
       d.schedule();
     },
+    onSuspects: (now) => {
+      let cleared = false;
+      for (const rec of ledger.gpus.values()) {
+        const was = ledger.suspected(rec.index);
+        if (was === now.has(rec.index)) continue;
+        ledger.suspect(rec.index, !was);
+        if (was && rec.healthy) cleared = true;
+      }
+      // A GPU no longer suspected may be given to the replica that waited for it.
+      if (cleared) d.schedule();
+    },
+    onStall: (since, until) =>
+      timeline.log({ kind: 'node.stalled', detail: `silent for ${Math.round(until - since)} ms, then back` }),
   });
 
   const gpuReady = (dev: number): void => {
@@ -91,6 +108,8 @@ export function createWatchdog(d: WatchdogDeps): Watchdog {
     if (!rec) return;
     ledger.deviceUp(dev);
     if (ledger.laneOf(dev) === 0) {
+      // Probed and free: whatever it was suspected of, it answers now.
+      ledger.suspect(rec.index, false);
       const back = !rec.healthy;
       rec.up = true;
       rec.healthy = true;
@@ -113,7 +132,10 @@ export function createWatchdog(d: WatchdogDeps): Watchdog {
           d.schedule();
           return true;
         case 'node.heartbeat':
-          for (const [g, code] of fencing) runtime.send('node', { type: 'gpu.fence', gpu: g, code });
+          // Repeated from the second heartbeat after it was sent: the first may have been sent before the node read
+          // it (a node back from a stall sends its overdue heartbeat first, then reads the fences that waited).
+          for (const [g, f] of fencing)
+            if (++f.beats >= 2) runtime.send('node', { type: 'gpu.fence', gpu: g, code: f.code });
           detector.heartbeat(msg.gpus);
           return true;
         default:
