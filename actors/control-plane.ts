@@ -127,16 +127,6 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
     },
     scenario.routing.ejection,
   );
-  // Replica failures reach health from placement's timeline, read incrementally.
-  let healthSeen = 0;
-  const syncHealth = (): void => {
-    const ev = placement.events;
-    while (healthSeen < ev.length) {
-      const e = ev[healthSeen++]!;
-      if (e.kind === 'replica.failed' && e.replica) health.failed(e.replica, e.detail ?? 'replica failed');
-      else if (e.kind === 'replica.created' && e.replica) health.reset(e.replica);
-    }
-  };
   const addTrace = (l: Live, t: DecisionTrace): void => {
     if (l.traces.length < MAX_TRACES) l.traces.push(t);
   };
@@ -383,6 +373,9 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
     },
   });
 
+  // Replica failures and re-creations reach health as placement publishes them.
+  placement.subscribe(health.observe);
+
   const registry = createRegistry(
     scenario.models.map((m) => ({
       name: m.name,
@@ -419,10 +412,7 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
     policy: scenario.routing.policy,
     rng: routerRng,
     now: () => clock.now(),
-    ejected: (id) => {
-      syncHealth();
-      return health.ejected(id);
-    },
+    ejected: (id) => health.ejected(id),
     slowdown: (id) => health.ratio(id),
   });
 
