@@ -5,7 +5,8 @@
 // zero padding up to the alignment, then each tensor's data at its aligned offset.
 
 /** A scalar metadata type of GGUF, by its short name. */
-export type GgufScalarType = 'u8' | 'i8' | 'u16' | 'i16' | 'u32' | 'i32' | 'f32' | 'bool' | 'string' | 'u64' | 'i64' | 'f64';
+export type GgufScalarType =
+  'u8' | 'i8' | 'u16' | 'i16' | 'u32' | 'i32' | 'f32' | 'bool' | 'string' | 'u64' | 'i64' | 'f64';
 
 /** One metadata key/value: a scalar of a GGUF type, or a homogeneous array of one. */
 export type GgufKv =
@@ -81,17 +82,39 @@ const putScalar = (c: Cursor, type: Exclude<GgufScalarType, 'string'>, v: number
   const n = typeof v === 'boolean' ? (v ? 1 : 0) : v;
   const { view, at } = c;
   switch (type) {
-    case 'u8': view.setUint8(at, n); break;
-    case 'i8': view.setInt8(at, n); break;
-    case 'u16': view.setUint16(at, n, true); break;
-    case 'i16': view.setInt16(at, n, true); break;
-    case 'u32': view.setUint32(at, n, true); break;
-    case 'i32': view.setInt32(at, n, true); break;
-    case 'f32': view.setFloat32(at, n, true); break;
-    case 'bool': view.setUint8(at, n); break;
-    case 'u64': view.setBigUint64(at, BigInt(n), true); break;
-    case 'i64': view.setBigInt64(at, BigInt(n), true); break;
-    case 'f64': view.setFloat64(at, n, true); break;
+    case 'u8':
+      view.setUint8(at, n);
+      break;
+    case 'i8':
+      view.setInt8(at, n);
+      break;
+    case 'u16':
+      view.setUint16(at, n, true);
+      break;
+    case 'i16':
+      view.setInt16(at, n, true);
+      break;
+    case 'u32':
+      view.setUint32(at, n, true);
+      break;
+    case 'i32':
+      view.setInt32(at, n, true);
+      break;
+    case 'f32':
+      view.setFloat32(at, n, true);
+      break;
+    case 'bool':
+      view.setUint8(at, n);
+      break;
+    case 'u64':
+      view.setBigUint64(at, BigInt(n), true);
+      break;
+    case 'i64':
+      view.setBigInt64(at, BigInt(n), true);
+      break;
+    case 'f64':
+      view.setFloat64(at, n, true);
+      break;
   }
   c.at += SCALAR_BYTES[type];
 };
@@ -146,11 +169,11 @@ export function f32ToF16Bits(value: number): number {
     const half = mant >>> shift;
     const rem = mant & ((1 << shift) - 1);
     const mid = 1 << (shift - 1);
-    return sign | (half + (rem > mid || (rem === mid && (half & 1)) ? 1 : 0));
+    return sign | (half + (rem > mid || (rem === mid && half & 1) ? 1 : 0));
   }
   let half = (e << 10) | (mant >>> 13);
   const rem = mant & 0x1fff;
-  if (rem > 0x1000 || (rem === 0x1000 && (half & 1))) half += 1; // may carry into the exponent: still correct
+  if (rem > 0x1000 || (rem === 0x1000 && half & 1)) half += 1; // may carry into the exponent: still correct
   e = half >>> 10;
   return sign | (e >= 0x1f ? 0x7c00 : half);
 }

@@ -2,7 +2,7 @@
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { getLlama, LlamaLogLevel } from 'node-llama-cpp';
+import { getLlama, LlamaLogLevel, type Token } from 'node-llama-cpp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { f32ToF16Bits, writeGguf } from '../../../actors/engine/gguf-writer.ts';
 import { buildTinyModel, ensureTinyModel, TINY_VOCAB } from '../../../actors/engine/tiny-model.ts';
@@ -80,7 +80,9 @@ describe('tiny model', () => {
       expect(model.detokenize(tokens)).toBe(text);
       const context = await model.createContext({ contextSize: 256, threads: 1 });
       const out: number[] = [];
-      for await (const token of context.getSequence().evaluate([TINY_VOCAB.bos, ...tokens], { temperature: 0 })) {
+      for await (const token of context
+        .getSequence()
+        .evaluate([TINY_VOCAB.bos as Token, ...tokens], { temperature: 0 })) {
         out.push(token);
         if (out.length === 16) break;
       }
