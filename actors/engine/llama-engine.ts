@@ -4,7 +4,6 @@
 // what each sequence's `controlledEvaluate` asks for; `dispatchPendingBatch()` then evaluates the whole queue as one
 // batch. Logits are requested only where a token is sampled. Context shifting is made impossible twice over: every
 // plan is checked against the cells left before anything is queued, and the sequences' shift strategy throws.
-import { open } from 'node:fs/promises';
 import { setImmediate as nextMacrotask } from 'node:timers/promises';
 import {
   getLlama,
@@ -26,6 +25,7 @@ import {
   type StepPlan,
   type StepResult,
 } from './engine.ts';
+import { checkModelFile } from './model-file.ts';
 import { createTextStream, type TextStream } from './text-stream.ts';
 
 /** One live sequence: its llama.cpp sequence, the sampled token not yet in the cache, and its text stream. */
@@ -37,41 +37,12 @@ interface Live {
   finished: boolean;
 }
 
-const GGUF_MAGIC = 'GGUF';
-
 /** Mixes a seed with a token position (murmur3 finaliser) so each sampled position gets its own stream. */
 export function positionSeed(seed: number, position: number): number {
   let h = (Math.imul(seed >>> 0, 0x9e3779b1) ^ position) >>> 0;
   h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
   h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
   return (h ^ (h >>> 16)) >>> 0;
-}
-
-/** Checks that `file` exists, is readable and starts with a GGUF v2/v3 header; throws invalid_model_file naming it. */
-export async function checkModelFile(file: string): Promise<void> {
-  let handle;
-  try {
-    handle = await open(file, 'r');
-  } catch (err) {
-    const why = (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'does not exist' : 'cannot be read';
-    throw new EngineError('invalid_model_file', `model file ${file} ${why}`, false, err);
-  }
-  try {
-    const head = Buffer.alloc(8);
-    const { bytesRead } = await handle.read(head, 0, 8, 0);
-    if (bytesRead < 8 || head.toString('latin1', 0, 4) !== GGUF_MAGIC) {
-      throw new EngineError('invalid_model_file', `model file ${file} is not a GGUF file`);
-    }
-    const version = head.readUInt32LE(4);
-    if (version !== 2 && version !== 3) {
-      throw new EngineError('invalid_model_file', `model file ${file} has unsupported GGUF version ${version}`);
-    }
-  } catch (err) {
-    if (err instanceof EngineError) throw err;
-    throw new EngineError('invalid_model_file', `model file ${file} cannot be read`, false, err);
-  } finally {
-    await handle.close();
-  }
 }
 
 const refuse = (message: string): never => {
