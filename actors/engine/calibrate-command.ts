@@ -39,17 +39,23 @@ export function formatProfile(p: EngineProfile): string {
     const fitted = predictS(p.coefficients, s) * 1e3;
     const ms = s.seconds * 1e3;
     const err = ((fitted - ms) / ms) * 100;
-    lines.push(
-      `${String(s.prefillTokens).padStart(7)} ${String(s.decodeSeqs).padStart(6)} ${String(s.contextTokens).padStart(7)}` +
-        `   ${ms.toFixed(3).padStart(11)}   ${fitted.toFixed(3).padStart(9)}   ${err.toFixed(1).padStart(5)} %`,
-    );
+    const cells = [
+      String(s.prefillTokens).padStart(7),
+      String(s.decodeSeqs).padStart(6),
+      String(s.contextTokens).padStart(7),
+      `  ${ms.toFixed(3).padStart(11)}`,
+      `  ${fitted.toFixed(3).padStart(9)}`,
+      `  ${err.toFixed(1).padStart(5)} %`,
+    ];
+    lines.push(cells.join(' '));
   }
   const c = p.coefficients;
   lines.push(
     `fit over ${p.fit.points} shapes: mean relative error ${(p.fit.meanRelError * 100).toFixed(1)} %, ` +
       `max ${(p.fit.maxRelError * 100).toFixed(1)} %`,
     `t = ${(c.baseS * 1e3).toFixed(4)} ms + ${(c.perPrefillTokenS * 1e6).toFixed(3)} us/prefill token + ` +
-      `${(c.perPrefillPairS * 1e9).toFixed(3)} ns/prefill pair + ${(c.perDecodeSeqS * 1e6).toFixed(3)} us/decode seq + ` +
+      `${(c.perPrefillPairS * 1e9).toFixed(3)} ns/prefill pair + ` +
+      `${(c.perDecodeSeqS * 1e6).toFixed(3)} us/decode seq + ` +
       `${(c.perContextTokenS * 1e9).toFixed(3)} ns/context token`,
   );
   return lines.join('\n');

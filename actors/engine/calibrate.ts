@@ -134,7 +134,7 @@ export function profileStepS(profile: Pick<EngineProfile, 'coefficients'>, shape
   return Math.max(0, predictS(profile.coefficients, s));
 }
 
-/** Fits the coefficients to the samples (minimising relative error) and reports the mean and max relative error of the fit. */
+/** Fits the coefficients to the samples (minimising relative error); reports the fit's mean and max relative error. */
 export function fitProfile(samples: readonly CalibrationSample[]): {
   coefficients: StepCoefficients;
   fit: EngineProfile['fit'];
@@ -166,7 +166,8 @@ const gridShapes = (grid: CalibrationGrid, context: number): { prefill: number; 
  * Times every shape of the grid on a loaded engine (sequences >= max decodeSeqs + 1, cells >= the largest context
  * plus the decodes of the calibration). Repetitions go round the whole grid, so a burst of load from other processes
  * spreads over many shapes instead of skewing one, and each shape keeps its fastest time: other work on a shared
- * machine only ever adds time, so the minimum is the engine's own cost.
+ * machine only ever adds time, so the minimum is the engine's own cost. The decoding sequences grow by one token per
+ * timed decode, so contexts drift upwards during a run: each sample records the context it really had.
  */
 export async function measureGrid(engine: Engine, grid: CalibrationGrid): Promise<CalibrationSample[]> {
   const samples: CalibrationSample[] = [];
