@@ -97,7 +97,10 @@ export interface StepResult {
   ms: number;
   /** Tokens evaluated (prefill tokens + decodes). */
   tokens: number;
-  /** Batches dispatched to the engine; 1 unless the engine had to split the step. */
+  /**
+   * Batches node-llama-cpp dispatched for the step: 1 unless a decode was queued late. llama.cpp itself may still run
+   * one batch in several passes (the stock build splits a batch across sequences); `ms` includes them all.
+   */
   dispatches: number;
 }
 
