@@ -222,21 +222,13 @@ function createFleetRun(base: Scenario, fleet: FleetSpec, clock: VirtualClock, r
     },
     /** Schedules arrivals, node losses and the gauges' scrapes from `t0`. */
     start: (t0: number): void => {
-      const trafficRng = rng.fork('traffic');
-      base.traffic.forEach((_, i) => {
-        const s = createArrivalStream(base, i, trafficRng);
-        const pump = (): void => {
-          const a = s.next();
-          if (!a) return;
-          pending++;
-          clock.at(t0 + a.t, () => {
-            pending--;
-            pump();
-            admit(a);
-            maybeStop();
-          });
-        };
-        pump();
+      scheduleArrivals(base, clock, rng.fork('traffic'), t0, {
+        before: () => pending++,
+        arrive: (a) => {
+          pending--;
+          admit(a);
+          maybeStop();
+        },
       });
       for (const l of fleet.nodeLoss) {
         pending++;
@@ -256,6 +248,29 @@ function createFleetRun(base: Scenario, fleet: FleetSpec, clock: VirtualClock, r
     report: (policy: FleetRouterPolicy, seed: number, simMs: number, t0: number): FleetReport =>
       buildFleetReport(base, fleet, { policy, seed, simMs, t0, requests, lost, rescheduled, nodeCount }),
   };
+}
+
+/** Feeds every traffic stream's arrivals to `on.arrive` at their times from `t0`, one pending arrival per stream. */
+function scheduleArrivals(
+  base: Scenario,
+  clock: VirtualClock,
+  rng: Rng,
+  t0: number,
+  on: { before(): void; arrive(a: Arrival): void },
+): void {
+  base.traffic.forEach((_, i) => {
+    const s = createArrivalStream(base, i, rng);
+    const pump = (): void => {
+      const a = s.next();
+      if (!a) return;
+      on.before();
+      clock.at(t0 + a.t, () => {
+        pump();
+        on.arrive(a);
+      });
+    };
+    pump();
+  });
 }
 
 function buildFleetReport(
