@@ -174,7 +174,18 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     ...(opts.status ? { status: opts.status } : {}),
   });
   const server = createHttpServer(opts, (req, res) => {
-    if (!edgeAllowsInspector(req, edge) || !inspector.handleHttp(req, res)) handler(req, res);
+    try {
+      if (!edgeAllowsInspector(req, edge) || !inspector.handleHttp(req, res)) handler(req, res);
+    } catch (e) {
+      // The inspector's routes failed on this request: answer it alone, count it, and serve on.
+      metrics.handlerFailed();
+      log(`inspector route failed: ${e instanceof Error ? e.message : String(e)}`);
+      if (res.headersSent) res.destroy();
+      else {
+        res.writeHead(500, { 'Content-Type': 'text/plain' });
+        res.end('internal error');
+      }
+    }
   });
   const ws: WsServer = attachWsServer(server, {
     clock,
