@@ -2,7 +2,7 @@
 // deterministic simulation testing over many seeds, in parallel worker processes. Ends with one JSON line.
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { runDstSeed, shrinkFaults, type DstMutation, type DstResult } from '../actors/sim/dst.ts';
+import { DST_MUTATIONS, runDstSeed, shrinkFaults, type DstMutation, type DstResult } from '../actors/sim/dst.ts';
 import { flag, parseOrUsage } from './args.ts';
 
 interface Job {
@@ -12,7 +12,7 @@ interface Job {
 }
 
 const USAGE = `usage: npm run dst -- [--seeds N] [--sim-seconds S] [--seed K] [--from F] [--workers W]
-                      [--mutation none|skip-gpu-release|drop-interrupted] [--check-determinism D]
+                      [--mutation ${DST_MUTATIONS.join('|')}] [--check-determinism D]
 `;
 const FLAGS = {
   seeds: flag.intOr(100, { min: 1, max: 1_000_000 }),
@@ -20,7 +20,10 @@ const FLAGS = {
   seed: flag.int({ min: 0, max: 2 ** 31 - 1 }),
   from: flag.intOr(1, { min: 0, max: 2 ** 31 - 1 }),
   workers: flag.intOr(2, { min: 1, max: 256 }),
-  mutation: flag.oneOf('none', 'none', 'skip-gpu-release', 'drop-interrupted'),
+  mutation: flag.oneOf<readonly [DstMutation, ...DstMutation[]]>(
+    'none',
+    ...(DST_MUTATIONS as [DstMutation, ...DstMutation[]]),
+  ),
   'check-determinism': flag.intOr(0, { min: 0, max: 1_000_000 }),
   // Set on the child processes this command forks.
   worker: flag.bool(),
