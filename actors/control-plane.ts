@@ -7,7 +7,7 @@ import type { StepPlan } from './batcher/continuous.ts';
 import type { StatelessBatcher, StatelessItem } from './batcher/stateless.ts';
 import type { Scenario } from './config.ts';
 import { createCollector, type Collector } from './metrics/collector.ts';
-import { failure, type Failure } from '../machines/outcomes.ts';
+import { failure, type Failure, type OutcomeCode } from '../machines/outcomes.ts';
 import { startPlacement, type Placement } from './placement/placement.ts';
 import type { ReplicaHandle } from './replica.ts';
 import { createRegistry } from './router/registry.ts';
@@ -186,7 +186,7 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
     receivedAt: l.receivedAt,
     started: (t) => {
       markScheduled(l, t);
-      l.actor.send({ type: 'request.scheduled', replica: r.id, t, prefilling: true });
+      l.actor.send({ type: 'request.scheduled', replica: r.id, t });
     },
     reply: (o) => {
       const t = clock.now();
@@ -200,22 +200,10 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
       l.actor.send({ type: 'request.finished', tokens: 1, t });
     },
   });
-  /** The stateless batcher of `r`, made on first use from the model's batching settings and profile. */
+  /** The stateless batcher of `r` (a stateless model's replica is created with one). */
   const statelessOf = (r: ReplicaHandle): StatelessBatcher => {
-    if (r.stateless) return r.stateless;
-    const b = modelByName.get(r.model)!.batching.stateless;
-    const mp = r.cost.model;
-    // Activations per padded token, as the cost model reserves them (bf16, per GPU of the tensor-parallel gang).
-    const bytesPerToken = (3 * (mp.ffn / r.cost.tp) + 4 * mp.hidden) * 2;
-    return r.useStateless({
-      maxSize: b.maxBatch,
-      maxTokens: b.maxBatchTokens,
-      maxMemoryBytes: Math.max(mp.maxContext, b.buckets[b.buckets.length - 1]!) * bytesPerToken,
-      maxDelayMs: b.maxDelayMs,
-      buckets: b.buckets,
-      bytesPerToken,
-      maxQueued: modelByName.get(r.model)!.classes.reduce((n, c) => n + c.maxQueued, 0),
-    });
+    if (!r.stateless) throw new Error(`replica ${r.id} of a stateless model has no stateless batcher`);
+    return r.stateless;
   };
   /** Among the ready replicas of `r`'s model@version, the one whose stateless batcher holds the fewest requests. */
   const leastQueued = (r: ReplicaHandle): ReplicaHandle => {
@@ -252,7 +240,6 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
         type: 'request.scheduled',
         replica: l.actor.getSnapshot().context.replica ?? 'router',
         t,
-        prefilling: true,
       });
     },
     preempted: (seq, t) => {
@@ -318,7 +305,7 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
     }
   };
 
-  const onInterrupted = (seqs: Sequence[], reason: string): void => {
+  const onInterrupted = (seqs: Sequence[], reason: OutcomeCode): void => {
     const t = clock.now();
     for (const s of seqs) {
       const l = s.tag as Live;

@@ -4,7 +4,7 @@
 // says why a model cannot be served.
 import { createActor } from 'xstate';
 import { placementMachine, type PlacementMode } from '../../machines/placement.machine.ts';
-import { createReplica, type ReplicaHandle, type ReplicaOptions } from '../replica.ts';
+import { createReplica, statelessLimits, type ReplicaHandle, type ReplicaOptions } from '../replica.ts';
 import type { Msg, Runtime } from '../../runtime/system.ts';
 import type { Scenario } from '../config.ts';
 import type { Sequence } from '../batcher/sequence.ts';
@@ -250,6 +250,7 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
         blocksTotal: blocks,
       },
       ...(e.slowdown > 1 ? { slowdown: e.slowdown } : {}),
+      ...(m.kind === 'stateless' ? { stateless: statelessLimits(m, cost) } : {}),
       onInterrupted: (seqs, reason) => {
         if (interruptions.length < MAX_RECORDS) {
           interruptions.push({
