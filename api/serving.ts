@@ -64,8 +64,6 @@ const finite = (x: number): number => (Number.isFinite(x) && x >= 0 ? Math.round
 
 /** Wraps a control plane for client APIs; every outcome also feeds the metrics. */
 export function createServing(cp: ControlPlane, node: NodeLink, metrics: ServerMetrics): Serving {
-  const models = new Map(cp.scenario.models.map((m) => [m.name, m]));
-
   const submit = (req: ServeRequest, sink: StreamSink): Accepted | { ok: false; failure: Failure } => {
     const promptTokens = req.promptTokens ?? estimateTokens(req.prompt ?? '');
     const seed = textSeed(`${req.model}\u0000${req.prompt ?? String(promptTokens)}`);
@@ -119,9 +117,15 @@ export function createServing(cp: ControlPlane, node: NodeLink, metrics: ServerM
         },
       },
     );
-    if (!res.ok) return { ok: false, failure: res.failure ?? failure('internal', 'submit failed') };
-    const version = cp.explain(res.id)?.[0]?.version ?? models.get(req.model)?.versions[0] ?? '';
-    return { ok: true, request: res.id, model: req.model, version, promptTokens, cancel: () => void cp.cancel(res.id) };
+    if (!res.ok) return { ok: false, failure: res.failure };
+    return {
+      ok: true,
+      request: res.id,
+      model: req.model,
+      version: res.version,
+      promptTokens,
+      cancel: () => void cp.cancel(res.id),
+    };
   };
 
   return {

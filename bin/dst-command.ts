@@ -2,7 +2,7 @@
 // deterministic simulation testing over many seeds, in parallel worker processes. Ends with one JSON line.
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { runDstSeed, shrinkFaults, type DstMutation, type DstResult } from '../actors/sim/dst.ts';
+import { DST_MUTATIONS, runDstSeed, shrinkFaults, type DstMutation, type DstResult } from '../actors/sim/dst.ts';
 import { intFlag, parseArgs } from './args.ts';
 
 interface Job {
@@ -64,9 +64,12 @@ async function main(): Promise<number> {
     return 0;
   }
   const simSeconds = intFlag(args, 'sim-seconds', 60);
-  const mutation = (
-    typeof args.flags.get('mutation') === 'string' ? args.flags.get('mutation') : 'none'
-  ) as DstMutation;
+  const given = args.flags.get('mutation');
+  const mutation = (typeof given === 'string' ? given : 'none') as DstMutation;
+  if (!DST_MUTATIONS.includes(mutation)) {
+    console.error(`--mutation: expected one of ${DST_MUTATIONS.join(', ')}, got ${String(given)}`);
+    return 2;
+  }
   const single = args.flags.has('seed') ? intFlag(args, 'seed', 1) : null;
   const from = intFlag(args, 'from', 1);
   const count = intFlag(args, 'seeds', 100);

@@ -8,6 +8,8 @@
 // finishes its own prompt. A full slot table or a full KV cache adds the time for enough running sequences to
 // finish. KV headroom is counted against what the replica has committed (every sequence's prompt plus expected
 // output), not against what it has allocated so far, so admitting within headroom never forces a preemption.
+import type { BatcherStats, ContinuousLimits } from '../batcher/continuous.ts';
+import type { CostModel } from '../gpu/cost-model.ts';
 import type { ReplicaHandle } from '../replica.ts';
 
 /** A replica's predicted wait and KV headroom for one request. */
@@ -46,12 +48,31 @@ export interface WorkSpec {
 const fullChunk = { tokens: 0, cached: 0 };
 const fullShape = { prefill: [fullChunk], decodeBatch: 0, decodeContext: 0 };
 
+/** What an estimate reads of a replica: its ledger's stats, its batching limits and its cost model. */
+export interface ReplicaLoad {
+  id: string;
+  stats: Pick<
+    BatcherStats,
+    | 'waiting'
+    | 'running'
+    | 'blocksTotal'
+    | 'prefillTokensAhead'
+    | 'decodeTokensAhead'
+    | 'waitingByClass'
+    | 'waitingTokensByClass'
+    | 'runningCommittedBlocks'
+    | 'runningContext'
+  >;
+  limits: Pick<ContinuousLimits, 'tokenBudget' | 'maxRunning' | 'blockTokens'>;
+  cost: CostModel;
+}
+
 /** Seconds of one step of this replica carrying `prefill` prompt tokens beside its running decodes. */
-function stepWith(r: ReplicaHandle, prefill: number, decodes: number, context: number): number {
+function stepWith(cost: CostModel, prefill: number, decodes: number, context: number): number {
   fullChunk.tokens = prefill;
   fullShape.decodeBatch = decodes;
   fullShape.decodeContext = context;
-  return r.cost.stepS(fullShape);
+  return cost.stepS(fullShape);
 }
 
 const harmonic = (n: number): number =>
@@ -77,11 +98,16 @@ function slotsFreedAfter(n: number, k: number): number {
  * tracks a straggler instead of letting its queue expire.
  */
 export function estimateWait(r: ReplicaHandle, work: WorkSpec, slowdown = 1): WaitEstimate {
-  const st = r.batcher.stats();
-  const lim = r.batcher.limits;
+  return estimateLoad({ id: r.id, stats: r.batcher.stats(), limits: r.batcher.limits, cost: r.cost }, work, slowdown);
+}
+
+/** estimateWait over a replica's load as data (a real replica's ledger, or the work held for one still loading). */
+export function estimateLoad(r: ReplicaLoad, work: WorkSpec, slowdown = 1): WaitEstimate {
+  const st = r.stats;
+  const lim = r.limits;
   const decodes = Math.min(st.running, lim.tokenBudget - 1);
   const perStep = lim.tokenBudget - decodes;
-  const fullS = stepWith(r, perStep, decodes, st.runningContext);
+  const fullS = stepWith(r.cost, perStep, decodes, st.runningContext);
   const decodeS = st.running > 0 ? r.cost.decodeS(st.running, st.runningContext) : 0;
 
   let waitingTokens = 0;
@@ -99,7 +125,7 @@ export function estimateWait(r: ReplicaHandle, work: WorkSpec, slowdown = 1): Wa
   // Prefill phase: `tokens` through steps of `perStep` prefill tokens; a partial step costs what it carries.
   const prefillPhaseS = (tokens: number): number => {
     if (tokens <= 0) return 0;
-    if (tokens <= perStep) return stepWith(r, tokens, decodes, st.runningContext);
+    if (tokens <= perStep) return stepWith(r.cost, tokens, decodes, st.runningContext);
     return (tokens / perStep) * fullS;
   };
   // A busy replica finishes the step in flight first: half a step on average.
@@ -146,5 +172,45 @@ export function estimateWait(r: ReplicaHandle, work: WorkSpec, slowdown = 1): Wa
     aheadTokens: ahead,
     topWaitMs: topWaitS * k,
     kvWaitMs: kvS * k,
+  };
+}
+
+/** Work held at the router, waiting for a replica that is loading or about to be placed. */
+export interface HeldWork {
+  count: number;
+  promptTokens: number;
+  /** Output tokens the ledger expects of it. */
+  outputTokens: number;
+}
+
+/**
+ * The load an empty replica would carry if `ahead` were handed to it the moment it is ready: up to maxRunning of
+ * those requests running (their prompts not yet computed), the rest waiting, all counted as the request's class.
+ * Estimating on it (with the request's priority 0) gives the wait behind the held work at the replica's rate.
+ */
+export function heldLoad(
+  empty: Pick<ReplicaLoad, 'id' | 'limits' | 'cost'> & { blocksTotal: number },
+  ahead: HeldWork,
+): ReplicaLoad {
+  const n = ahead.count;
+  const running = Math.min(n, empty.limits.maxRunning);
+  const waiting = n - running;
+  const prompt = n > 0 ? ahead.promptTokens / n : 0;
+  const output = n > 0 ? ahead.outputTokens / n : 0;
+  return {
+    id: empty.id,
+    limits: empty.limits,
+    cost: empty.cost,
+    stats: {
+      waiting,
+      running,
+      blocksTotal: empty.blocksTotal,
+      prefillTokensAhead: ahead.promptTokens,
+      decodeTokensAhead: ahead.outputTokens,
+      waitingByClass: [waiting],
+      waitingTokensByClass: [waiting * prompt],
+      runningCommittedBlocks: running * Math.ceil((prompt + output) / empty.limits.blockTokens),
+      runningContext: running * prompt,
+    },
   };
 }

@@ -5,7 +5,7 @@
 import type { Clock } from '../../runtime/clock.ts';
 import type { ReplicaHandle } from '../replica.ts';
 import type { Registry } from './registry.ts';
-import { isReady } from './router.ts';
+import { isReady } from './view.ts';
 
 /** What to roll out. */
 export interface RolloutSpec {

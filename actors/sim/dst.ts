@@ -1,16 +1,24 @@
 // Deterministic simulation testing: the whole system (control plane, node agent, clients) in virtual time, each
-// seed with a random schedule of faults, and the promises P1–P9 checked while it runs. A failing seed is
+// seed with a random schedule of faults, and the promises P1–P11 checked while it runs. A failing seed is
 // reproducible from its number and its fault schedule can be shrunk.
 import { createHash } from 'node:crypto';
 import { createVirtualClock } from '../../runtime/clock.ts';
 import { createRng, type Rng } from '../../runtime/rng.ts';
-import { createRuntime, type Msg } from '../../runtime/system.ts';
+import { createRuntime, type Runtime } from '../../runtime/system.ts';
+import type { InjectedFault } from '../../machines/messages.ts';
 import { createCostModelExecutor } from '../gpu/executor.ts';
 import { startNodeAgent, type NodeAgent } from '../worker/agent.ts';
-import { startControlPlane, type ControlPlane, type TerminalOutcome } from '../control-plane.ts';
+import {
+  startControlPlane,
+  type ControlPlane,
+  type ControlPlaneMutations,
+  type SubmitSpec,
+  type TerminalOutcome,
+} from '../control-plane.ts';
 import { normalizeScenario, type Scenario } from '../config.ts';
 import { loadTrace, type TraceRow } from './traffic.ts';
-import { connectSimLink } from '../../transport/sim-link.ts';
+import { connectSimLink, type SimLink } from '../../transport/sim-link.ts';
+import type { VirtualClock } from '../../runtime/clock.ts';
 
 /** A fault the harness can inject, at virtual seconds from the start of traffic. */
 export type DstFault =
@@ -24,7 +32,30 @@ export type DstFault =
   | { kind: 'client-disconnect'; at: number; count: number };
 
 /** Test-only mutations that break a promise on purpose, to show the battery catches them. */
-export type DstMutation = 'none' | 'skip-gpu-release' | 'drop-interrupted';
+export type DstMutation = 'none' | 'skip-gpu-release' | 'drop-interrupted' | 'held-on-ready-only';
+
+/** Every mutation, for the CLI. */
+export const DST_MUTATIONS: readonly DstMutation[] = [
+  'none',
+  'skip-gpu-release',
+  'drop-interrupted',
+  'held-on-ready-only',
+];
+
+/** The control plane's mutation options for a DST mutation. */
+const MUTATIONS: Record<DstMutation, ControlPlaneMutations> = {
+  none: {},
+  'skip-gpu-release': { dropGpuReleases: true },
+  'drop-interrupted': { dropInterrupted: true },
+  'held-on-ready-only': { heldOnReadyOnly: true },
+};
+
+/** How often work conservation (P10) is sampled (virtual ms). */
+const CONSERVATION_SAMPLE_MS = 50;
+/** P11: an admitted request predicted to wait at most this share of its budget must be scheduled within it. */
+export const P11_PREDICTION_SHARE = 0.5;
+/** P11 does not judge requests that waited while a fault was active or up to this long after it ended (ms). */
+export const P11_FAULT_SHADOW_MS = 30_000;
 
 /** What one seed's run found. */
 export interface DstResult {
@@ -134,68 +165,76 @@ interface ClientView {
   streaming: boolean;
 }
 
-/** Runs one seed: the full system, the seed's faults (or the given ones), and the P1–P9 monitors. */
-export function runDstSeed(seed: number, opts: DstOptions): DstResult {
-  const rng = createRng(seed);
-  const layout = LAYOUTS[seed % LAYOUTS.length]!;
-  const scenario = scenarioFor(layout, seed);
-  const drawn = drawFaults(rng.fork('faults'), opts.simSeconds, scenario.node.gpus);
-  const faults = opts.faults ?? drawn.faults;
-  const permanent =
-    faults.some(
-      (f) => (f.kind === 'gpu-fault' || f.kind === 'hang' || f.kind === 'silent') && f.repairAt === undefined,
-    ) ||
-    faults.some((f) => f.kind === 'worker-crash' && f.restartAt === undefined) ||
-    faults.some((f) => f.kind === 'partition' && f.until === undefined);
-  const mutation = opts.mutation ?? 'none';
-  const violations: string[] = [];
-  const violate = (p: string, what: string): void => {
-    if (violations.length < 50) violations.push(`${p}: ${what}`);
-  };
+/** One seed's system: virtual clock, both runtimes and their link, the control plane, and the node agent. */
+interface DstSystem {
+  clock: VirtualClock;
+  control: Runtime;
+  nodeRt: Runtime;
+  link: SimLink;
+  cp: ControlPlane;
+  scenario: Scenario;
+  startAgent(): void;
+  stopAgent(): void;
+  agentRunning(): boolean;
+}
 
+/** A seed's clients and the checks on what they hear (P1, P2, P5). */
+interface DstClients {
+  views: Map<string, ClientView>;
+  hash: ReturnType<typeof createHash>;
+  violate(p: string, what: string): void;
+  violations: string[];
+  /** Submits as a client, registering the client's view before the control plane can answer. */
+  submit(spec: SubmitSpec, terminal?: (id: string, o: TerminalOutcome) => void): void;
+}
+
+function buildSystem(rng: Rng, scenario: Scenario, mutation: DstMutation): DstSystem {
   const clock = createVirtualClock();
   const control = createRuntime({ name: 'control', clock, rng: rng.fork('control') });
   const nodeRt = createRuntime({ name: 'node', clock, rng: rng.fork('node') });
   const link = connectSimLink(control, nodeRt, clock, rng.fork('link'), { latencyMs: 0.05, jitterMs: 0.02 });
-  if (mutation === 'skip-gpu-release') {
-    // A mutated copy of the wire that loses every GPU release: a failed replica never gives its GPUs back.
-    const inner = control.send;
-    const patched = (to: string, msg: Msg): void => (msg.type === 'gpu.release' ? undefined : inner(to, msg));
-    (control as { send: typeof control.send }).send = patched;
-  }
   const gpus = Array.from({ length: scenario.node.gpus }, (_, i) => i);
-  const startAgent = (): NodeAgent =>
-    startNodeAgent(nodeRt, {
-      gpus,
-      executor: createCostModelExecutor(clock),
-      repairMs: scenario.node.repairMs,
-      heartbeatMs: scenario.detection.heartbeatMs,
-    });
-  const cp: ControlPlane = startControlPlane(control, scenario, { checkInvariants: true });
-  let agent: NodeAgent | null = startAgent();
-  if (mutation === 'drop-interrupted') {
-    // A mutated control plane that forgets requests its failed replica handed back.
-    cp.placement.watch(() => {
-      for (const r of cp.placement.replicas.values()) {
-        const b = r.batcher as unknown as { evictAll(): unknown[]; __mutated?: boolean };
-        if (b.__mutated) continue;
-        const evict = b.evictAll.bind(b);
-        b.evictAll = () => (evict(), []);
-        b.__mutated = true;
-      }
-    });
-  }
+  const cp = startControlPlane(control, scenario, {
+    checkInvariants: true,
+    keepTraces: true,
+    mutations: MUTATIONS[mutation],
+  });
+  let agent: NodeAgent | null = null;
+  const sys: DstSystem = {
+    clock,
+    control,
+    nodeRt,
+    link,
+    cp,
+    scenario,
+    startAgent: () => {
+      agent = startNodeAgent(nodeRt, {
+        gpus,
+        executor: createCostModelExecutor(clock),
+        repairMs: scenario.node.repairMs,
+        heartbeatMs: scenario.detection.heartbeatMs,
+      });
+    },
+    stopAgent: () => {
+      agent?.stop();
+      agent = null;
+    },
+    agentRunning: () => agent !== null,
+  };
+  sys.startAgent();
+  return sys;
+}
 
-  clock.run(600_000);
-  const origin = clock.now();
-  if (cp.placement.replicas.size === 0) violate('boot', 'the initial placement did not load');
-
-  // Clients: every token frame and terminal checked as it arrives (P1, P2).
-  const clients = new Map<string, ClientView>();
+function attachClients(cp: ControlPlane): DstClients {
+  const views = new Map<string, ClientView>();
   const hash = createHash('sha256');
+  const violations: string[] = [];
+  const violate = (p: string, what: string): void => {
+    if (violations.length < 50) violations.push(`${p}: ${what}`);
+  };
   const listener = {
     tokens: (id: string, seqNo: number, n: number) => {
-      const c = clients.get(id);
+      const c = views.get(id);
       if (!c) return violate('P2', `tokens for unknown request ${id}`);
       if (c.terminal) violate('P2', `${id}: token after its terminal outcome`);
       if (seqNo !== c.expected) violate('P2', `${id}: token sequence ${seqNo} where ${c.expected} was expected`);
@@ -203,7 +242,7 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
       c.streaming = true;
     },
     terminal: (id: string, o: TerminalOutcome) => {
-      const c = clients.get(id);
+      const c = views.get(id);
       if (!c) return violate('P1', `terminal for unknown request ${id}`);
       c.terminals++;
       if (c.terminals > 1) violate('P1', `${id}: a second terminal outcome (${o.outcome})`);
@@ -215,57 +254,66 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
       hash.update(`${id}:${o.outcome}:${o.code}:${o.tokens};`);
     },
   };
+  return {
+    views,
+    hash,
+    violate,
+    violations,
+    submit: (spec, terminal) => {
+      // `submit` reports synchronously for rejections, so the view is registered before the listener can fire.
+      const id = cp.runtime.ids.next('req');
+      views.set(id, { model: spec.model, expected: 0, terminal: null, terminals: 0, streaming: false });
+      const res = cp.submit(
+        { ...spec, id },
+        terminal ? { ...listener, terminal: (i, o) => (listener.terminal(i, o), terminal(i, o)) } : listener,
+      );
+      if (!res.ok && views.get(res.id)!.terminals === 0)
+        violate('P1', `${res.id}: rejected without a terminal outcome`);
+    },
+  };
+}
 
-  // Traffic: Poisson per model at a moderate share of its capacity, lengths from the conversation trace.
+/** Poisson arrivals per model at a moderate share of its capacity, lengths from the conversation trace. */
+function scheduleTraffic(sys: DstSystem, clients: DstClients, rng: Rng, layout: Layout, origin: number, endMs: number) {
   const rows: TraceRow[] = loadTrace('splitwise_conv').filter((r) => r.prompt + r.output <= 4096);
-  const trafficRng = rng.fork('traffic');
   const rates: Record<string, number> =
     layout === 'small-exclusive'
       ? { 'llama-3-8b': 12 }
       : layout === 'large-exclusive'
         ? { 'llama-3-70b': 3 }
         : { 'llama-3-8b': 6, 'llama-3-70b': 0.5 };
-  const endMs = origin + opts.simSeconds * 1000;
-  const arrivalsEnd = origin + opts.simSeconds * 0.75 * 1000;
-  let submitted = 0;
+  const counter = { submitted: 0 };
   for (const [model, rate] of Object.entries(rates)) {
-    const r = trafficRng.fork(model);
+    const r = rng.fork(model);
     let t = origin;
     for (;;) {
       t += r.exponential(1000 / rate);
-      if (t >= arrivalsEnd) break;
+      if (t >= endMs) break;
       const row = rows[r.int(rows.length)]!;
-      clock.at(t, () => {
-        submitted++;
-        const res = cp.submit(
-          { model, promptTokens: row.prompt, maxTokens: row.output, outputTokens: row.output },
-          listener,
-        );
-        if (!res.ok) {
-          const c = clients.get(res.id)!;
-          if (c.terminals === 0) violate('P1', `${res.id}: rejected without a terminal outcome`);
-        }
+      sys.clock.at(t, () => {
+        counter.submitted++;
+        clients.submit({ model, promptTokens: row.prompt, maxTokens: row.output, outputTokens: row.output });
       });
     }
   }
-  // `submit` reports synchronously for rejections, so register the view before the listener can fire.
-  const innerSubmit = cp.submit;
-  (cp as { submit: typeof cp.submit }).submit = (spec, l) => {
-    const id = control.ids.next('req');
-    clients.set(id, { model: spec.model, expected: 0, terminal: null, terminals: 0, streaming: false });
-    return innerSubmit({ ...spec, id }, l);
-  };
+  return counter;
+}
 
-  // Faults.
+/** Schedules the faults; answers when the last one ends and the windows in which a fault was active. */
+function scheduleFaults(sys: DstSystem, clients: DstClients, faults: DstFault[], origin: number) {
+  const { clock, link, nodeRt, cp } = sys;
   let lastFaultEnd = origin;
+  const windows: [number, number][] = [];
   const at = (s: number, fn: () => void): void => {
     const t = origin + s * 1000;
     lastFaultEnd = Math.max(lastFaultEnd, t);
     clock.at(t, fn);
   };
-  const inject = (gpu: number, fault: string, factor?: number): void =>
-    nodeRt.send('node', { type: 'gpu.inject', gpu, fault, ...(factor ? { factor } : {}) } as Msg);
+  const inject = (gpu: number, fault: InjectedFault, factor?: number): void =>
+    nodeRt.send('node', { type: 'gpu.inject', gpu, fault, ...(factor ? { factor } : {}) });
   for (const f of faults) {
+    const end = 'repairAt' in f ? f.repairAt : 'until' in f ? f.until : 'restartAt' in f ? f.restartAt : f.at;
+    windows.push([origin + f.at * 1000, end === undefined ? Infinity : origin + end * 1000]);
     switch (f.kind) {
       case 'gpu-fault':
       case 'hang':
@@ -286,22 +334,21 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
         break;
       case 'worker-crash':
         at(f.at, () => {
-          agent?.stop();
-          agent = null;
+          sys.stopAgent();
           link.cut('both');
         });
         if (f.restartAt !== undefined)
           at(f.restartAt, () => {
             // A worker that is already running (restarted by an earlier crash's restart) is not started twice.
-            if (agent) return;
+            if (sys.agentRunning()) return;
             link.heal();
-            agent = startAgent();
+            sys.startAgent();
           });
         break;
       case 'client-disconnect':
         at(f.at, () => {
           let n = f.count;
-          for (const [id, c] of clients) {
+          for (const [id, c] of clients.views) {
             if (n <= 0) break;
             if (c.streaming && !c.terminal) {
               cp.cancel(id);
@@ -312,28 +359,37 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
         break;
     }
   }
+  return { lastFaultEnd, windows };
+}
 
-  // Continuous checks after every applied step: ledger (P8 via the control plane), ownership and gangs (P6),
-  // bounded queues (P5), readiness apart from liveness (P7).
+/** Checks while it runs: P6 ownership and gangs, P5 bounded queues after every step; P7 readiness each second;
+ * P10 work conservation every CONSERVATION_SAMPLE_MS. */
+function startMonitors(sys: DstSystem, clients: DstClients, origin: number, simSeconds: number): void {
+  const { cp, scenario, clock } = sys;
   const classLimit = new Map(scenario.models.map((m) => [m.name, Math.max(...m.classes.map((c) => c.maxQueued))]));
   cp.onStep = (r) => {
-    for (const v of cp.placement.checkInvariants()) violate('P6', v);
+    for (const v of cp.placement.checkInvariants()) clients.violate('P6', v);
     const st = r.batcher.stats();
     if (st.waiting > (classLimit.get(r.model) ?? Infinity) * 2)
-      violate('P5', `${r.id} queue of ${st.waiting} beyond its bounds`);
+      clients.violate('P5', `${r.id} queue of ${st.waiting} beyond its bounds`);
   };
   const healthy = (): number => [...cp.placement.gpus.values()].filter((g) => g.healthy).length;
   const checkReadiness = (): void => {
     for (const m of scenario.models) {
       if (healthy() < m.tp && cp.placement.unavailable(m.name) === null)
-        violate('P7', `${m.name} reported available with ${healthy()} healthy GPUs`);
+        clients.violate('P7', `${m.name} reported available with ${healthy()} healthy GPUs`);
     }
   };
-  for (let s = 1; s < opts.simSeconds; s += 1) clock.at(origin + s * 1000, checkReadiness);
+  for (let s = 1; s < simSeconds; s += 1) clock.at(origin + s * 1000, checkReadiness);
+  for (let t = origin; t < origin + simSeconds * 1000; t += CONSERVATION_SAMPLE_MS)
+    clock.at(t, () => {
+      for (const v of cp.checkWorkConservation()) clients.violate('P10', v);
+    });
+}
 
-  clock.run(endMs);
-
-  // P9 liveness: once faults stop, every model the healthy GPUs can hold serves again within the bound.
+/** P9 liveness: once faults stop, every model the healthy GPUs can hold serves again within the bound. */
+function probeLiveness(sys: DstSystem, clients: DstClients, lastFaultEnd: number): void {
+  const { cp, clock, scenario } = sys;
   const settleMs = 180_000;
   const probeAt = Math.max(clock.now(), lastFaultEnd) + settleMs;
   clock.run(probeAt);
@@ -344,66 +400,111 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
   const probe = (model: string): void => {
     const state = probes.get(model)!;
     if (clock.now() > probeAt + probeBoundMs) return;
-    const res = cp.submit(
-      { model, promptTokens: 16, maxTokens: 4, outputTokens: 4 },
-      {
-        ...listener,
-        terminal: (id, o) => {
-          listener.terminal(id, o);
-          state.last = `${id} ${o.outcome}${o.code ? ` ${o.code}` : ''}`;
-          if (o.outcome === 'done') state.done = true;
-          else clock.setTimeout(() => probe(model), Math.max(100, o.retryAfterMs ?? 1000));
-        },
-      },
-    );
-    void res;
+    clients.submit({ model, promptTokens: 16, maxTokens: 4, outputTokens: 4 }, (id, o) => {
+      state.last = `${id} ${o.outcome}${o.code ? ` ${o.code}` : ''}`;
+      if (o.outcome === 'done') state.done = true;
+      else clock.setTimeout(() => probe(model), Math.max(100, o.retryAfterMs ?? 1000));
+    });
   };
+  const healthy = [...cp.placement.gpus.values()].filter((g) => g.healthy).length;
   for (const m of scenario.models) {
-    if (healthy() < m.tp) continue;
+    if (healthy < m.tp) continue;
     probes.set(m.name, { last: null, done: false });
     probe(m.name);
   }
   clock.run(probeAt + probeBoundMs + 60_000);
   for (const [model, st] of probes) {
     if (!st.done)
-      violate(
+      clients.violate(
         'P9',
         `${model}: not serving within ${(settleMs + probeBoundMs) / 1000} s after the last fault (last probe: ${st.last ?? 'none'})`,
       );
   }
+}
 
-  // P1 at the end: every request has exactly one terminal outcome; P3 queue budgets; P4 resumes.
-  for (const [id, c] of clients) if (!c.terminal) violate('P1', `${id}: no terminal outcome`);
+/** The checks at the end: P1 one outcome each, P3 queue budgets, P4 resumes, P8 ledger, P11 admission. */
+function finalChecks(sys: DstSystem, clients: DstClients, faultWindows: [number, number][]): void {
+  const { cp, scenario, control, nodeRt } = sys;
+  const { violate } = clients;
+  for (const [id, c] of clients.views) if (!c.terminal) violate('P1', `${id}: no terminal outcome`);
   if (cp.collector.overBudget() > 0)
     violate('P3', `${cp.collector.overBudget()} requests waited past their queue budget`);
   const maxResumes = new Map(scenario.models.map((m) => [m.name, m.resume.maxResumes]));
-  for (const r of cp.collector.records) {
+  const records = new Map(cp.collector.records.map((r) => [r.id, r]));
+  for (const r of records.values()) {
     if (r.resumes > (maxResumes.get(r.model) ?? 0)) violate('P4', `${r.id}: resumed ${r.resumes} times`);
   }
-  for (const [id, c] of clients) {
-    if (c.terminal?.outcome === 'done') {
-      const rec = cp.collector.records.find((x) => x.id === id);
-      if (rec && rec.tokens !== c.expected)
-        violate('P4', `${id}: done with ${rec.tokens} tokens recorded, ${c.expected} streamed`);
-    }
+  for (const [id, c] of clients.views) {
+    const rec = records.get(id);
+    if (c.terminal?.outcome === 'done' && rec && rec.tokens !== c.expected)
+      violate('P4', `${id}: done with ${rec.tokens} tokens recorded, ${c.expected} streamed`);
   }
   for (const v of cp.violations) violate('P8', v);
+  for (const v of admittedToExpire(cp, faultWindows)) violate('P11', v);
   for (const f of [...control.faults, ...nodeRt.faults]) violate('actor', `${f.actor}: ${String(f.error)}`);
+}
+
+/**
+ * P11: admitted requests that expired without ever being scheduled although their admission predicted a wait of
+ * at most P11_PREDICTION_SHARE of their budget, never resumed, and waited while no fault was active (nor within
+ * P11_FAULT_SHADOW_MS after one ended).
+ */
+export function admittedToExpire(cp: ControlPlane, faultWindows: readonly [number, number][]): string[] {
+  const out: string[] = [];
+  for (const r of cp.collector.records) {
+    if (r.code !== 'expired' || r.firstScheduledAt >= 0 || r.resumes > 0) continue;
+    const predicted = cp.explain(r.id)?.[0]?.predictedWaitMs;
+    if (predicted === undefined || predicted > P11_PREDICTION_SHARE * r.budgetMs) continue;
+    if (faultWindows.some(([a, b]) => a <= r.finishedAt && r.receivedAt <= b + P11_FAULT_SHADOW_MS)) continue;
+    out.push(
+      `${r.id}: admitted with a predicted wait of ${Math.round(predicted)} ms, expired after ${Math.round(r.finishedAt - r.receivedAt)} ms without being scheduled`,
+    );
+  }
+  return out;
+}
+
+/** Runs one seed: the full system, the seed's faults (or the given ones), and the P1–P11 monitors. */
+export function runDstSeed(seed: number, opts: DstOptions): DstResult {
+  const rng = createRng(seed);
+  const layout = LAYOUTS[seed % LAYOUTS.length]!;
+  const scenario = scenarioFor(layout, seed);
+  const drawn = drawFaults(rng.fork('faults'), opts.simSeconds, scenario.node.gpus);
+  const faults = opts.faults ?? drawn.faults;
+  const permanent =
+    faults.some(
+      (f) => (f.kind === 'gpu-fault' || f.kind === 'hang' || f.kind === 'silent') && f.repairAt === undefined,
+    ) ||
+    faults.some((f) => f.kind === 'worker-crash' && f.restartAt === undefined) ||
+    faults.some((f) => f.kind === 'partition' && f.until === undefined);
+  const sys = buildSystem(rng, scenario, opts.mutation ?? 'none');
+  const { clock, cp } = sys;
+  clock.run(600_000);
+  const origin = clock.now();
+  const clients = attachClients(cp);
+  if (cp.placement.replicas.size === 0) clients.violate('boot', 'the initial placement did not load');
+
+  const endMs = origin + opts.simSeconds * 1000;
+  const traffic = scheduleTraffic(sys, clients, rng.fork('traffic'), layout, origin, origin + opts.simSeconds * 750);
+  const { lastFaultEnd, windows } = scheduleFaults(sys, clients, faults, origin);
+  startMonitors(sys, clients, origin, opts.simSeconds);
+  clock.run(endMs);
+  probeLiveness(sys, clients, lastFaultEnd);
+  finalChecks(sys, clients, windows);
 
   const outcomes: Record<string, number> = {};
-  for (const c of clients.values()) {
+  for (const c of clients.views.values()) {
     const k = c.terminal ? (c.terminal.outcome === 'done' ? 'done' : (c.terminal.code ?? c.terminal.outcome)) : 'none';
     outcomes[k] = (outcomes[k] ?? 0) + 1;
   }
-  hash.update(JSON.stringify(cp.placement.events));
+  clients.hash.update(JSON.stringify(cp.placement.events));
   return {
     seed,
     layout,
     faults,
-    requests: submitted,
+    requests: traffic.submitted,
     outcomes: Object.fromEntries(Object.entries(outcomes).sort(([a], [b]) => a.localeCompare(b))),
-    violations,
-    traceHash: hash.digest('hex').slice(0, 16),
+    violations: clients.violations,
+    traceHash: clients.hash.digest('hex').slice(0, 16),
     simulatedSeconds: Math.round((clock.now() - origin) / 1000),
     permanent,
   };

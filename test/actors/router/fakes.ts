@@ -12,6 +12,7 @@ import {
   type Router,
   type RouterDeps,
   type RoutingPolicy,
+  viewOf,
 } from '../../../actors/router/router.ts';
 import { createRng } from '../../../runtime/rng.ts';
 
@@ -107,7 +108,7 @@ export function routerFor(
   return createRouter({
     registry: createRegistry(models),
     limits: () => ({ maxContext: 8192, classes: over.classes ?? CLASSES }),
-    replicas: () => replicas,
+    replicas: () => replicas.map(viewOf),
     unavailable: () => null,
     etaMs: () => null,
     held: () => ({ count: 0, tokens: 0 }),

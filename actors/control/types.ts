@@ -1,0 +1,71 @@
+// The shapes the control plane's parts share: a request as a client submits it, what the client hears, and the
+// live record of an admitted request.
+import type { ActorRefFrom } from 'xstate';
+import type { requestMachine } from '../../machines/request.machine.ts';
+import type { Sequence } from '../batcher/sequence.ts';
+import type { DecisionTrace } from '../router/router.ts';
+import type { Failure } from '../../machines/outcomes.ts';
+
+/** A request as a client submits it. */
+export interface SubmitSpec {
+  id?: string;
+  model: string;
+  version?: string;
+  priority?: string;
+  promptTokens: number;
+  maxTokens: number;
+  /** Tokens the (simulated) model will produce before stopping; at most maxTokens. */
+  outputTokens?: number;
+  deadlineMs?: number;
+  /** A stateless model's batch compatibility beyond model, version and input length: dtype, adapter, options. */
+  dtype?: string;
+  adapter?: string | null;
+  options?: Readonly<Record<string, string | number | boolean>>;
+}
+
+/** What a client hears about its request. */
+export interface ClientListener {
+  accepted?(id: string): void;
+  /** `n` tokens; `seq` is the sequence number of the first of them (contiguous from 0). */
+  tokens?(id: string, seq: number, n: number, t: number): void;
+  terminal?(id: string, outcome: TerminalOutcome): void;
+}
+
+/** The one terminal outcome of a request. */
+export interface TerminalOutcome {
+  outcome: 'done' | 'cancelled' | 'expired' | 'rejected' | 'failed';
+  code: string | null;
+  message: string | null;
+  tokens: number;
+  retryAfterMs?: number;
+  timings: { receivedAt: number; firstTokenAt: number; finishedAt: number };
+}
+
+/** What `submit` answers: the request's id, and either the model version it resolved to or the refusal. */
+export type SubmitResult =
+  | { id: string; ok: true; model: string; version: string; failure?: undefined }
+  | { id: string; ok: false; failure: Failure };
+
+/** A live request inside the control plane. */
+export interface Live {
+  id: string;
+  actor: ActorRefFrom<typeof requestMachine>;
+  spec: SubmitSpec & { outputTokens: number; priority: string };
+  model: string;
+  version: string;
+  rank: number;
+  budgetMs: number;
+  /** Output tokens the ledger expects (the real count under an oracle estimate, else maxTokens). */
+  estOutputTokens: number;
+  receivedAt: number;
+  firstScheduledAt: number;
+  awaitingToken: boolean;
+  /** Tokens the client has been sent. */
+  streamed: number;
+  seq: Sequence | null;
+  listener: ClientListener | undefined;
+  traces: DecisionTrace[];
+  retryAfterMs?: number;
+  /** When it entered the router's hold (interrupted or admitted without a ready replica), or -1. */
+  heldSince: number;
+}
