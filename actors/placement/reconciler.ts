@@ -158,8 +158,7 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
       if ([...replicas.keys()].every((id) => keep.has(id))) modes.actor.send({ type: 'replicas.drained' });
     } else if (st === 'switching') {
       const want = modes.layout(c.target);
-      if (want.every((e) => replicas.get(e.id)?.state().startsWith('ready')))
-        modes.actor.send({ type: 'replicas.loaded', t: now() });
+      if (want.every((e) => replicas.get(e.id)?.ready())) modes.actor.send({ type: 'replicas.loaded', t: now() });
     }
   };
 
@@ -225,7 +224,7 @@ function createDemand(
     const c = modes.actor.getSnapshot().context;
     for (const r of replicas.values()) {
       if (!modes.places(c.mode, r.model)) continue;
-      if (r.batcher.hasWork() || !r.state().startsWith('ready')) return false;
+      if (r.batcher.hasWork() || !r.ready()) return false;
       if ((hooks.held?.(r.model) ?? 0) > 0) return false;
     }
     return true;

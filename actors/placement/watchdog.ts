@@ -76,12 +76,11 @@ export function createWatchdog(d: WatchdogDeps): Watchdog {
     inflight: function* (): Generator<InflightStep> {
       for (const r of replicas.values()) {
         const f = r.inflight();
-        const st = r.state();
-        if (f && (st.startsWith('ready') || st.startsWith('draining'))) yield { replica: r.id, devices: r.gpus, ...f };
+        if (f && r.hasTag('serving')) yield { replica: r.id, devices: r.gpus, ...f };
       }
     },
     loading: function* () {
-      for (const r of replicas.values()) if (r.state() === 'loading') yield { replica: r.id, devices: r.gpus };
+      for (const r of replicas.values()) if (r.hasTag('loading')) yield { replica: r.id, devices: r.gpus };
     },
     onDetected: (found) => {
       for (const f of found) failGpu(f);
