@@ -117,16 +117,6 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
     },
     scenario.routing.ejection,
   );
-  // Replica failures reach health from placement's timeline, read incrementally.
-  let healthSeen = 0;
-  const syncHealth = (): void => {
-    const ev = placement.events;
-    while (healthSeen < ev.length) {
-      const e = ev[healthSeen++]!;
-      if (e.kind === 'replica.failed' && e.replica) health.failed(e.replica, e.detail ?? 'replica failed');
-      else if (e.kind === 'replica.created' && e.replica) health.reset(e.replica);
-    }
-  };
   const table = createRequestTable({
     runtime,
     collector,
@@ -166,6 +156,9 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
       resumer.stepCompleted(r);
     },
   });
+  // Replica failures and re-creations reach health as placement publishes them.
+  placement.subscribe(health.observe);
+
   const router = createRouter({
     registry: createRegistry(
       scenario.models.map((m) => ({
@@ -187,10 +180,7 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
     policy: scenario.routing.policy,
     rng: runtime.rng.fork('router'),
     now: () => clock.now(),
-    ejected: (id) => {
-      syncHealth();
-      return health.ejected(id);
-    },
+    ejected: (id) => health.ejected(id),
     slowdown: (id) => health.ratio(id),
   });
   const limits = new Map(

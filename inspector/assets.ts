@@ -17,7 +17,7 @@ const TYPES: Readonly<Record<string, string>> = {
 };
 
 /** The directory holding the page. */
-export const PUBLIC_DIR = fileURLToPath(new URL('./public', import.meta.url));
+export const PUBLIC_DIR = fileURLToPath(new URL('./public/', import.meta.url));
 
 const CSP =
   "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; style-src 'self'; style-src-attr 'unsafe-inline'; script-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'";

@@ -1,6 +1,8 @@
 // GPU-failure detection beyond reported faults: missed heartbeats (a GPU or a whole node went silent) and no step
-// progress while work is in flight (a hung rank). Checks run as heartbeats arrive; a node that stops sending them
-// entirely is caught by a timer re-armed on every heartbeat.
+// progress while work is in flight (a hung rank), or no load progress while a replica loads. Checks run as heartbeats
+// arrive; a node that stops sending them entirely is caught by a timer re-armed on every heartbeat. A node silent as a
+// whole and then back (a paused process, a stalled host) is one stall of the node: the time it was silent counts
+// against none of its steps. Ranks whose step or load is overdue are suspects until they report.
 import type { Clock, TimerId } from '../../runtime/clock.ts';
 import type { DetectionConfig } from './config.ts';
 
@@ -25,6 +27,12 @@ export interface InflightStep {
   reported: readonly number[];
 }
 
+/** A replica loading on its devices, as the load-progress check sees it. */
+export interface LoadingReplica {
+  replica: string;
+  devices: readonly number[];
+}
+
 /** What the detector reads from placement. */
 export interface DetectorDeps {
   clock: Clock;
@@ -35,8 +43,14 @@ export interface DetectorDeps {
   live(): Iterable<number>;
   /** Steps in flight on replicas that are serving or draining. */
   inflight(): Iterable<InflightStep>;
+  /** Replicas loading (their devices report load progress with each heartbeat: listed means progressing). */
+  loading?(): Iterable<LoadingReplica>;
   /** Reports GPUs found failed. */
   onDetected(found: Detected[]): void;
+  /** The physical GPUs suspected of hanging now (overdue step or load, or missing from the last heartbeat). */
+  onSuspects?(gpus: ReadonlySet<number>): void;
+  /** The node was silent as a whole from `since` and is back at `until` (ms). */
+  onStall?(since: number, until: number): void;
 }
 
 /** The detector of one placement actor. */
@@ -54,6 +68,8 @@ export function createDetector(d: DetectorDeps): Detector {
   const lastSeen = new Map<number, number>();
   const period = (): number => (d.config.heartbeatMs > 0 ? d.config.heartbeatMs : 500);
   let nodeTimer: TimerId | null = null;
+  let lastBeat: number | null = null;
+  let resumedAt = -Infinity;
 
   const nodeLost = (): void => {
     nodeTimer = null;
@@ -69,25 +85,49 @@ export function createDetector(d: DetectorDeps): Detector {
     heartbeat: (gpus) => {
       const now = d.clock.now();
       const silentMs = d.config.missedHeartbeats * period();
+      // Silent as a whole for over two periods, now back: one stall of the node, not a fault of each rank.
+      if (lastBeat !== null && now - lastBeat > 2 * period()) {
+        resumedAt = now;
+        d.onStall?.(lastBeat, now);
+      }
+      lastBeat = now;
       for (const g of gpus ?? d.live()) lastSeen.set(g, now);
       const found: Detected[] = [];
+      const suspects = new Set<number>();
+      const add = (g: number, code: string, path: DetectionPath, stepMs?: number): void => {
+        if (!found.some((f) => f.gpu === g))
+          found.push({ gpu: g, code, path, ...(stepMs !== undefined ? { stepMs } : {}) });
+      };
       for (const g of d.live()) {
-        if (now - (lastSeen.get(g) ?? now) > silentMs)
-          found.push({ gpu: g, code: 'heartbeat_missed', path: 'heartbeat' });
+        const seen = lastSeen.get(g) ?? now;
+        if (now - seen > silentMs) add(g, 'heartbeat_missed', 'heartbeat');
+        else if (seen < now) suspects.add(g);
       }
+      const tolerance = (stepMs: number): number => d.config.progressFactor * stepMs + d.config.progressSlackMs;
       for (const s of d.inflight()) {
-        if (now - s.since <= d.config.progressFactor * s.predictedMs + d.config.progressSlackMs) continue;
         // The ranks that never reported are the hung ones; if none did, the whole step is stuck on all of them.
         const stuck = s.devices.filter((x) => !s.reported.includes(x));
-        for (const x of stuck.length > 0 ? stuck : s.devices) {
+        const ranks = stuck.length > 0 ? stuck : s.devices;
+        const age = now - Math.max(s.since, resumedAt);
+        if (age <= tolerance(s.predictedMs)) {
+          if (age > s.predictedMs + period()) for (const x of ranks) suspects.add(d.physical(x));
+          continue;
+        }
+        for (const x of ranks) add(d.physical(x), 'step_stalled', 'progress', s.predictedMs);
+      }
+      // A loading device makes no progress while it is missing from heartbeats: judged like a step of no length.
+      for (const r of d.loading?.() ?? []) {
+        for (const x of r.devices) {
           const g = d.physical(x);
-          if (!found.some((f) => f.gpu === g))
-            found.push({ gpu: g, code: 'step_stalled', path: 'progress', stepMs: s.predictedMs });
+          const seen = Math.max(lastSeen.get(g) ?? now, resumedAt);
+          if (now - seen > tolerance(0)) add(g, 'load_stalled', 'progress', 0);
         }
       }
       if (nodeTimer !== null) d.clock.clearTimeout(nodeTimer);
       nodeTimer = d.clock.setTimeout(nodeLost, (d.config.missedHeartbeats + 1) * period());
       if (found.length > 0) d.onDetected(found);
+      for (const f of found) suspects.delete(f.gpu);
+      d.onSuspects?.(suspects);
     },
     bounds: (stepMs) => ({
       reported: d.config.reportMs,

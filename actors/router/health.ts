@@ -39,6 +39,11 @@ export interface HealthEvent {
   untilMs?: number;
 }
 
+/** The replica events health follows (placement publishes them; other kinds are ignored). */
+export type ReplicaLifecycle =
+  | { kind: 'replica.failed'; replica: string; reason: string }
+  | { kind: 'replica.created' | 'replica.ready' | 'replica.removed'; replica: string };
+
 /** What health tracking needs to know about the node. */
 export interface HealthDeps {
   now(): number;
@@ -59,6 +64,8 @@ export interface Health {
   ratio(replica: string): number;
   /** Forgets a replica: a new one created under the same id (on new GPUs, after a failure) starts with a clean slate. */
   reset(replica: string): void;
+  /** Follows placement's replica events: a failure counts against the replica, a creation starts it afresh. */
+  observe(e: ReplicaLifecycle): void;
   readonly events: HealthEvent[];
 }
 
@@ -137,6 +144,12 @@ export function createHealth(deps: HealthDeps, cfg: EjectionConfig = DEFAULT_EJE
     log({ t, replica: id, kind: 'ejected', reason, untilMs: r.until });
   };
 
+  const failed = (id: string, reason: string): void => {
+    const r = rec(id);
+    r.failures++;
+    if (r.failures >= cfg.failures) eject(id, r, `failed (${reason})`);
+  };
+
   return {
     step: (id, predictedMs, actualMs) => {
       if (!(predictedMs > 0) || !(actualMs >= 0)) return;
@@ -148,11 +161,7 @@ export function createHealth(deps: HealthDeps, cfg: EjectionConfig = DEFAULT_EJE
         eject(id, r, `steps take ${r.ratio.toFixed(2)}x their predicted time (limit ${cfg.slowFactor}x)`);
       }
     },
-    failed: (id, reason) => {
-      const r = rec(id);
-      r.failures++;
-      if (r.failures >= cfg.failures) eject(id, r, `failed (${reason})`);
-    },
+    failed,
     ejected: (id) => {
       const r = recs.get(id);
       if (!r || r.until < 0) return null;
@@ -170,6 +179,10 @@ export function createHealth(deps: HealthDeps, cfg: EjectionConfig = DEFAULT_EJE
     },
     ratio: (id) => recs.get(id)?.ratio ?? 1,
     reset,
+    observe: (e) => {
+      if (e.kind === 'replica.failed') failed(e.replica, e.reason);
+      else if (e.kind === 'replica.created') reset(e.replica);
+    },
     events,
   };
 }

@@ -64,7 +64,8 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   const devices = opts.gpus.flatMap(lanesOf);
   let heartbeat: TimerId | null = null;
 
-  for (const g of devices) {
+  /** Starts device g's GPU actor (again, after a reset: a fresh actor, nothing loaded, probed before use). */
+  const spawnGpu = (g: number): ActorRefFrom<typeof gpuMachine> => {
     const machine = gpuMachine.provide({
       actions: {
         abortStep: () => opts.executor.abort(g),
@@ -74,9 +75,12 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
       },
     });
     const actor = createActor(machine, { input: { index: g, repairMs: opts.repairMs }, clock, id: `gpu.${g}` });
-    slots.set(g, { actor, cost: null, slowdown: 1, hung: false, silent: false, inflight: null });
-    runtime.register(`gpu.${g}`, (msg) => onGpuMessage(g, msg));
     runtime.supervise(`gpu.${g}`, actor);
+    return actor;
+  };
+  for (const g of devices) {
+    slots.set(g, { actor: spawnGpu(g), cost: null, slowdown: 1, hung: false, silent: false, inflight: null });
+    runtime.register(`gpu.${g}`, (msg) => onGpuMessage(g, msg));
   }
 
   const onGpuMessage = (g: number, msg: Msg): void => {
@@ -147,13 +151,26 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
       if (!slot) continue;
       slot.inflight = null;
       slot.actor.send({ type: 'gpu.fault', code });
-      // A device that is not itself broken (fenced because of a partition or a lost node) is reset: it goes
-      // through repair and probing and comes back as a new, free GPU.
-      if (!slot.hung && !slot.silent) slot.actor.send({ type: 'gpu.repair' });
+      // A device that is not itself broken (fenced because its node stalled or was cut off, or on a suspicion) is
+      // reset: a fresh GPU actor, probed and free again, without the repair time a broken device needs.
+      if (!slot.hung && !slot.silent) {
+        slot.actor.stop();
+        slot.actor = spawnGpu(d);
+        slot.cost = null;
+        slot.actor.start();
+        slot.actor.send({ type: 'gpu.register' });
+      }
     }
   };
+  /** The health check: a crashed device answers nothing; a hung one cannot run the probe, so only a serving one
+   * (whose health is its steps, judged by the control plane's progress check) is listed while hung. */
+  const answers = (g: number): boolean => {
+    const slot = slots.get(g);
+    if (!slot || slot.silent) return false;
+    return !slot.hung || slot.actor.getSnapshot().hasTag('serving');
+  };
   const beat = (): void => {
-    const alive = opts.gpus.filter((g) => !slots.get(g)?.silent);
+    const alive = opts.gpus.filter(answers);
     send('placement', { type: 'node.heartbeat', node: id, epoch: 0, t: clock.now(), gpus: alive });
     heartbeat = clock.setTimeout(beat, opts.heartbeatMs!);
   };

@@ -24,7 +24,7 @@ function forbidden(specifier: string, file: string): string | null {
   if (specifier === 'msgpackr' || specifier.startsWith('msgpackr/')) return 'the msgpack codec';
   if (specifier.startsWith('.')) {
     const target = relative(root, resolve(join(root, file, '..'), specifier)).split(/[\\/]/)[0];
-    if (target === 'actors' || target === 'transport') return `runtime code from ${target}/`;
+    if (target === 'actors' || target === 'transport' || target === 'runtime') return `runtime code from ${target}/`;
   }
   return null;
 }
@@ -120,9 +120,9 @@ describe('the purity check', () => {
       `import type { OutEvent } from './messages.ts';`,
     ].join('\n');
     expect(flagged(source)).toEqual([
-      '../actors/runtime/system.ts',
+      '../runtime/system.ts',
       '../transport/codec.ts',
-      '../actors/runtime/system.ts',
+      '../runtime/system.ts',
     ]);
   });
 });

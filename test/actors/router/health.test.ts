@@ -99,4 +99,16 @@ describe('health (outlier ejection)', () => {
     h.failed('m#0', 'gpu fault');
     expect(h.ejected('m#0')).toBeNull();
   });
+
+  it('follows the replica events placement publishes: a failure ejects, a re-creation under the same id forgets it', () => {
+    const { h, at } = tracker({ maxEjectedFraction: 1 });
+    at(100);
+    h.observe({ kind: 'replica.failed', replica: 'm#1', reason: 'gpu 1 failed' });
+    expect(h.ejected('m#1')).toBe('failed (gpu 1 failed)');
+    h.observe({ kind: 'replica.ready', replica: 'm#1' });
+    expect(h.ejected('m#1')).not.toBeNull();
+    h.observe({ kind: 'replica.created', replica: 'm#1' });
+    expect(h.ejected('m#1')).toBeNull();
+    expect(h.ratio('m#1')).toBe(1);
+  });
 });

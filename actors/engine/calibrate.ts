@@ -1,0 +1,232 @@
+// Calibration: times the real engine over a grid of step shapes and fits step-time coefficients (least squares).
+//
+// The fitted model is linear in five features of a step, the same quantities the roofline cost model
+// (actors/gpu/cost-model.ts) derives from a StepShape:
+//
+//   t = base + perPrefillToken · Σ T  +  perPrefillPair · Σ T·(K + T/2)  +  perDecodeSeq · B  +  perContextToken · C
+//
+// for prefill chunks of T new tokens after K cached ones, B decoding sequences holding C context tokens in total.
+// Building a CostModel from a profile: stepS(shape) = profileStepS(profile, shape) (below); prefillS(T, K) is the
+// same with one chunk and B = C = 0; decodeS(B, C) with no chunks; a step with no tokens costs 0, as in the roofline;
+// kvBlocks(blockTokens) = floor(capacity.totalCells / blockTokens), but a sequence may never hold more than
+// capacity.cellsPerSequence cells (the stock llama.cpp build gives each sequence a fixed block); loadS() is
+// profile.loadS. tp is 1 (one engine host per replica), so there is no all-reduce term.
+import { availableParallelism } from 'node:os';
+import type { StepShape } from '../gpu/cost-model.ts';
+import type { Engine, EngineCapacity, StepItem } from './engine.ts';
+
+/** Step-time coefficients in seconds; see the file header for the formula. */
+export interface StepCoefficients {
+  baseS: number;
+  perPrefillTokenS: number;
+  perPrefillPairS: number;
+  perDecodeSeqS: number;
+  perContextTokenS: number;
+}
+
+/** One measured step shape: its features and its median wall time over the repetitions. */
+export interface CalibrationSample {
+  prefillTokens: number;
+  prefillPairs: number;
+  decodeSeqs: number;
+  contextTokens: number;
+  seconds: number;
+}
+
+/** A fitted engine profile, serialisable as JSON, from which a cost model can be built by name. */
+export interface EngineProfile {
+  kind: 'switchyard.engine-profile';
+  version: 1;
+  name: string;
+  engine: 'llama.cpp';
+  model: string;
+  threads: number;
+  machine: { cpus: number; platform: string; arch: string };
+  loadS: number;
+  capacity: Omit<EngineCapacity, 'used' | 'freeSequences'>;
+  coefficients: StepCoefficients;
+  fit: { points: number; meanRelError: number; maxRelError: number };
+  samples: CalibrationSample[];
+}
+
+/** The grid of step shapes to time: every combination of prefill chunk, decode count and per-sequence context. */
+export interface CalibrationGrid {
+  prefillTokens: readonly number[];
+  decodeSeqs: readonly number[];
+  contextTokens: readonly number[];
+  repetitions: number;
+}
+
+/** The default grid: 72 shapes, 5 repetitions each. */
+export const DEFAULT_GRID: CalibrationGrid = Object.freeze({
+  prefillTokens: [0, 16, 64, 128, 256],
+  decodeSeqs: [0, 1, 2, 4, 8],
+  contextTokens: [32, 128, 512],
+  repetitions: 5,
+});
+
+/** Features of a sample, in the order of the coefficients. */
+const features = (s: Omit<CalibrationSample, 'seconds'>): number[] => [
+  1,
+  s.prefillTokens,
+  s.prefillPairs,
+  s.decodeSeqs,
+  s.contextTokens,
+];
+
+/** Solves the least-squares problem min ‖Xb − y‖ through the normal equations, with column scaling and pivoting. */
+export function leastSquares(rows: readonly (readonly number[])[], y: readonly number[]): number[] {
+  const n = rows[0]?.length ?? 0;
+  // Scale each column to unit max so tokens (hundreds) and pairs (tens of thousands) are comparable.
+  const scale = Array.from({ length: n }, (_, j) => Math.max(1e-300, ...rows.map((r) => Math.abs(r[j]!))));
+  const a = Array.from({ length: n }, () => new Array<number>(n + 1).fill(0));
+  rows.forEach((r, i) => {
+    for (let j = 0; j < n; j++) {
+      for (let k = 0; k < n; k++) a[j]![k]! += (r[j]! / scale[j]!) * (r[k]! / scale[k]!);
+      a[j]![n]! += (r[j]! / scale[j]!) * y[i]!;
+    }
+  });
+  for (let col = 0; col < n; col++) {
+    let pivot = col;
+    for (let r = col + 1; r < n; r++) if (Math.abs(a[r]![col]!) > Math.abs(a[pivot]![col]!)) pivot = r;
+    [a[col], a[pivot]] = [a[pivot]!, a[col]!];
+    const p = a[col]![col]!;
+    if (Math.abs(p) < 1e-12) continue; // a feature that never varies: its coefficient stays 0
+    for (let r = 0; r < n; r++) {
+      if (r === col) continue;
+      const f = a[r]![col]! / p;
+      for (let k = col; k <= n; k++) a[r]![k]! -= f * a[col]![k]!;
+    }
+  }
+  return a.map((row, j) => (Math.abs(row[j]!) < 1e-12 ? 0 : row[n]! / row[j]! / scale[j]!));
+}
+
+const toCoefficients = (b: readonly number[]): StepCoefficients => ({
+  baseS: b[0]!,
+  perPrefillTokenS: b[1]!,
+  perPrefillPairS: b[2]!,
+  perDecodeSeqS: b[3]!,
+  perContextTokenS: b[4]!,
+});
+
+/** Predicted seconds of a sample under the coefficients. */
+export function predictS(c: StepCoefficients, s: Omit<CalibrationSample, 'seconds'>): number {
+  return (
+    c.baseS +
+    c.perPrefillTokenS * s.prefillTokens +
+    c.perPrefillPairS * s.prefillPairs +
+    c.perDecodeSeqS * s.decodeSeqs +
+    c.perContextTokenS * s.contextTokens
+  );
+}
+
+/** Step time of a cost model's StepShape under a profile: the CostModel.stepS a profile-backed model would have. */
+export function profileStepS(profile: Pick<EngineProfile, 'coefficients'>, shape: StepShape): number {
+  let prefillTokens = 0;
+  let prefillPairs = 0;
+  for (const chunk of shape.prefill) {
+    if (chunk.tokens <= 0) continue;
+    prefillTokens += chunk.tokens;
+    prefillPairs += chunk.tokens * (chunk.cached + chunk.tokens / 2);
+  }
+  if (prefillTokens + shape.decodeBatch <= 0) return 0;
+  const s = { prefillTokens, prefillPairs, decodeSeqs: shape.decodeBatch, contextTokens: shape.decodeContext };
+  return Math.max(0, predictS(profile.coefficients, s));
+}
+
+/** Fits the coefficients to the samples (minimising relative error); reports the fit's mean and max relative error. */
+export function fitProfile(samples: readonly CalibrationSample[]): {
+  coefficients: StepCoefficients;
+  fit: EngineProfile['fit'];
+} {
+  // Each row divided by its measured time: least squares on relative error, so 1 ms steps count as much as 20 ms.
+  const coefficients = toCoefficients(
+    leastSquares(
+      samples.map((s) => features(s).map((x) => x / s.seconds)),
+      samples.map(() => 1),
+    ),
+  );
+  const errors = samples.map((s) => Math.abs(predictS(coefficients, s) - s.seconds) / s.seconds);
+  const meanRelError = errors.reduce((a, b) => a + b, 0) / Math.max(1, errors.length);
+  return { coefficients, fit: { points: samples.length, meanRelError, maxRelError: Math.max(0, ...errors) } };
+}
+
+/** Filler prompt tokens: printable bytes, valid in any byte-level vocabulary. */
+const filler = (n: number, salt: number): number[] => Array.from({ length: n }, (_, i) => 97 + ((i + salt) % 26));
+
+/** The shapes of the grid worth timing (the context does not matter without decodes). */
+const gridShapes = (grid: CalibrationGrid, context: number): { prefill: number; decode: number }[] =>
+  grid.prefillTokens.flatMap((prefill) =>
+    grid.decodeSeqs
+      .filter((decode) => (prefill > 0 || decode > 0) && (decode > 0 || context === grid.contextTokens[0]))
+      .map((decode) => ({ prefill, decode })),
+  );
+
+/**
+ * Times every shape of the grid on a loaded engine (sequences >= max decodeSeqs + 1, cells >= the largest context
+ * plus the decodes of the calibration). Repetitions go round the whole grid, so a burst of load from other processes
+ * spreads over many shapes instead of skewing one, and each shape keeps its fastest time: other work on a shared
+ * machine only ever adds time, so the minimum is the engine's own cost. The decoding sequences grow by one token per
+ * timed decode, so contexts drift upwards during a run: each sample records the context it really had.
+ */
+export async function measureGrid(engine: Engine, grid: CalibrationGrid): Promise<CalibrationSample[]> {
+  const samples: CalibrationSample[] = [];
+  const decoding = Array.from({ length: Math.max(...grid.decodeSeqs) }, (_, i) => `cal.d${i}`);
+  for (const context of grid.contextTokens) {
+    // Set-up steps, not timed: each decoding sequence holds `context` tokens and has a sampled token pending.
+    for (const [i, seq] of decoding.entries()) {
+      await engine.step({ items: [{ seq, kind: 'prefill', tokens: filler(context, i), sample: true }] });
+    }
+    const shapes = gridShapes(grid, context).map((shape) => ({ ...shape, seconds: Infinity, held: 0 }));
+    for (let r = -1; r < grid.repetitions; r++) {
+      for (const shape of shapes) {
+        const items: StepItem[] = decoding.slice(0, shape.decode).map((seq) => ({ seq, kind: 'decode' as const }));
+        if (shape.prefill > 0) {
+          items.push({ seq: 'cal.p', kind: 'prefill', tokens: filler(shape.prefill, r), sample: true });
+        }
+        const used = engine.capacity().used;
+        const held = decoding.slice(0, shape.decode).reduce((sum, seq) => sum + (used[seq] ?? 0) + 1, 0);
+        const seconds = (await engine.step({ items })).ms / 1e3;
+        await engine.free('cal.p');
+        if (r < 0) continue; // the first round warms caches and threads up
+        if (seconds < shape.seconds) [shape.seconds, shape.held] = [seconds, held];
+      }
+    }
+    for (const s of shapes) {
+      const prefillPairs = s.prefill * (s.prefill / 2);
+      samples.push({
+        prefillTokens: s.prefill,
+        prefillPairs,
+        decodeSeqs: s.decode,
+        contextTokens: s.held,
+        seconds: s.seconds,
+      });
+    }
+    for (const seq of decoding) await engine.free(seq);
+  }
+  return samples;
+}
+
+/** Runs a calibration on a loaded engine and returns the fitted profile. */
+export async function calibrate(
+  engine: Engine,
+  opts: { name: string; threads: number; loadS: number; grid?: CalibrationGrid },
+): Promise<EngineProfile> {
+  const samples = await measureGrid(engine, opts.grid ?? DEFAULT_GRID);
+  const { coefficients, fit } = fitProfile(samples);
+  const { sequences, cellsPerSequence, totalCells, batchTokens } = engine.capacity();
+  return {
+    kind: 'switchyard.engine-profile',
+    version: 1,
+    name: opts.name,
+    engine: 'llama.cpp',
+    model: engine.file,
+    threads: opts.threads,
+    machine: { cpus: availableParallelism(), platform: process.platform, arch: process.arch },
+    loadS: opts.loadS,
+    capacity: { sequences, cellsPerSequence, totalCells, batchTokens },
+    coefficients,
+    fit,
+    samples,
+  };
+}

@@ -1,0 +1,129 @@
+// The engine interface: what runs a replica's steps (tokenizer, KV capacity, one batch per step, freeing sequences).
+
+/** Codes of the failures an engine reports; see EngineError. */
+export type EngineErrorCode = 'invalid_model_file' | 'invalid_request' | 'engine_failed' | 'not_loaded';
+
+/** A failure as data, the shape switchyard's outcomes use. */
+export interface EngineFailure {
+  code: EngineErrorCode;
+  message: string;
+  retryable: boolean;
+  cause?: unknown;
+}
+
+/** The typed error every engine operation rejects with; `failure()` gives it as data for the wire. */
+export class EngineError extends Error {
+  override readonly name = 'EngineError';
+  constructor(
+    readonly code: EngineErrorCode,
+    message: string,
+    readonly retryable = false,
+    override readonly cause?: unknown,
+  ) {
+    super(message);
+  }
+
+  /** This error as a plain failure record. */
+  failure(): EngineFailure {
+    return { code: this.code, message: this.message, retryable: this.retryable };
+  }
+}
+
+/** How to load an engine: its cache (sequences x contextTokens), threads, and whether to use a GPU. */
+export interface EngineLoadOptions {
+  /** KV cells requested per sequence; the engine may round up (see capacity()). */
+  contextTokens: number;
+  /** Concurrent sequences (slots) of the engine. */
+  sequences: number;
+  /** CPU threads for evaluation; 1 in tests. */
+  threads?: number;
+  /** `false` (default) runs on the CPU; `'auto'` uses a GPU the binary supports, if any. */
+  gpu?: false | 'auto';
+  /** Most tokens one step may hold (the engine's batch size); defaults to contextTokens. */
+  batchTokens?: number;
+}
+
+/** The engine's real cache, as allocated: the KV ledger's capacity is reconciled against it. */
+export interface EngineCapacity {
+  sequences: number;
+  /** Cells a sequence may fill (prompt + generated tokens); a step that would exceed it is refused. */
+  cellsPerSequence: number;
+  /** Cells the engine allocated in total (every sequence has its own fixed block in the stock llama.cpp build). */
+  totalCells: number;
+  /** Most tokens (prefill + decode) in one step. */
+  batchTokens: number;
+  /** Sequences not holding any cells. */
+  freeSequences: number;
+  /** Cells held by each live sequence. */
+  used: Record<string, number>;
+}
+
+/** OpenAI-style sampling parameters of one sequence; temperature 0 (the default) is greedy. */
+export interface SamplingParams {
+  temperature?: number;
+  topP?: number;
+  /** Seeds the sampler; mixed with the token position so a recompute reproduces the same tokens. Default 0. */
+  seed?: number;
+  /** Stop strings: the text ends before the first one, which is never streamed. */
+  stop?: readonly string[];
+}
+
+/** One item of a step: a prefill chunk of a sequence, or one decode token of a running sequence. */
+export type StepItem =
+  | { seq: string; kind: 'prefill'; tokens: readonly number[]; sample: boolean; sampling?: SamplingParams }
+  | { seq: string; kind: 'decode' };
+
+/** A step as switchyard's batcher planned it; executed as exactly one engine batch. */
+export interface StepPlan {
+  items: readonly StepItem[];
+}
+
+/** Why a sequence stopped by itself: the model's end-of-generation token, or a stop string. */
+export type FinishReason = 'eos' | 'stop';
+
+/** The token a step sampled for one sequence, and the text it makes streamable. */
+export interface SampledToken {
+  seq: string;
+  token: number;
+  /** Complete characters only; may be empty while a character or a possible stop string is incomplete. */
+  text: string;
+  finish?: FinishReason;
+}
+
+/** What a step did and how long it took. */
+export interface StepResult {
+  sampled: SampledToken[];
+  /** Wall time of the engine batch, milliseconds. */
+  ms: number;
+  /** Tokens evaluated (prefill tokens + decodes). */
+  tokens: number;
+  /**
+   * Batches node-llama-cpp dispatched for the step: 1 unless a decode was queued late. llama.cpp itself may still run
+   * one batch in several passes (the stock build splits a batch across sequences); `ms` includes them all.
+   */
+  dispatches: number;
+}
+
+/**
+ * A loaded model that executes switchyard's step plans.
+ *
+ * Division of labour: the engine samples (temperature, top_p, seed), detects the end-of-generation token and stop
+ * strings (it owns the text, so it withholds a possible stop-string prefix and never streams the stop string);
+ * the caller counts max_tokens and decides scheduling, chunking and preemption, then calls free(). Calls are
+ * serialised: an operation waits for the previous one.
+ */
+export interface Engine {
+  readonly file: string;
+  /** Token ids of a prompt, from the model's own tokenizer, with BOS when the model wants one (bos: true). */
+  tokenize(text: string, opts?: { bos?: boolean }): number[];
+  /** Text of token ids. */
+  detokenize(tokens: readonly number[]): string;
+  /** The real cache and slots. */
+  capacity(): EngineCapacity;
+  /** Runs one step as one engine batch; refuses an invalid plan with `invalid_request` before any work. */
+  step(plan: StepPlan): Promise<StepResult>;
+  /** Releases a sequence's cells (finish, cancel, preemption); returns text still held back. Idempotent. */
+  free(seq: string): Promise<{ text: string }>;
+  /** Releases the model and the cache. */
+  unload(): Promise<void>;
+}

@@ -1,0 +1,271 @@
+// The worker's side of an engine host: spawns the child on exactly the replica's GPUs and tracks its life.
+//
+// Life, as the GPU and replica machines see it: spawning and loading = `loading`; loaded and a health probe
+// answered = `ready`; drain() = `draining` (no new sequences; running ones may step and be freed); an exit that was
+// not asked for, a crash, a load failure, an invalid message, or a step/probe/load that makes no progress within
+// its bound = `failed` (the child is killed so it frees everything); a requested unload that exits = `stopped`.
+import { fork, type ChildProcess } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { clearTimeout as clearNodeTimeout, setTimeout as setNodeTimeout } from 'node:timers';
+import {
+  EngineError,
+  type EngineCapacity,
+  type EngineFailure,
+  type EngineLoadOptions,
+  type StepPlan,
+  type StepResult,
+} from './engine.ts';
+import { parseHostMessage, type HostCommand, type HostMessage, type HostReplyValue } from './host-protocol.ts';
+
+/** Where an engine host is in its life. */
+export type HostState = 'loading' | 'ready' | 'draining' | 'failed' | 'stopped';
+
+/** Reported on every change of state; `failure` says why when the host failed. */
+export interface HostStateChanged {
+  type: 'host.state_changed';
+  host: string;
+  from: HostState;
+  to: HostState;
+  failure?: EngineFailure;
+}
+
+/** The one-shot timers the client needs, injected so that tests and simulations can drive time. */
+export interface HostTimers {
+  set(fn: () => void, ms: number): unknown;
+  clear(handle: unknown): void;
+}
+
+/** Real timers from node:timers. */
+export const nodeHostTimers: HostTimers = {
+  set: (fn, ms) => setNodeTimeout(fn, ms),
+  clear: (h) => clearNodeTimeout(h as ReturnType<typeof setNodeTimeout>),
+};
+
+/** How to start a host: which model, on which GPUs, and the bounds after which no progress means failure. */
+export interface EngineHostOptions {
+  /** The replica's id, used in messages and events. */
+  id: string;
+  file: string;
+  /** The replica's GPUs: the child sees exactly these (CUDA_VISIBLE_DEVICES); empty = none, CPU only. */
+  gpus: readonly number[];
+  load: EngineLoadOptions;
+  timers?: HostTimers;
+  loadTimeoutMs?: number;
+  stepTimeoutMs?: number;
+  probeTimeoutMs?: number;
+  /** Host entry script; defaults to host.ts next to this file. */
+  entry?: string;
+  /** Extra environment variables for the child (CUDA_VISIBLE_DEVICES is always set from gpus). */
+  env?: Readonly<Record<string, string>>;
+}
+
+/** A running engine host, driven by the worker. */
+export interface EngineHost {
+  readonly id: string;
+  readonly pid: number | undefined;
+  readonly state: HostState;
+  /** The engine's cache as last reported (after load, each step, each free, each probe). */
+  capacity(): EngineCapacity | undefined;
+  /** Listens to state changes; returns the unsubscribe function. */
+  subscribe(listener: (event: HostStateChanged) => void): () => void;
+  /** Settles once the host is ready (resolves) or has failed (rejects with the failure). */
+  ready(): Promise<void>;
+  tokenize(text: string): Promise<number[]>;
+  step(plan: StepPlan): Promise<StepResult>;
+  free(seq: string): Promise<{ text: string }>;
+  /** Health probe: the host answers with its capacity within probeTimeoutMs, or is failed. */
+  probe(): Promise<EngineCapacity>;
+  /** Stops admitting new sequences. */
+  drain(): void;
+  /** Unloads the model and waits for the process to exit. */
+  unload(): Promise<void>;
+  /** Kills the process at once (SIGKILL); the host becomes failed. */
+  kill(): void;
+}
+
+const STDERR_TAIL = 2048;
+const DEFAULTS = { loadTimeoutMs: 120_000, stepTimeoutMs: 30_000, probeTimeoutMs: 10_000 };
+
+const tsxLoader = (): string => pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
+const defaultEntry = (): string => fileURLToPath(new URL('./host.ts', import.meta.url));
+
+interface Pending {
+  resolve: (v: HostReplyValue) => void;
+  reject: (e: EngineError) => void;
+  timer: unknown;
+}
+
+/** Spawns an engine host child process and starts loading its model; watch it with subscribe() or ready(). */
+export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
+  const timers = opts.timers ?? nodeHostTimers;
+  const bounds = { ...DEFAULTS, ...opts };
+  let state: HostState = 'loading';
+  let capacity: EngineCapacity | undefined;
+  let unloadRequested = false;
+  let stderrTail = '';
+  let nextId = 1;
+  const pending = new Map<number, Pending>();
+  const listeners = new Set<(e: HostStateChanged) => void>();
+  const open = new Set<string>();
+  let settleReady: { resolve: () => void; reject: (e: EngineError) => void } | undefined;
+  const readyPromise = new Promise<void>((resolve, reject) => (settleReady = { resolve, reject }));
+  readyPromise.catch(() => undefined); // a host nobody waits on may fail without an unhandled rejection
+  let settleExit: () => void = () => undefined;
+  const exited = new Promise<void>((resolve) => (settleExit = resolve));
+
+  const child: ChildProcess = fork(opts.entry ?? defaultEntry(), [], {
+    execArgv: ['--import', tsxLoader()],
+    env: { ...process.env, ...opts.env, CUDA_VISIBLE_DEVICES: opts.gpus.join(',') },
+    stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+    serialization: 'json',
+  });
+  child.stderr?.setEncoding('utf8');
+  child.stderr?.on('data', (chunk: string) => {
+    stderrTail = (stderrTail + chunk).slice(-STDERR_TAIL);
+  });
+
+  const moveTo = (to: HostState, failure?: EngineFailure): void => {
+    if (state === to || state === 'failed' || state === 'stopped') return;
+    const from = state;
+    state = to;
+    if (to === 'ready') settleReady?.resolve();
+    if (to === 'failed' || to === 'stopped') {
+      const err = new EngineError(
+        failure?.code ?? 'engine_failed',
+        failure?.message ?? `engine host ${opts.id} stopped`,
+        true,
+      );
+      settleReady?.reject(err);
+      for (const [id, p] of pending) {
+        timers.clear(p.timer);
+        p.reject(err);
+        pending.delete(id);
+      }
+    }
+    const event: HostStateChanged = { type: 'host.state_changed', host: opts.id, from, to };
+    if (failure) event.failure = failure;
+    for (const l of listeners) l(event);
+  };
+
+  const failWith = (message: string, code: EngineFailure['code'] = 'engine_failed'): void => {
+    const tail = stderrTail.trim() ? `; stderr: ${stderrTail.trim().slice(-512)}` : '';
+    moveTo('failed', {
+      code,
+      message: `engine host ${opts.id}: ${message}${tail}`,
+      retryable: code === 'engine_failed',
+    });
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  };
+
+  const command = (cmd: HostCommand, timeoutMs: number, what: string): Promise<HostReplyValue> => {
+    if (state === 'failed' || state === 'stopped') {
+      return Promise.reject(new EngineError('engine_failed', `engine host ${opts.id} is ${state}`, true));
+    }
+    const id = 'id' in cmd ? cmd.id : 0;
+    return new Promise<HostReplyValue>((resolve, reject) => {
+      const timer = timers.set(() => failWith(`${what} made no progress within ${timeoutMs} ms`), timeoutMs);
+      pending.set(id, { resolve, reject, timer });
+      child.send(cmd);
+    });
+  };
+
+  const onMessage = (raw: unknown): void => {
+    const parsed = parseHostMessage(raw);
+    if (!parsed.ok) return failWith(`sent an invalid message: ${parsed.error}`);
+    const msg: HostMessage = parsed.msg;
+    if (msg.type === 'loaded') {
+      timers.clear(loadTimer);
+      capacity = msg.capacity;
+      void probe().then(
+        () => moveTo('ready'),
+        () => undefined,
+      );
+    } else if (msg.type === 'load_failed') {
+      timers.clear(loadTimer);
+      failWith(msg.failure.message, msg.failure.code);
+    } else if (msg.type === 'reply') {
+      const p = pending.get(msg.id);
+      if (!p) return failWith(`answered unknown command ${msg.id}`);
+      pending.delete(msg.id);
+      timers.clear(p.timer);
+      if (msg.ok) {
+        if ('capacity' in msg.value) capacity = msg.value.capacity;
+        p.resolve(msg.value);
+      } else {
+        p.reject(new EngineError(msg.failure.code, msg.failure.message, msg.failure.retryable));
+      }
+    }
+  };
+
+  child.on('message', onMessage);
+  child.on('error', (err) => failWith(`process error: ${err.message}`));
+  child.on('exit', (code, signal) => {
+    timers.clear(loadTimer);
+    if (unloadRequested && code === 0) moveTo('stopped');
+    else failWith(`process exited (${signal ? `signal ${signal}` : `code ${code}`})`);
+    settleExit();
+  });
+
+  const loadTimer = timers.set(
+    () => failWith(`load made no progress within ${bounds.loadTimeoutMs} ms`),
+    bounds.loadTimeoutMs,
+  );
+  child.send({ v: 1, type: 'load', file: opts.file, options: opts.load } satisfies HostCommand);
+
+  const probe = async (): Promise<EngineCapacity> => {
+    const v = await command({ v: 1, type: 'probe', id: nextId++ }, bounds.probeTimeoutMs, 'health probe');
+    return (v as Extract<HostReplyValue, { kind: 'probe' }>).capacity;
+  };
+
+  const step = async (plan: StepPlan): Promise<StepResult> => {
+    if (state === 'loading') throw new EngineError('not_loaded', `engine host ${opts.id} is still loading`, true);
+    const fresh = plan.items.filter((i) => i.kind === 'prefill' && !open.has(i.seq)).map((i) => i.seq);
+    if (state === 'draining' && fresh.length > 0) {
+      throw new EngineError('invalid_request', `engine host ${opts.id} is draining: no new sequences (${fresh[0]})`);
+    }
+    const v = await command({ v: 1, type: 'step', id: nextId++, plan }, bounds.stepTimeoutMs, 'step');
+    for (const seq of fresh) open.add(seq);
+    return (v as Extract<HostReplyValue, { kind: 'step' }>).result;
+  };
+
+  return {
+    id: opts.id,
+    get pid() {
+      return child.pid;
+    },
+    get state() {
+      return state;
+    },
+    capacity: () => capacity,
+    subscribe(listener) {
+      listeners.add(listener);
+      return () => listeners.delete(listener);
+    },
+    ready: () => readyPromise,
+    tokenize: async (text) => {
+      const v = await command({ v: 1, type: 'tokenize', id: nextId++, text }, bounds.stepTimeoutMs, 'tokenize');
+      return (v as Extract<HostReplyValue, { kind: 'tokenize' }>).tokens;
+    },
+    step,
+    free: async (seq) => {
+      const v = await command({ v: 1, type: 'free', id: nextId++, seq }, bounds.stepTimeoutMs, 'free');
+      open.delete(seq);
+      return { text: (v as Extract<HostReplyValue, { kind: 'free' }>).text };
+    },
+    probe,
+    drain: () => {
+      if (state === 'ready') moveTo('draining');
+    },
+    unload: async () => {
+      if (state !== 'failed' && state !== 'stopped') {
+        unloadRequested = true;
+        child.send({ v: 1, type: 'unload' } satisfies HostCommand);
+      }
+      await exited;
+    },
+    kill: () => {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    },
+  };
+}

@@ -1,0 +1,285 @@
+// The llama.cpp engine (node-llama-cpp): runs each planned step as one llama_decode over exactly the planned tokens.
+//
+// Iteration-level control: the context's batching `dispatchSchedule` does nothing, so node-llama-cpp only queues
+// what each sequence's `controlledEvaluate` asks for; `dispatchPendingBatch()` then evaluates the whole queue as one
+// batch. Logits are requested only where a token is sampled. Context shifting is made impossible twice over: every
+// plan is checked against the cells left before anything is queued, and the sequences' shift strategy throws.
+import { setImmediate as nextMacrotask } from 'node:timers/promises';
+import {
+  getLlama,
+  LlamaLogLevel,
+  type ControlledEvaluateInputItem,
+  type Llama,
+  type LlamaContext,
+  type LlamaContextSequence,
+  type LlamaModel,
+  type Token,
+} from 'node-llama-cpp';
+import {
+  EngineError,
+  type Engine,
+  type EngineCapacity,
+  type EngineLoadOptions,
+  type SampledToken,
+  type SamplingParams,
+  type StepPlan,
+  type StepResult,
+} from './engine.ts';
+import { checkModelFile } from './model-file.ts';
+import { createTextStream, type TextStream } from './text-stream.ts';
+
+/** One live sequence: its llama.cpp sequence, the sampled token not yet in the cache, and its text stream. */
+interface Live {
+  sequence: LlamaContextSequence;
+  sampling: SamplingParams;
+  stream: TextStream;
+  pending: number | undefined;
+  finished: boolean;
+}
+
+/** Mixes a seed with a token position (murmur3 finaliser) so each sampled position gets its own stream. */
+export function positionSeed(seed: number, position: number): number {
+  let h = (Math.imul(seed >>> 0, 0x9e3779b1) ^ position) >>> 0;
+  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+  return (h ^ (h >>> 16)) >>> 0;
+}
+
+const refuse = (message: string): never => {
+  throw new EngineError('invalid_request', message);
+};
+
+/** What the plan validation found: the new sequences it needs and the step's token count. */
+interface PlanCheck {
+  fresh: string[];
+  tokens: number;
+}
+
+/** Validates a plan against the cache before any work; throws invalid_request naming the first problem. */
+function checkPlan(plan: StepPlan, live: Map<string, Live>, cap: EngineCapacity, vocab: number): PlanCheck {
+  const seen = new Set<string>();
+  const fresh: string[] = [];
+  let tokens = 0;
+  if (plan.items.length === 0) refuse('a step needs at least one item');
+  for (const item of plan.items) {
+    if (seen.has(item.seq)) refuse(`sequence ${item.seq} appears twice in one step`);
+    seen.add(item.seq);
+    const state = live.get(item.seq);
+    const held = state?.sequence.nextTokenIndex ?? 0;
+    if (item.kind === 'decode') {
+      if (!state || state.pending === undefined) refuse(`sequence ${item.seq} has no sampled token to decode`);
+      if (state!.finished) refuse(`sequence ${item.seq} has finished`);
+      if (held + 1 > cap.cellsPerSequence) {
+        refuse(`sequence ${item.seq} would exceed its ${cap.cellsPerSequence} cells by decoding`);
+      }
+      tokens += 1;
+      continue;
+    }
+    if (item.tokens.length === 0) refuse(`prefill of ${item.seq} has no tokens`);
+    if (state?.pending !== undefined) refuse(`sequence ${item.seq} is decoding; free it before prefilling again`);
+    for (const t of item.tokens) {
+      if (!Number.isInteger(t) || t < 0 || t >= vocab) refuse(`prefill of ${item.seq} holds invalid token ${t}`);
+    }
+    if (held + item.tokens.length > cap.cellsPerSequence) {
+      refuse(
+        `context overflow: sequence ${item.seq} would hold ${held + item.tokens.length} tokens, ` +
+          `more than its ${cap.cellsPerSequence} cells`,
+      );
+    }
+    if (!state) fresh.push(item.seq);
+    tokens += item.tokens.length;
+  }
+  if (fresh.length > cap.freeSequences) refuse(`step opens ${fresh.length} sequences, ${cap.freeSequences} are free`);
+  if (tokens > cap.batchTokens) refuse(`step holds ${tokens} tokens, more than the batch of ${cap.batchTokens}`);
+  return { fresh, tokens };
+}
+
+const samplerOptions = (s: SamplingParams, position: number) => ({
+  temperature: s.temperature ?? 0,
+  topP: s.topP ?? 1,
+  topK: 0,
+  minP: 0,
+  seed: positionSeed(s.seed ?? 0, position),
+});
+
+/** Loads a GGUF file into llama.cpp; a missing, unreadable or invalid file is refused with invalid_model_file. */
+export async function loadLlamaEngine(file: string, opts: EngineLoadOptions): Promise<Engine> {
+  const threads = opts.threads ?? 1;
+  if (!Number.isInteger(opts.sequences) || opts.sequences < 1) refuse(`sequences must be a positive integer`);
+  if (!Number.isInteger(opts.contextTokens) || opts.contextTokens < 2) refuse(`contextTokens must be an integer >= 2`);
+  await checkModelFile(file);
+  let llama: Llama | undefined;
+  let model: LlamaModel | undefined;
+  try {
+    llama = await getLlama({
+      gpu: opts.gpu ?? false,
+      build: 'never',
+      skipDownload: true,
+      progressLogs: false,
+      maxThreads: threads,
+      logLevel: LlamaLogLevel.error,
+    });
+    model = await llama.loadModel({ modelPath: file, gpuLayers: opts.gpu ? 'auto' : 0 });
+  } catch (err) {
+    await model?.dispose().catch(() => undefined);
+    await llama?.dispose().catch(() => undefined);
+    if (err instanceof EngineError) throw err;
+    throw new EngineError('invalid_model_file', `model file ${file} could not be loaded: ${String(err)}`, false, err);
+  }
+  return createLlamaEngine(file, llama, model, opts);
+}
+
+/** Lets a late-queued evaluation through at once (counted) instead of hanging; see the file header. */
+interface DispatchGate {
+  armed: boolean;
+  late: number;
+}
+
+async function createLlamaEngine(file: string, llama: Llama, model: LlamaModel, opts: EngineLoadOptions) {
+  const gate: DispatchGate = { armed: false, late: 0 };
+  const context: LlamaContext = await model.createContext({
+    contextSize: opts.contextTokens,
+    sequences: opts.sequences,
+    threads: opts.threads ?? 1,
+    batchSize: opts.batchTokens ?? opts.contextTokens,
+    batching: {
+      // Switchyard dispatches each step itself; only a decode queued after that dispatch is let through here.
+      dispatchSchedule: (dispatch) => {
+        if (gate.armed) {
+          gate.late += 1;
+          dispatch();
+        }
+      },
+    },
+  });
+  const overflow = (): never => {
+    throw new EngineError('invalid_request', 'context overflow: llama.cpp asked to shift the context');
+  };
+  const idle: LlamaContextSequence[] = [];
+  for (let i = 0; i < opts.sequences; i++) idle.push(context.getSequence({ contextShift: { strategy: overflow } }));
+  const live = new Map<string, Live>();
+  const vocab = (model.fileInfo.metadata as { tokenizer?: { ggml?: { tokens?: readonly string[] } } }).tokenizer?.ggml
+    ?.tokens?.length;
+  const detokenize = (tokens: readonly number[]): string => model.detokenize(tokens as readonly Token[]);
+  let tail: Promise<unknown> = Promise.resolve();
+  let unloaded = false;
+  const serial = <T>(op: () => Promise<T>): Promise<T> => {
+    const run = tail.then(() => {
+      if (unloaded) throw new EngineError('not_loaded', `engine for ${file} is unloaded`);
+      return op();
+    });
+    tail = run.catch(() => undefined);
+    return run;
+  };
+
+  const capacity = (): EngineCapacity => {
+    const used: Record<string, number> = {};
+    for (const [id, s] of live) used[id] = s.sequence.nextTokenIndex;
+    return {
+      sequences: opts.sequences,
+      // node-llama-cpp keeps one cell of each sequence free: it shifts once nextTokenIndex reaches contextSize - 1.
+      cellsPerSequence: context.contextSize - 1,
+      totalCells: context.getAllocatedContextSize(),
+      batchTokens: context.batchSize,
+      freeSequences: idle.length,
+      used,
+    };
+  };
+
+  const runStep = async (plan: StepPlan): Promise<StepResult> => {
+    const { tokens } = checkPlan(plan, live, capacity(), vocab ?? Number.MAX_SAFE_INTEGER);
+    const evaluations: Promise<unknown[]>[] = [];
+    const order: { seq: string; state: Live; sampleAt: number }[] = [];
+    for (const item of plan.items) {
+      let state = live.get(item.seq);
+      if (!state) {
+        const sampling = item.kind === 'prefill' ? (item.sampling ?? {}) : {};
+        const stream = createTextStream(detokenize, sampling.stop);
+        state = { sequence: idle.pop()!, sampling, stream, pending: undefined, finished: false };
+        live.set(item.seq, state);
+      } else if (item.kind === 'prefill' && item.sampling) {
+        state.sampling = item.sampling;
+        state.stream = createTextStream(detokenize, item.sampling.stop);
+      }
+      const input: ControlledEvaluateInputItem[] = (
+        item.kind === 'decode' ? [state.pending!] : [...item.tokens]
+      ) as Token[];
+      const sample = item.kind === 'decode' || item.sample;
+      const last = input.length - 1;
+      if (sample) {
+        const position = state.sequence.nextTokenIndex + input.length;
+        const options = samplerOptions(state.sampling, position);
+        input[last] = [input[last] as Token, { generateNext: { token: true, options } }];
+      }
+      if (item.kind === 'decode') state.pending = undefined;
+      order.push({ seq: item.seq, state, sampleAt: sample ? last : -1 });
+      evaluations.push(state.sequence.controlledEvaluate(input));
+    }
+    const lateBefore = gate.late;
+    const started = performance.now();
+    // controlledEvaluate queues its decode after a lock and a microtask or two: one macrotask lets all of them queue.
+    await nextMacrotask();
+    gate.armed = true;
+    let results: unknown[][];
+    try {
+      context.dispatchPendingBatch();
+      results = await Promise.all(evaluations);
+    } catch (err) {
+      throw new EngineError('engine_failed', `step failed in ${file}: ${String(err)}`, true, err);
+    } finally {
+      gate.armed = false;
+    }
+    const ms = performance.now() - started;
+    const sampled: SampledToken[] = [];
+    order.forEach(({ seq, state, sampleAt }, i) => {
+      if (sampleAt < 0) return;
+      const out = results[i]![sampleAt] as { next?: { token?: number | null } } | undefined;
+      const token = out?.next?.token;
+      if (token == null) throw new EngineError('engine_failed', `no token sampled for ${seq} in ${file}`, true);
+      state.pending = token;
+      if (model.isEogToken(token as Token)) {
+        state.finished = true;
+        sampled.push({ seq, token, text: state.stream.flush(), finish: 'eos' });
+        return;
+      }
+      const { text, stopped } = state.stream.push(token);
+      if (stopped) state.finished = true;
+      sampled.push(stopped ? { seq, token, text, finish: 'stop' } : { seq, token, text });
+    });
+    return { sampled, ms, tokens, dispatches: 1 + gate.late - lateBefore };
+  };
+
+  const freeSeq = async (seq: string): Promise<{ text: string }> => {
+    const state = live.get(seq);
+    if (!state) return { text: '' };
+    live.delete(seq);
+    const text = state.finished ? '' : state.stream.flush();
+    await state.sequence.clearHistory();
+    idle.push(state.sequence);
+    return { text };
+  };
+
+  const engine: Engine = {
+    file,
+    tokenize: (text, o) => {
+      const bos = (o?.bos ?? true) && model.tokens.shouldPrependBosToken && model.tokens.bos != null;
+      const body = model.tokenize(text);
+      return bos ? [model.tokens.bos!, ...body] : body;
+    },
+    detokenize,
+    capacity,
+    step: (plan) => serial(() => runStep(plan)),
+    free: (seq) => serial(() => freeSeq(seq)),
+    unload: () =>
+      unloaded
+        ? Promise.resolve()
+        : serial(async () => {
+            unloaded = true;
+            live.clear();
+            await context.dispose();
+            await model.dispose();
+            await llama.dispose();
+          }),
+  };
+  return engine;
+}

@@ -1,0 +1,201 @@
+// Generates small llama-architecture GGUF models with seeded random weights and a byte-level vocabulary, for tests.
+import { createHash } from 'node:crypto';
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { writeGguf, type GgufKv, type GgufTensor } from './gguf-writer.ts';
+
+/** The shape of a generated model. */
+export interface TinyModelSpec {
+  name: string;
+  embedding: number;
+  layers: number;
+  heads: number;
+  kvHeads: number;
+  feedForward: number;
+  contextLength: number;
+  dtype: 'f32' | 'f16';
+}
+
+/** Named sizes: `tiny` (~0.5 MB, ~1 ms a step on one core) and `bench` (~13M params, several ms a step). */
+export const TINY_MODEL_SIZES: Readonly<Record<'tiny' | 'bench', TinyModelSpec>> = Object.freeze({
+  tiny: Object.freeze({
+    name: 'switchyard-tiny',
+    embedding: 64,
+    layers: 2,
+    heads: 4,
+    kvHeads: 2,
+    feedForward: 192,
+    contextLength: 4096,
+    dtype: 'f32' as const,
+  }),
+  bench: Object.freeze({
+    name: 'switchyard-bench',
+    embedding: 384,
+    layers: 6,
+    heads: 6,
+    kvHeads: 2,
+    feedForward: 1536,
+    contextLength: 4096,
+    dtype: 'f16' as const,
+  }),
+});
+
+/** Options of a generated model: the PRNG seed and a named size. */
+export interface TinyModelOptions {
+  seed?: number;
+  size?: keyof typeof TINY_MODEL_SIZES;
+}
+
+/** Token ids of the generated vocabulary: 0-255 are the bytes, then the specials, then the merged tokens. */
+export const TINY_VOCAB = Object.freeze({ bos: 256, eos: 257, firstMerge: 258 });
+
+/** BPE merges (in GPT-2's byte-to-unicode alphabet, where "Ġ" is a space) that make a few multi-byte tokens. */
+const MERGES = ['Ġ t', 'h e', 'Ġt he', 'i n'] as const;
+
+/** GPT-2's reversible byte -> printable unicode character mapping that byte-level BPE vocabularies are written in. */
+export function byteToUnicode(): string[] {
+  const direct: number[] = [];
+  for (let b = 0x21; b <= 0x7e; b++) direct.push(b);
+  for (let b = 0xa1; b <= 0xac; b++) direct.push(b);
+  for (let b = 0xae; b <= 0xff; b++) direct.push(b);
+  const table: string[] = new Array<string>(256);
+  let extra = 0;
+  for (let b = 0; b < 256; b++) {
+    table[b] = String.fromCodePoint(direct.includes(b) ? b : 256 + extra++);
+  }
+  return table;
+}
+
+/** A small deterministic PRNG (mulberry32): uniform floats in [0, 1) from a 32-bit seed. */
+export function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const vocabulary = (): { tokens: string[]; types: number[] } => {
+  const tokens = byteToUnicode();
+  const types = tokens.map(() => 1); // LLAMA_TOKEN_TYPE_NORMAL
+  tokens.push('<|startoftext|>', '<|endoftext|>');
+  types.push(3, 3); // LLAMA_TOKEN_TYPE_CONTROL
+  for (const merge of MERGES) {
+    tokens.push(merge.replace(' ', ''));
+    types.push(1);
+  }
+  return { tokens, types };
+};
+
+const isPrintableAscii = (id: number): boolean => id >= 0x20 && id <= 0x7e;
+
+/** How strongly the LM head favours each token: readable ASCII first, so greedy output is mostly legible text. */
+const outputRowScale = (id: number): number => {
+  if (id === TINY_VOCAB.bos || id === TINY_VOCAB.eos) return 0.05;
+  if (id >= TINY_VOCAB.firstMerge || isPrintableAscii(id) || id === 0x0a) return 1;
+  return 0.2;
+};
+
+const metadata = (spec: TinyModelSpec, vocab: { tokens: string[]; types: number[] }): GgufKv[] => {
+  const headDim = spec.embedding / spec.heads;
+  return [
+    { key: 'general.architecture', type: 'string', value: 'llama' },
+    { key: 'general.name', type: 'string', value: spec.name },
+    { key: 'general.alignment', type: 'u32', value: 32 },
+    { key: 'general.file_type', type: 'u32', value: spec.dtype === 'f32' ? 0 : 1 },
+    { key: 'llama.context_length', type: 'u32', value: spec.contextLength },
+    { key: 'llama.embedding_length', type: 'u32', value: spec.embedding },
+    { key: 'llama.block_count', type: 'u32', value: spec.layers },
+    { key: 'llama.feed_forward_length', type: 'u32', value: spec.feedForward },
+    { key: 'llama.attention.head_count', type: 'u32', value: spec.heads },
+    { key: 'llama.attention.head_count_kv', type: 'u32', value: spec.kvHeads },
+    { key: 'llama.rope.dimension_count', type: 'u32', value: headDim },
+    { key: 'llama.rope.freq_base', type: 'f32', value: 10000 },
+    { key: 'llama.attention.layer_norm_rms_epsilon', type: 'f32', value: 1e-5 },
+    { key: 'llama.vocab_size', type: 'u32', value: vocab.tokens.length },
+    { key: 'tokenizer.ggml.model', type: 'string', value: 'gpt2' },
+    { key: 'tokenizer.ggml.pre', type: 'string', value: 'default' },
+    { key: 'tokenizer.ggml.tokens', type: 'array', itemType: 'string', value: vocab.tokens },
+    { key: 'tokenizer.ggml.scores', type: 'array', itemType: 'f32', value: new Float32Array(vocab.tokens.length) },
+    { key: 'tokenizer.ggml.token_type', type: 'array', itemType: 'i32', value: vocab.types },
+    { key: 'tokenizer.ggml.merges', type: 'array', itemType: 'string', value: [...MERGES] },
+    { key: 'tokenizer.ggml.bos_token_id', type: 'u32', value: TINY_VOCAB.bos },
+    { key: 'tokenizer.ggml.eos_token_id', type: 'u32', value: TINY_VOCAB.eos },
+    { key: 'tokenizer.ggml.add_bos_token', type: 'bool', value: true },
+    { key: 'tokenizer.ggml.add_eos_token', type: 'bool', value: false },
+  ];
+};
+
+const tensorsOf = (spec: TinyModelSpec, vocabSize: number, rand: () => number): GgufTensor[] => {
+  const { embedding: e, feedForward: ff, dtype } = spec;
+  const kvWidth = (e / spec.heads) * spec.kvHeads;
+  // Uniform in [-a, a] with a = sqrt(3 / fanIn): unit-variance outputs for unit-variance inputs.
+  const random = (name: string, dims: number[], rowScale?: (row: number) => number): GgufTensor => {
+    const [fanIn = 1, rows = 1] = dims;
+    const data = new Float32Array(fanIn * rows);
+    const a = Math.sqrt(3 / fanIn);
+    for (let r = 0; r < rows; r++) {
+      const s = rowScale ? rowScale(r) : 1;
+      for (let i = 0; i < fanIn; i++) data[r * fanIn + i] = (2 * rand() - 1) * a * s;
+    }
+    return { name, dims, type: dtype, data };
+  };
+  const ones = (name: string): GgufTensor => ({ name, dims: [e], type: 'f32', data: new Float32Array(e).fill(1) });
+  const tensors: GgufTensor[] = [
+    random('token_embd.weight', [e, vocabSize]),
+    ones('output_norm.weight'),
+    random('output.weight', [e, vocabSize], outputRowScale),
+  ];
+  for (let l = 0; l < spec.layers; l++) {
+    const p = `blk.${l}.`;
+    tensors.push(
+      ones(`${p}attn_norm.weight`),
+      random(`${p}attn_q.weight`, [e, e]),
+      random(`${p}attn_k.weight`, [e, kvWidth]),
+      random(`${p}attn_v.weight`, [e, kvWidth]),
+      random(`${p}attn_output.weight`, [e, e]),
+      ones(`${p}ffn_norm.weight`),
+      random(`${p}ffn_gate.weight`, [e, ff]),
+      random(`${p}ffn_up.weight`, [e, ff]),
+      random(`${p}ffn_down.weight`, [ff, e]),
+    );
+  }
+  return tensors;
+};
+
+/** Builds the GGUF image of a generated model; the same seed and size always give the same bytes. */
+export function buildTinyModel(opts: TinyModelOptions = {}): Uint8Array {
+  const spec = TINY_MODEL_SIZES[opts.size ?? 'tiny'];
+  const vocab = vocabulary();
+  const rand = mulberry32(opts.seed ?? 1);
+  return writeGguf(metadata(spec, vocab), tensorsOf(spec, vocab.tokens.length, rand));
+}
+
+/** What ensureTinyModel found or did. */
+export interface EnsuredModel {
+  path: string;
+  /** True when the file was (re)written, false when an identical file was already there. */
+  written: boolean;
+  sha256: string;
+  bytes: number;
+}
+
+const sha256 = (b: Uint8Array): string => createHash('sha256').update(b).digest('hex');
+
+/** Writes the generated model to `path` unless a byte-identical file is already there (atomic rename). */
+export async function ensureTinyModel(path: string, opts: TinyModelOptions = {}): Promise<EnsuredModel> {
+  const image = buildTinyModel(opts);
+  const digest = sha256(image);
+  const existing = await readFile(path).catch(() => undefined);
+  if (existing && existing.length === image.length && sha256(existing) === digest) {
+    return { path, written: false, sha256: digest, bytes: image.length };
+  }
+  await mkdir(dirname(path), { recursive: true });
+  const tmp = `${path}.${process.pid}.tmp`;
+  await writeFile(tmp, image);
+  await rename(tmp, path);
+  return { path, written: true, sha256: digest, bytes: image.length };
+}

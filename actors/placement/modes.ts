@@ -1,0 +1,126 @@
+// The node's mode as placement drives it: the placement machine (steady → reserving → draining → switching), the
+// policy in force, the layout each mode wants on today's healthy GPUs, and why a model cannot be served.
+import { createActor, type ActorRefFrom } from 'xstate';
+import { placementMachine, type PlacementMode } from '../../machines/placement.machine.ts';
+import type { Scenario } from '../config.ts';
+import type { PlacementConfig } from './config.ts';
+import type { GpuLedger } from './ledger.ts';
+import type { Timeline } from './timeline.ts';
+import { layoutFor, rolesOf, type LayoutEntry, type LayoutMode, type Roles } from './layout.ts';
+import type { Runtime } from '../../runtime/system.ts';
+
+/** A placement policy. */
+export type PlacementPolicy = PlacementConfig['policy'];
+
+/** What the modes need from the rest of placement. */
+export interface ModeDeps {
+  runtime: Runtime;
+  scenario: Scenario;
+  ledger: GpuLedger;
+  timeline: Timeline;
+  /** Drains every replica whose id `keep` does not hold, by `deadlineMs` from now. */
+  drainExcept(keep: Set<string>, deadlineMs: number): void;
+  /** Runs the reconciler on the next turn. */
+  schedule(): void;
+}
+
+/** The mode half of placement. */
+export interface Modes {
+  readonly actor: ActorRefFrom<typeof placementMachine>;
+  readonly roles: Roles;
+  policy(): PlacementPolicy;
+  setPolicy(p: PlacementPolicy): void;
+  /** The placement machine's state name (`steady`, `reserving`, `draining`, `switching`). */
+  state(): string;
+  /** The replicas `mode` wants on today's healthy GPUs. */
+  layout(mode: LayoutMode | PlacementMode): LayoutEntry[];
+  /** Whether `mode`'s layout places a replica of `model`. */
+  places(mode: PlacementMode, model: string): boolean;
+  /** The layout the node is heading for now: the target while switching, else the current mode. */
+  desired(): LayoutEntry[];
+  /** Replicas wanted of model@version (a rollout's count, else the config's). */
+  countOf(m: { name: string; replicas: number }, version: string): number;
+  setCount(model: string, version: string, count: number): void;
+  /** Why `name` cannot be served with today's GPUs and policy, or null. */
+  reasonFor(name: string): string | null;
+  /** True when the large gang cannot be placed (too few healthy GPUs). */
+  largeImpossible(): boolean;
+}
+
+/** Starts the placement machine for the scenario's policy. */
+export function createModes(d: ModeDeps): Modes {
+  const { scenario, ledger, timeline } = d;
+  const pc = scenario.placement;
+  const now = (): number => d.runtime.clock.now();
+  const roles = rolesOf(scenario.models);
+  const modelByName = new Map(scenario.models.map((m) => [m.name, m]));
+  let policy = pc.policy;
+  const replicaCounts = new Map<string, number>();
+  const countOf = (m: { name: string; replicas: number }, version: string): number =>
+    replicaCounts.get(`${m.name}@${version}`) ?? m.replicas;
+  const layout = (mode: LayoutMode | PlacementMode): LayoutEntry[] =>
+    layoutFor(scenario, mode as LayoutMode, ledger.healthy(), countOf);
+  const places = (mode: PlacementMode, model: string): boolean => layout(mode).some((e) => e.model.name === model);
+
+  const initialMode = (): PlacementMode =>
+    policy === 'exclusive' ? 'mixed' : policy === 'share' ? 'share' : roles.large ? pc.initialMode : 'small';
+  const actor = createActor(
+    placementMachine.provide({
+      actions: {
+        raiseReservation: ({ context }) =>
+          timeline.log({
+            kind: 'reservation.raised',
+            mode: context.target,
+            detail: `deadline in ${Math.round(context.deadlineAt - now())} ms`,
+          }),
+        releaseReservation: ({ context }) => timeline.log({ kind: 'reservation.released', mode: context.mode }),
+        drainForTarget: ({ context }) =>
+          d.drainExcept(new Set(layout(context.target).map((e) => e.id)), Math.max(0, context.deadlineAt - now())),
+        loadTarget: ({ context }) => {
+          timeline.log({ kind: 'loading.started', mode: context.target });
+          d.schedule();
+        },
+        completeSwitch: ({ context }) =>
+          timeline.log({ kind: 'mode.switched', mode: context.mode, detail: `switch ${context.switches}` }),
+        handleGpuFailure: () => d.schedule(),
+        handleGpuRepair: () => d.schedule(),
+      },
+    }),
+    { input: { mode: initialMode(), t: now() }, clock: d.runtime.clock, id: 'placement' },
+  );
+  const state = (): string => String(actor.getSnapshot().value);
+
+  const reasonFor = (name: string): string | null => {
+    const m = modelByName.get(name);
+    if (!m) return null;
+    const healthy = ledger.healthy().size;
+    if (healthy < m.tp) return `${m.name} needs ${m.tp} healthy GPU${m.tp > 1 ? 's' : ''}, ${healthy} available`;
+    const modes: LayoutMode[] = policy === 'switch' ? ['large', 'small'] : [policy === 'share' ? 'share' : 'mixed'];
+    if (!modes.some((mode) => places(mode, name))) {
+      return `${m.name} needs ${m.tp} free GPU${m.tp > 1 ? 's' : ''}; the ${policy} placement gives them to other replicas`;
+    }
+    return null;
+  };
+
+  return {
+    actor,
+    roles,
+    policy: () => policy,
+    setPolicy: (p) => {
+      policy = p;
+    },
+    state,
+    layout,
+    places,
+    desired: () => {
+      const c = actor.getSnapshot().context;
+      return layout(state() === 'switching' ? c.target : c.mode);
+    },
+    countOf,
+    setCount: (model, version, count) => {
+      replicaCounts.set(`${model}@${version}`, count);
+    },
+    reasonFor,
+    largeImpossible: () => roles.large !== null && ledger.healthy().size < roles.large.tp,
+  };
+}

@@ -1,0 +1,147 @@
+// Placement's detection wiring: GPUs coming up, reported faults, node heartbeats and the detector's findings become
+// GPU ledger changes, `gpu.failed` for the replicas holding them, and fences for the node (repeated on heartbeats until
+// the node confirms them, since a fence may be lost in a partition); suspected GPUs; stalls of the whole node.
+import type { NodeMessage } from '../../transport/protocol.ts';
+import type { Runtime } from '../../runtime/system.ts';
+import type { Scenario } from '../config.ts';
+import type { ReplicaHandle } from '../replica.ts';
+import { createDetector, type Detected, type DetectionPath, type InflightStep } from './detection.ts';
+import type { GpuLedger } from './ledger.ts';
+import type { Timeline } from './timeline.ts';
+
+/** What the watchdog works on. */
+export interface WatchdogDeps {
+  runtime: Runtime;
+  scenario: Scenario;
+  ledger: GpuLedger;
+  replicas: ReadonlyMap<string, ReplicaHandle>;
+  timeline: Timeline;
+  /** A GPU failed or came back: the placement machine hears of it. */
+  gpuFailed(gpu: number): void;
+  gpuRepaired(gpu: number): void;
+  /** Runs the reconciler on the next turn. */
+  schedule(): void;
+}
+
+/** The watchdog of one placement actor. */
+export interface Watchdog {
+  /** Handles a node message addressed to placement (`gpu.ready`, `gpu.failed`, `node.heartbeat`); false if not one. */
+  handle(msg: NodeMessage): boolean;
+  /** Milliseconds each detection path may take at most (for a step predicted at stepMs). */
+  bounds(stepMs: number): Record<DetectionPath, number>;
+}
+
+/** Wires a detector to the ledger and the replicas. */
+export function createWatchdog(d: WatchdogDeps): Watchdog {
+  const { runtime, ledger, replicas, timeline } = d;
+  const now = (): number => runtime.clock.now();
+  // Fences the node has not confirmed, with the heartbeats heard since each was sent.
+  const fencing = new Map<number, { code: string; beats: number }>();
+
+  const failGpu = (found: Detected): void => {
+    const rec = ledger.gpus.get(found.gpu);
+    if (!rec || !rec.healthy) return;
+    rec.healthy = false;
+    rec.up = false;
+    const lanes = ledger.lanes(found.gpu);
+    const holders = lanes.map(ledger.holderOf).filter((x): x is string => x !== null);
+    const boundMs = detector.bounds(found.stepMs ?? 0)[found.path];
+    timeline.recordFailure({
+      t: now(),
+      gpu: found.gpu,
+      code: found.code,
+      path: found.path,
+      replicas: holders,
+      boundMs,
+    });
+    timeline.log({ kind: 'gpu.failed', gpu: found.gpu, path: found.path, detail: found.code });
+    for (const dev of lanes) {
+      ledger.deviceDown(dev);
+      const h = ledger.holderOf(dev);
+      if (h && replicas.has(h)) runtime.send(h, { type: 'gpu.failed', gpu: dev, code: found.code });
+    }
+    // A GPU the control plane declared failed (rather than one that reported it) is taken out of service at the node;
+    // the fence is repeated on later heartbeats until the node confirms it (it may be lost in a partition).
+    if (found.path !== 'reported') {
+      fencing.set(found.gpu, { code: found.code, beats: 0 });
+      runtime.send('node', { type: 'gpu.fence', gpu: found.gpu, code: found.code });
+    }
+    d.gpuFailed(found.gpu);
+  };
+
+  const detector = createDetector({
+    clock: runtime.clock,
+    config: d.scenario.detection,
+    physical: (dev) => dev % ledger.n,
+    live: ledger.live,
+    inflight: function* (): Generator<InflightStep> {
+      for (const r of replicas.values()) {
+        const f = r.inflight();
+        const st = r.state();
+        if (f && (st.startsWith('ready') || st.startsWith('draining'))) yield { replica: r.id, devices: r.gpus, ...f };
+      }
+    },
+    loading: function* () {
+      for (const r of replicas.values()) if (r.state() === 'loading') yield { replica: r.id, devices: r.gpus };
+    },
+    onDetected: (found) => {
+      for (const f of found) failGpu(f);
+      d.schedule();
+    },
+    onSuspects: (now) => {
+      let cleared = false;
+      for (const rec of ledger.gpus.values()) {
+        const was = ledger.suspected(rec.index);
+        if (was === now.has(rec.index)) continue;
+        ledger.suspect(rec.index, !was);
+        if (was && rec.healthy) cleared = true;
+      }
+      // A GPU no longer suspected may be given to the replica that waited for it.
+      if (cleared) d.schedule();
+    },
+    onStall: (since, until) =>
+      timeline.log({ kind: 'node.stalled', detail: `silent for ${Math.round(until - since)} ms, then back` }),
+  });
+
+  const gpuReady = (dev: number): void => {
+    const rec = ledger.gpuOf(dev);
+    if (!rec) return;
+    ledger.deviceUp(dev);
+    if (ledger.laneOf(dev) === 0) {
+      // Probed and free: whatever it was suspected of, it answers now.
+      ledger.suspect(rec.index, false);
+      const back = !rec.healthy;
+      rec.up = true;
+      rec.healthy = true;
+      detector.up(rec.index);
+      timeline.log({ kind: 'gpu.ready', gpu: rec.index, ...(back ? { detail: 'repaired' } : {}) });
+      if (back) d.gpuRepaired(rec.index);
+    }
+    d.schedule();
+  };
+
+  return {
+    handle: (msg) => {
+      switch (msg.type) {
+        case 'gpu.ready':
+          gpuReady(msg.gpu);
+          return true;
+        case 'gpu.failed':
+          fencing.delete(msg.gpu % ledger.n);
+          failGpu({ gpu: msg.gpu % ledger.n, code: String(msg.code), path: 'reported' });
+          d.schedule();
+          return true;
+        case 'node.heartbeat':
+          // Repeated from the second heartbeat after it was sent: the first may have been sent before the node read
+          // it (a node back from a stall sends its overdue heartbeat first, then reads the fences that waited).
+          for (const [g, f] of fencing)
+            if (++f.beats >= 2) runtime.send('node', { type: 'gpu.fence', gpu: g, code: f.code });
+          detector.heartbeat(msg.gpus);
+          return true;
+        default:
+          return false;
+      }
+    },
+    bounds: (stepMs) => detector.bounds(stepMs),
+  };
+}

@@ -1,0 +1,224 @@
+// The fleet description (deploy/fleets/*.yaml): pools of 8-GPU nodes, validated with errors naming the field.
+import { parse } from 'yaml';
+
+/** Each pod is one node of this many GPUs; a pool's mode decides how they are split among its models. */
+export const GPUS_PER_NODE = 8;
+
+/** A model a pool serves; `replicas` is only for small pools (one GPU each), `classes` passes through. */
+export interface FleetModel {
+  name: string;
+  profile: string;
+  replicas: number;
+  classes?: Record<string, Record<string, number>>;
+}
+
+/** CPU and memory of a node's worker container (the GPUs are always all eight). */
+export interface PoolResources {
+  cpu: string;
+  memory: string;
+}
+
+/** One pool of identical nodes, all in one mode: `large` (one TP-8 replica) or `small` (1-GPU replicas). */
+export interface Pool {
+  name: string;
+  mode: 'large' | 'small';
+  nodes: number;
+  gpu: string;
+  image: string;
+  startupSeconds: number;
+  resources: PoolResources;
+  nodeSelector: Record<string, string>;
+  models: FleetModel[];
+}
+
+/** Timings of a graceful stop: preStop delay, the control plane's drain deadline, slack for the rest. */
+export interface ShutdownTimings {
+  preStopSeconds: number;
+  drainDeadlineSeconds: number;
+  slackSeconds: number;
+}
+
+/** A whole fleet: where it runs, who may reach it, and its pools. */
+export interface Fleet {
+  name: string;
+  namespace: string;
+  image: string;
+  gateway: { name: string; namespace: string; podLabels: Record<string, string> };
+  prometheus: { namespace: string; podLabels: Record<string, string> };
+  epp: { image: string };
+  shutdown: ShutdownTimings;
+  pools: Pool[];
+}
+
+/** A fleet file error; `path` names the offending field. */
+export class FleetError extends Error {
+  constructor(
+    readonly path: string,
+    message: string,
+  ) {
+    super(`${path}: ${message}`);
+    this.name = 'FleetError';
+  }
+}
+
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const MODEL_NAME = /^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/;
+const GPU_TYPES = ['H100-SXM', 'H200', 'A100-80GB'];
+const PROFILES = ['llama-3-8b', 'llama-3-70b', 'llama-3-70b-fp8'];
+const QUANTITY = /^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$/;
+
+type Raw = Record<string, unknown>;
+
+function record(v: unknown, path: string): Raw {
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new FleetError(path, 'must be a mapping');
+  return v as Raw;
+}
+
+function text(v: unknown, path: string, pattern?: RegExp, max = 253): string {
+  if (typeof v !== 'string' || v.length === 0 || v.length > max) {
+    throw new FleetError(path, `must be a non-empty string of at most ${max} characters`);
+  }
+  if (pattern && !pattern.test(v)) throw new FleetError(path, `"${v}" does not match ${String(pattern)}`);
+  return v;
+}
+
+function integer(v: unknown, path: string, min: number, max: number): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
+    throw new FleetError(path, `must be an integer from ${min} to ${max}`);
+  }
+  return v;
+}
+
+function labels(v: unknown, path: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, val] of Object.entries(record(v, path))) out[k] = text(val, `${path}.${k}`, undefined, 63);
+  return out;
+}
+
+function optional<T>(raw: Raw, key: string, path: string, read: (v: unknown, p: string) => T, fallback: T): T {
+  return raw[key] === undefined ? fallback : read(raw[key], `${path}.${key}`);
+}
+
+function parseModel(v: unknown, path: string, mode: Pool['mode']): FleetModel {
+  const raw = record(v, path);
+  const name = text(raw['name'], `${path}.name`, MODEL_NAME, 50);
+  const profile = text(raw['profile'], `${path}.profile`);
+  if (!PROFILES.includes(profile)) throw new FleetError(`${path}.profile`, `must be one of ${PROFILES.join(', ')}`);
+  if (mode === 'large' && raw['replicas'] !== undefined) {
+    throw new FleetError(`${path}.replicas`, 'a large pool runs exactly one replica over all eight GPUs');
+  }
+  const replicas = mode === 'large' ? 1 : optional(raw, 'replicas', path, (x, p) => integer(x, p, 1, GPUS_PER_NODE), 0);
+  const model: FleetModel = { name, profile, replicas };
+  if (raw['classes'] !== undefined) {
+    const classes: Record<string, Record<string, number>> = {};
+    for (const [cls, limits] of Object.entries(record(raw['classes'], `${path}.classes`))) {
+      classes[cls] = {};
+      for (const [k, n] of Object.entries(record(limits, `${path}.classes.${cls}`))) {
+        classes[cls][k] = integer(n, `${path}.classes.${cls}.${k}`, 0, 1e9);
+      }
+    }
+    model.classes = classes;
+  }
+  return model;
+}
+
+/** Gives each small-pool model its share of the eight GPUs: stated replicas, the rest split evenly. */
+function splitSmallReplicas(models: FleetModel[], path: string): void {
+  const stated = models.reduce((s, m) => s + m.replicas, 0);
+  const unstated = models.filter((m) => m.replicas === 0);
+  const left = GPUS_PER_NODE - stated;
+  if (left < unstated.length || (unstated.length === 0 && stated > GPUS_PER_NODE)) {
+    throw new FleetError(`${path}.models`, `replicas must fit on ${GPUS_PER_NODE} GPUs (asked for ${stated})`);
+  }
+  unstated.forEach((m, i) => {
+    m.replicas = Math.floor(left / unstated.length) + (i < left % unstated.length ? 1 : 0);
+  });
+}
+
+function parsePool(v: unknown, path: string, image: string): Pool {
+  const raw = record(v, path);
+  const mode = text(raw['mode'], `${path}.mode`);
+  if (mode !== 'large' && mode !== 'small') throw new FleetError(`${path}.mode`, 'must be large or small');
+  const gpu = optional(raw, 'gpu', path, text, 'H100-SXM');
+  if (!GPU_TYPES.includes(gpu)) throw new FleetError(`${path}.gpu`, `must be one of ${GPU_TYPES.join(', ')}`);
+  if (!Array.isArray(raw['models']) || raw['models'].length === 0) {
+    throw new FleetError(`${path}.models`, 'must list at least one model');
+  }
+  const models = raw['models'].map((m, i) => parseModel(m, `${path}.models[${i}]`, mode));
+  if (mode === 'large' && models.length !== 1) throw new FleetError(`${path}.models`, 'a large pool serves one model');
+  if (mode === 'small') splitSmallReplicas(models, path);
+  const res = optional(raw, 'resources', path, record, {});
+  return {
+    name: text(raw['name'], `${path}.name`, DNS_LABEL, 30),
+    mode,
+    nodes: integer(raw['nodes'], `${path}.nodes`, 1, 512),
+    gpu,
+    image: optional(raw, 'image', path, text, image),
+    startupSeconds: optional(
+      raw,
+      'startupSeconds',
+      path,
+      (x, p) => integer(x, p, 60, 7200),
+      mode === 'large' ? 1800 : 900,
+    ),
+    resources: {
+      cpu: optional(res, 'cpu', `${path}.resources`, (x, p) => text(String(x), p, QUANTITY), '32'),
+      memory: optional(res, 'memory', `${path}.resources`, (x, p) => text(x, p, QUANTITY), '256Gi'),
+    },
+    nodeSelector: optional(raw, 'nodeSelector', path, labels, {}),
+    models,
+  };
+}
+
+function parseShutdown(raw: Raw): ShutdownTimings {
+  return {
+    preStopSeconds: optional(raw, 'preStopSeconds', 'shutdown', (x, p) => integer(x, p, 0, 600), 10),
+    drainDeadlineSeconds: optional(raw, 'drainDeadlineSeconds', 'shutdown', (x, p) => integer(x, p, 1, 3600), 60),
+    slackSeconds: optional(raw, 'slackSeconds', 'shutdown', (x, p) => integer(x, p, 1, 600), 15),
+  };
+}
+
+/** Parses and validates a fleet file's text; throws FleetError naming the bad field. */
+export function parseFleet(source: string): Fleet {
+  const raw = record(parse(source) as unknown, '(root)');
+  const image = text(raw['image'], 'image');
+  if (!Array.isArray(raw['pools']) || raw['pools'].length === 0) throw new FleetError('pools', 'must list a pool');
+  const pools = raw['pools'].map((p, i) => parsePool(p, `pools[${i}]`, image));
+  const seen = new Set<string>();
+  pools.forEach((p, i) => {
+    if (seen.has(p.name)) throw new FleetError(`pools[${i}].name`, `duplicate pool "${p.name}"`);
+    seen.add(p.name);
+  });
+  const gw = optional(raw, 'gateway', '(root)', record, {});
+  const prom = optional(raw, 'prometheus', '(root)', record, {});
+  const gatewayName = optional(gw, 'name', 'gateway', (x, p) => text(x, p, DNS_LABEL), 'inference-gateway');
+  return {
+    name: text(raw['name'], 'name', DNS_LABEL, 30),
+    namespace: optional(raw, 'namespace', '(root)', (x, p) => text(x, p, DNS_LABEL, 63), 'switchyard'),
+    image,
+    gateway: {
+      name: gatewayName,
+      namespace: optional(gw, 'namespace', 'gateway', (x, p) => text(x, p, DNS_LABEL, 63), 'gateway-system'),
+      podLabels: optional(gw, 'podLabels', 'gateway', labels, {
+        'gateway.networking.k8s.io/gateway-name': gatewayName,
+      }),
+    },
+    prometheus: {
+      namespace: optional(prom, 'namespace', 'prometheus', (x, p) => text(x, p, DNS_LABEL, 63), 'monitoring'),
+      podLabels: optional(prom, 'podLabels', 'prometheus', labels, { 'app.kubernetes.io/name': 'prometheus' }),
+    },
+    epp: {
+      image: optional(optional(raw, 'epp', '(root)', record, {}), 'image', 'epp', text, EPP_IMAGE),
+    },
+    shutdown: parseShutdown(optional(raw, 'shutdown', '(root)', record, {})),
+    pools,
+  };
+}
+
+/** The endpoint picker image: GIE v1.5.0, the last release with the full EPP in kubernetes-sigs. */
+export const EPP_IMAGE = 'registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0';
+
+/** Every model the fleet serves, once, in the order pools first name them. */
+export function fleetModels(fleet: Fleet): string[] {
+  return [...new Set(fleet.pools.flatMap((p) => p.models.map((m) => m.name)))];
+}

@@ -1,0 +1,99 @@
+// Tests of calibration: the least-squares solver, the profile's step time, and a small real calibration run.
+import { describe, expect, it } from 'vitest';
+import {
+  fitProfile,
+  leastSquares,
+  predictS,
+  profileStepS,
+  type CalibrationSample,
+  type StepCoefficients,
+} from '../../../actors/engine/calibrate.ts';
+import { calibrateFile, QUICK_GRID } from '../../../actors/engine/calibrate-command.ts';
+import { tinyModelFixture } from './fixtures.ts';
+
+const TRUE: StepCoefficients = {
+  baseS: 1e-3,
+  perPrefillTokenS: 5e-5,
+  perPrefillPairS: 2e-8,
+  perDecodeSeqS: 2e-4,
+  perContextTokenS: 1e-6,
+};
+
+const syntheticSamples = (): CalibrationSample[] => {
+  const out: CalibrationSample[] = [];
+  for (const p of [0, 16, 64, 256]) {
+    for (const d of [0, 1, 4, 8]) {
+      for (const c of [32, 512]) {
+        if (p + d === 0) continue;
+        const s = { prefillTokens: p, prefillPairs: (p * p) / 2, decodeSeqs: d, contextTokens: d * c };
+        out.push({ ...s, seconds: predictS(TRUE, s) });
+      }
+    }
+  }
+  return out;
+};
+
+describe('calibration', () => {
+  describe('fitting', () => {
+    it('solves an exactly determined linear system', () => {
+      const b = leastSquares(
+        [
+          [2, 1],
+          [1, 3],
+        ],
+        [5, 10],
+      );
+      expect(b[0]).toBeCloseTo(1, 10);
+      expect(b[1]).toBeCloseTo(3, 10);
+    });
+
+    it('recovers the coefficients that generated noiseless step times, with zero fit error', () => {
+      const { coefficients, fit } = fitProfile(syntheticSamples());
+      for (const key of Object.keys(TRUE) as (keyof StepCoefficients)[]) {
+        expect(coefficients[key] / TRUE[key]).toBeCloseTo(1, 6);
+      }
+      expect(fit.maxRelError).toBeLessThan(1e-9);
+    });
+
+    it('reports the mean and max relative error when the times do not fit a line', () => {
+      const samples = syntheticSamples().map((s, i) => ({ ...s, seconds: s.seconds * (i % 2 ? 1.1 : 0.9) }));
+      const { fit } = fitProfile(samples);
+      expect(fit.meanRelError).toBeGreaterThan(0.01);
+      expect(fit.maxRelError).toBeGreaterThanOrEqual(fit.meanRelError);
+      expect(fit.points).toBe(samples.length);
+    });
+
+    it('gives a cost model step time from a StepShape, zero for an empty step', () => {
+      const profile = { coefficients: TRUE };
+      const shape = { prefill: [{ tokens: 64, cached: 32 }], decodeBatch: 4, decodeContext: 400 };
+      const expected = predictS(TRUE, {
+        prefillTokens: 64,
+        prefillPairs: 64 * (32 + 32),
+        decodeSeqs: 4,
+        contextTokens: 400,
+      });
+      expect(profileStepS(profile, shape)).toBeCloseTo(expected, 12);
+      expect(profileStepS(profile, { prefill: [], decodeBatch: 0, decodeContext: 0 })).toBe(0);
+    });
+  });
+
+  describe('on the real engine', () => {
+    it('times a grid of step shapes on the tiny model and returns a JSON profile with its fit error', async () => {
+      const fixture = await tinyModelFixture();
+      try {
+        const grid = { ...QUICK_GRID, prefillTokens: [0, 32], contextTokens: [32], repetitions: 2 };
+        const profile = await calibrateFile(fixture.file, 1, grid);
+        expect(profile.kind).toBe('switchyard.engine-profile');
+        expect(profile.samples).toHaveLength(5); // (0,1) (0,4) (32,0) (32,1) (32,4)
+        for (const s of profile.samples) expect(s.seconds).toBeGreaterThan(0);
+        expect(profile.samples.find((s) => s.decodeSeqs === 4)!.contextTokens).toBeGreaterThanOrEqual(4 * 33);
+        expect(Number.isFinite(profile.fit.meanRelError)).toBe(true);
+        expect(profile.capacity.sequences).toBe(5);
+        expect(profile.loadS).toBeGreaterThan(0);
+        expect(JSON.parse(JSON.stringify(profile))).toEqual(profile);
+      } finally {
+        await fixture.cleanup();
+      }
+    });
+  });
+});

@@ -1,0 +1,15 @@
+// A stand-in engine host for the client's edge cases: FAKE_HOST=silent never answers a step, rogue lies, env tells.
+const mode = process.env.FAKE_HOST;
+const capacity = { sequences: 1, cellsPerSequence: 63, totalCells: 64, batchTokens: 64, freeSequences: 1, used: {} };
+
+process.on('message', (cmd: { type: string; id?: number }) => {
+  if (cmd.type === 'load' && mode === 'env') {
+    const message = `CUDA_VISIBLE_DEVICES=${process.env.CUDA_VISIBLE_DEVICES}`;
+    process.send?.({ v: 1, type: 'load_failed', failure: { code: 'engine_failed', message, retryable: false } });
+  } else if (cmd.type === 'load') process.send?.({ v: 1, type: 'loaded', capacity });
+  else if (cmd.type === 'probe')
+    process.send?.({ v: 1, type: 'reply', id: cmd.id, ok: true, value: { kind: 'probe', capacity } });
+  else if (cmd.type === 'step' && mode === 'rogue')
+    process.send?.({ v: 1, type: 'reply', id: cmd.id, ok: true, value: { kind: 'step', result: { sampled: 'lots' } } });
+});
+process.on('disconnect', () => process.exit(0));

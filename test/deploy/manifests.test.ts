@@ -1,0 +1,386 @@
+// Validates the rendered fleets: byte-identical to a fresh rendering, core objects against the Kubernetes API schemas
+// (kubernetes-models), custom resources against our own structural checks, and the rules a fleet must keep.
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Deployment } from 'kubernetes-models/apps/v1';
+import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
+import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
+import { Role, RoleBinding } from 'kubernetes-models/rbac.authorization.k8s.io/v1';
+import { ConfigMap, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
+import type { IContainer } from 'kubernetes-models/v1';
+import type { IDeployment } from 'kubernetes-models/apps/v1';
+import type { INetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
+import { describe, expect, it } from 'vitest';
+import { parse, parseAllDocuments } from 'yaml';
+import { driftFrom, MANIFESTS_DIR, renderFleetFile, REPO_ROOT } from '../../deploy/render.ts';
+import { fleetModels, FleetError, parseFleet } from '../../deploy/lib/fleet.ts';
+import { TOKEN_PLACEHOLDER } from '../../deploy/lib/fleet-wide.ts';
+import { METRICS, TOKEN_KEYS } from '../../deploy/lib/switchyard-cli.ts';
+import { checkHTTPRoute, checkInferencePool, checkPodMonitor } from './crd-checks.ts';
+
+type Obj = Record<string, any>;
+
+const FLEETS = ['small-only', 'mixed-2x2', 'large-heavy'];
+
+/** kubernetes-models classes by kind: `validate()` throws on a schema violation. */
+const CORE: Record<string, (o: Obj) => { validate(): void }> = {
+  Deployment: (o) => new Deployment(o as never),
+  Service: (o) => new Service(o as never),
+  ConfigMap: (o) => new ConfigMap(o as never),
+  Secret: (o) => new Secret(o as never),
+  ServiceAccount: (o) => new ServiceAccount(o as never),
+  PodDisruptionBudget: (o) => new PodDisruptionBudget(o as never),
+  NetworkPolicy: (o) => new NetworkPolicy(o as never),
+  Role: (o) => new Role(o as never),
+  RoleBinding: (o) => new RoleBinding(o as never),
+};
+const CUSTOM: Record<string, (o: Obj) => string[]> = {
+  InferencePool: checkInferencePool,
+  HTTPRoute: checkHTTPRoute,
+  PodMonitor: checkPodMonitor,
+};
+
+function docs(text: string): Obj[] {
+  return parseAllDocuments(text).map((d) => d.toJS() as Obj);
+}
+
+function matches(selector: Record<string, string>, labels: Record<string, string> = {}): boolean {
+  return Object.entries(selector).every(([k, v]) => labels[k] === v);
+}
+
+/** A fleet rendered afresh, its manifest objects, and accessors the tests share. */
+function loadRendered(fleetName: string) {
+  const { fleet, files } = renderFleetFile(join(REPO_ROOT, 'deploy', 'fleets', `${fleetName}.yaml`));
+  const dir = join(REPO_ROOT, 'deploy', 'rendered', fleetName);
+  const objects = files.filter((f) => f.path.startsWith(`${MANIFESTS_DIR}/`)).flatMap((f) => docs(f.text));
+  const ofKind = (kind: string): Obj[] => objects.filter((o) => o['kind'] === kind);
+  const nodeDeployments = ofKind('Deployment').filter(
+    (d) => d.metadata.labels['app.kubernetes.io/component'] === 'node',
+  );
+  const containers = (d: Obj): IContainer[] => (d as IDeployment).spec!.template.spec!.containers;
+  const byName = (d: Obj, name: string): IContainer => containers(d).find((c) => c.name === name)!;
+  return { fleet, files, dir, objects, ofKind, nodeDeployments, containers, byName };
+}
+
+describe.each(FLEETS)('the rendered %s fleet', (fleetName) => {
+  const { fleet, files, dir, objects, ofKind, nodeDeployments, containers, byName } = loadRendered(fleetName);
+
+  it('renders to exactly the committed bytes', () => {
+    expect(driftFrom(dir, files)).toEqual([]);
+  });
+
+  it('passes the Kubernetes API schema for every core object', () => {
+    const core = objects.filter((o) => CORE[o['kind']]);
+    expect(core.length).toBeGreaterThan(10);
+    for (const o of core) expect(() => CORE[o['kind']]!(o).validate(), `${o['kind']} ${o.metadata.name}`).not.toThrow();
+    expect(objects.every((o) => CORE[o['kind']] || CUSTOM[o['kind']])).toBe(true);
+  });
+
+  it('passes the structural check of every custom resource', () => {
+    for (const o of objects.filter((x) => CUSTOM[x['kind']])) {
+      expect(CUSTOM[o['kind']]!(o), `${o['kind']} ${o.metadata.name}`).toEqual([]);
+    }
+    expect(ofKind('InferencePool')).toHaveLength(fleetModels(fleet).length);
+    expect(ofKind('PodMonitor')).toHaveLength(1);
+    expect(ofKind('HTTPRoute')).toHaveLength(1);
+  });
+
+  it('runs one Deployment per pool whose pods are whole 8-GPU nodes', () => {
+    expect(nodeDeployments.map((d) => d.metadata.name).sort()).toEqual(
+      fleet.pools.map((p) => `${fleet.name}-${p.name}`).sort(),
+    );
+    for (const d of nodeDeployments) {
+      const gpus = containers(d).map((c) => Number(c.resources?.limits?.['nvidia.com/gpu'] ?? 0));
+      expect(gpus.reduce((a, b) => a + b, 0)).toBe(8);
+      expect(byName(d, 'worker').resources?.limits?.['nvidia.com/gpu']).toBe(8);
+      expect(d.spec.replicas).toBe(fleet.pools.find((p) => d.metadata.name === `${fleet.name}-${p.name}`)!.nodes);
+    }
+  });
+
+  it('runs the control plane and the worker as separate containers joined over loopback with the worker token', () => {
+    for (const d of nodeDeployments) {
+      expect(containers(d).map((c) => c.name)).toEqual(['control-plane', 'worker']);
+      const cp = byName(d, 'control-plane');
+      const worker = byName(d, 'worker');
+      expect(cp.args?.slice(0, 3)).toEqual(['serve', '--config', '/etc/switchyard/config.yaml']);
+      expect(cp.args?.join(' ')).toContain('--worker external');
+      expect(worker.args?.[0]).toBe('node-agent');
+      expect(worker.args?.join(' ')).toContain('--url ws://127.0.0.1:8080/v1/node');
+      const workerSecrets = worker.env
+        ?.filter((e) => e.valueFrom?.secretKeyRef)
+        .map((e) => e.valueFrom!.secretKeyRef!.key);
+      expect(workerSecrets).toEqual([TOKEN_KEYS.worker.key]);
+    }
+  });
+
+  it('gives every container resource requests and limits', () => {
+    for (const d of ofKind('Deployment')) {
+      for (const c of containers(d)) {
+        expect(c.resources?.requests?.['cpu'], `${d.metadata.name}/${c.name} cpu`).toBeDefined();
+        expect(c.resources?.requests?.['memory'], `${d.metadata.name}/${c.name} memory`).toBeDefined();
+        expect(c.resources?.limits?.['memory'], `${d.metadata.name}/${c.name} memory limit`).toBeDefined();
+      }
+    }
+  });
+
+  it('gives pods a grace period of at least the preStop delay plus the drain deadline', () => {
+    const { preStopSeconds, drainDeadlineSeconds } = fleet.shutdown;
+    for (const d of nodeDeployments) {
+      const grace = d.spec.template.spec.terminationGracePeriodSeconds as number;
+      const cp = byName(d, 'control-plane');
+      const preStop = cp.lifecycle?.preStop?.sleep?.seconds as number;
+      expect(preStop).toBe(preStopSeconds);
+      expect(grace).toBeGreaterThanOrEqual(preStop + drainDeadlineSeconds);
+      expect(cp.args?.join(' ')).toContain(`--drain-deadline-ms ${drainDeadlineSeconds * 1000}`);
+      // The worker is signalled only after the drain, still inside the grace period.
+      const workerSleep = byName(d, 'worker').lifecycle?.preStop?.sleep?.seconds as number;
+      expect(workerSleep).toBe(preStop + drainDeadlineSeconds);
+      expect(grace).toBeGreaterThan(workerSleep);
+    }
+  });
+
+  it('probes /healthz for liveness and /readyz for readiness, with a startup budget for the model load', () => {
+    for (const d of nodeDeployments) {
+      const cp = byName(d, 'control-plane');
+      expect(cp.livenessProbe?.httpGet?.path).toBe('/healthz');
+      expect(cp.readinessProbe?.httpGet?.path).toBe('/readyz');
+      expect(cp.startupProbe?.httpGet?.path).toBe('/readyz');
+      const budget = (cp.startupProbe!.periodSeconds as number) * (cp.startupProbe!.failureThreshold as number);
+      expect(budget).toBeGreaterThanOrEqual(
+        fleet.pools.find((p) => d.metadata.name.endsWith(`-${p.name}`))!.startupSeconds,
+      );
+      expect(budget).toBeGreaterThanOrEqual(600);
+    }
+  });
+
+  it('runs every container non-root, with a read-only root filesystem and every capability dropped', () => {
+    for (const d of ofKind('Deployment')) {
+      for (const c of containers(d)) {
+        const sc = c.securityContext!;
+        expect(sc.runAsNonRoot, c.name).toBe(true);
+        expect(sc.readOnlyRootFilesystem, c.name).toBe(true);
+        expect(sc.allowPrivilegeEscalation, c.name).toBe(false);
+        expect(sc.capabilities?.drop, c.name).toEqual(['ALL']);
+      }
+    }
+  });
+
+  it('lists every manifest in its kustomization', () => {
+    const kustomization = parse(files.find((f) => f.path === 'kustomization.yaml')!.text) as Obj;
+    const manifests = files.filter((f) => f.path.startsWith(`${MANIFESTS_DIR}/`)).map((f) => f.path);
+    expect([...kustomization.resources].sort()).toEqual(manifests.sort());
+  });
+});
+
+describe.each(FLEETS)('the %s fleet in a cluster', (fleetName) => {
+  const { fleet, files, ofKind, nodeDeployments, containers, byName } = loadRendered(fleetName);
+
+  it('selects with each InferencePool exactly the pods of the pools that serve its model', () => {
+    for (const pool of ofKind('InferencePool')) {
+      const selector = pool.spec.selector.matchLabels as Record<string, string>;
+      const model = fleetModels(fleet).find((m) => pool.metadata.name === `${fleet.name}-${m.replace(/\./g, '-')}`)!;
+      const serving = fleet.pools
+        .filter((p) => p.models.some((m) => m.name === model))
+        .map((p) => `${fleet.name}-${p.name}`);
+      const selected = nodeDeployments.filter((d) => matches(selector, d.spec.template.metadata.labels));
+      expect(selected.map((d) => d.metadata.name).sort()).toEqual(serving.sort());
+      expect(pool.spec.targetPorts).toEqual([
+        { number: byName(selected[0]!, 'control-plane').ports![0]!.containerPort },
+      ]);
+    }
+  });
+
+  it('points each InferencePool at an endpoint picker Service that reads switchyard metric names for its model', () => {
+    for (const pool of ofKind('InferencePool')) {
+      const ref = pool.spec.endpointPickerRef;
+      const svc = ofKind('Service').find((s) => s.metadata.name === ref.name)!;
+      expect(svc.spec.ports.map((p: Obj) => p.port)).toContain(ref.port.number);
+      const epp = ofKind('Deployment').find((d) => matches(svc.spec.selector, d.spec.template.metadata.labels))!;
+      expect(byName(epp, 'epp').args).toEqual(expect.arrayContaining(['--pool-name', pool.metadata.name]));
+      const cm = ofKind('ConfigMap').find((c) => c.metadata.name === epp.spec.template.spec.volumes[0].configMap.name)!;
+      const config = parse(cm.data['epp-config.yaml'] as string) as Obj;
+      const extractor = config.plugins.find((p: Obj) => p.type === 'core-metrics-extractor');
+      const model = pool.spec.selector.matchLabels;
+      const modelName = Object.keys(model)
+        .find((k) => k.startsWith('model.switchyard.dev/'))!
+        .split('/')[1];
+      expect(extractor.parameters.defaultEngine).toBe('switchyard');
+      expect(extractor.parameters.engineConfigs).toEqual([
+        {
+          name: 'switchyard',
+          queuedRequestsSpec: `${METRICS.queued}{model="${modelName}"}`,
+          runningRequestsSpec: `${METRICS.running}{model="${modelName}"}`,
+          kvUsageSpec: `${METRICS.kvUsage}{model="${modelName}"}`,
+          loraSpec: '',
+          cacheInfoSpec: '',
+        },
+      ]);
+      expect(config.dataLayer.sources[0].extractors[0].pluginRef).toBe('core-metrics-extractor');
+      for (const d of nodeDeployments.filter((n) => matches(model, n.spec.template.metadata.labels))) {
+        expect(d.spec.template.metadata.labels['inference.networking.k8s.io/engine-type']).toBe('switchyard');
+      }
+    }
+  });
+
+  it('admits only the gateway, the endpoint pickers and Prometheus to the node pods', () => {
+    const policy = ofKind('NetworkPolicy').find((p) => p.metadata.name === `${fleet.name}-nodes`) as INetworkPolicy;
+    expect(policy.spec!.policyTypes).toEqual(['Ingress']);
+    for (const d of nodeDeployments)
+      expect(matches(policy.spec!.podSelector.matchLabels!, d.spec.template.metadata.labels)).toBe(true);
+    const peers = policy.spec!.ingress!.flatMap((r) => r.from ?? []);
+    expect(peers).toHaveLength(3);
+    expect(peers.every((p) => p.ipBlock === undefined && p.podSelector?.matchLabels)).toBe(true);
+    const namespaces = peers.map((p) => p.namespaceSelector?.matchLabels?.['kubernetes.io/metadata.name'] ?? 'own');
+    expect(namespaces.sort()).toEqual([fleet.gateway.namespace, fleet.prometheus.namespace, 'own'].sort());
+    const eppPeer = peers.find((p) => !p.namespaceSelector)!;
+    const epps = ofKind('Deployment').filter(
+      (d) => d.metadata.labels['app.kubernetes.io/component'] === 'endpoint-picker',
+    );
+    for (const e of epps)
+      expect(matches(eppPeer.podSelector!.matchLabels!, e.spec.template.metadata.labels)).toBe(true);
+    expect(policy.spec!.ingress!.flatMap((r) => r.ports ?? [])).toEqual([{ protocol: 'TCP', port: 'http' }]);
+  });
+
+  it('keeps tokens out of the manifests: only a placeholder Secret template, which no kustomization applies', () => {
+    expect(ofKind('Secret')).toEqual([]);
+    const template = docs(files.find((f) => f.path === 'tokens-secret.example.yaml')!.text);
+    expect(template).toHaveLength(1);
+    expect(() => new Secret(template[0] as never).validate()).not.toThrow();
+    expect(Object.values(template[0]!.stringData)).toEqual(Object.values(TOKEN_KEYS).map(() => TOKEN_PLACEHOLDER));
+    expect(template[0]!.data).toBeUndefined();
+    const tokenEnv = new Set(Object.values(TOKEN_KEYS).map((t) => t.env));
+    for (const d of nodeDeployments) {
+      for (const e of containers(d)
+        .flatMap((c) => c.env ?? [])
+        .filter((x) => tokenEnv.has(x.name as never))) {
+        expect(e.value).toBeUndefined();
+        expect(e.valueFrom?.secretKeyRef?.name).toBe(template[0]!.metadata.name);
+      }
+    }
+    const kustomization = parse(files.find((f) => f.path === 'kustomization.yaml')!.text) as Obj;
+    expect(kustomization.resources).not.toContain('tokens-secret.example.yaml');
+  });
+
+  it('embeds a switchyard config with node, models and exclusive placement in the pool mode', () => {
+    for (const pool of fleet.pools) {
+      const cm = ofKind('ConfigMap').find((c) => c.metadata.name === `${fleet.name}-${pool.name}-config`)!;
+      const config = parse(cm.data['config.yaml'] as string) as Obj;
+      expect(Object.keys(config)).toEqual(expect.arrayContaining(['node', 'models', 'placement']));
+      expect(config.placement.policy).toBe('exclusive');
+      expect(config.placement.initialMode).toBe(pool.mode);
+      expect(config.node.gpus).toBe(8);
+      const gpusUsed = config.models.reduce((s: number, m: Obj) => s + m.tp * m.replicas, 0);
+      expect(gpusUsed).toBe(8);
+      for (const m of config.models) expect(m.tp).toBe(pool.mode === 'large' ? 8 : 1);
+    }
+  });
+
+  it('gives every pool a PodDisruptionBudget that selects its pods and lets one node go at a time', () => {
+    for (const d of nodeDeployments) {
+      const pdbs = ofKind('PodDisruptionBudget').filter((p) =>
+        matches(p.spec.selector.matchLabels, d.spec.template.metadata.labels),
+      );
+      expect(pdbs).toHaveLength(1);
+      expect(pdbs[0]!.spec.maxUnavailable).toBe(1);
+    }
+  });
+
+  it('routes each model named in a request to its InferencePool through the HTTPRoute', () => {
+    const route = ofKind('HTTPRoute')[0]!;
+    const pools = new Set(ofKind('InferencePool').map((p) => p.metadata.name));
+    const routed = route.spec.rules.map((r: Obj) => [r.matches[0].headers[0].value, r.backendRefs[0].name]);
+    expect(routed).toEqual(fleetModels(fleet).map((m) => [m, `${fleet.name}-${m.replace(/\./g, '-')}`]));
+    expect(routed.every(([, p]: string[]) => pools.has(p!))).toBe(true);
+    expect(route.spec.rules.every((r: Obj) => r.matches[0].path.value === '/v1')).toBe(true);
+  });
+});
+
+describe('the kustomize overlays', () => {
+  it.each(['dev', 'production'])('%s builds on a rendered fleet and patches only objects it has', (overlay) => {
+    const dir = join(REPO_ROOT, 'deploy', 'overlays', overlay);
+    const k = parse(readFileSync(join(dir, 'kustomization.yaml'), 'utf8')) as Obj;
+    const base = join(dir, k.resources[0] as string);
+    expect(existsSync(join(base, 'kustomization.yaml'))).toBe(true);
+    const baseFiles = (parse(readFileSync(join(base, 'kustomization.yaml'), 'utf8')) as Obj).resources as string[];
+    const objects = baseFiles.flatMap((f) => docs(readFileSync(join(base, f), 'utf8')));
+    for (const p of k.patches ?? []) {
+      expect(objects.some((o) => o['kind'] === p.target.kind && o.metadata.name === p.target.name)).toBe(true);
+    }
+    const images = objects.flatMap((o) => (o['kind'] === 'Deployment' ? o.spec.template.spec.containers : []));
+    for (const i of k.images ?? []) expect(images.some((c: Obj) => c.image.startsWith(`${i.name}:`))).toBe(true);
+    const tokenRefs = images.flatMap((c: Obj) => c.env ?? []).map((e: Obj) => e.valueFrom?.secretKeyRef?.name);
+    for (const s of k.secretGenerator) {
+      expect(tokenRefs).toContain(s.name);
+      expect(s.options.disableNameSuffixHash).toBe(true);
+      const keys = readFileSync(join(dir, 'tokens.env.example'), 'utf8')
+        .split('\n')
+        .filter((l) => /^[a-z]/.test(l));
+      expect(keys.map((l) => l.split('=')[0])).toEqual(Object.values(TOKEN_KEYS).map((t) => t.key));
+    }
+  });
+});
+
+describe('the fleet file parser', () => {
+  const minimal = (pools: string): string => `name: f\nimage: img:1\npools:\n${pools}`;
+  const pool = (name: string, mode: string, models: string): string =>
+    minimal(`  - { name: ${name}, mode: ${mode}, nodes: 1, models: [${models}] }\n`);
+  const m8b = (name: string, extra = ''): string => `{ name: ${name}, profile: llama-3-8b${extra} }`;
+  const m70b = (name: string): string => `{ name: ${name}, profile: llama-3-70b }`;
+
+  it('splits a small pool evenly among models that do not state their replicas', () => {
+    const fleet = parseFleet(pool('s', 'small', `${m8b('a')}, ${m8b('b', ', replicas: 5')}`));
+    expect(fleet.pools[0]!.models.map((m) => m.replicas)).toEqual([3, 5]);
+  });
+
+  it('names the field when a large pool asks for more than one model', () => {
+    expect(() => parseFleet(pool('l', 'large', `${m70b('a')}, ${m70b('b')}`))).toThrow(
+      new FleetError('pools[0].models', 'a large pool serves one model'),
+    );
+  });
+
+  it('names the field when small replicas do not fit on eight GPUs', () => {
+    expect(() => parseFleet(pool('s', 'small', `${m8b('a', ', replicas: 8')}, ${m8b('b')}`))).toThrow(
+      /pools\[0\]\.models: replicas must fit on 8 GPUs/,
+    );
+  });
+
+  it('refuses a pool name that is not a DNS label', () => {
+    expect(() => parseFleet(pool('Big_Pool', 'large', m70b('a')))).toThrow(/pools\[0\]\.name/);
+  });
+});
+
+describe('the structural checks of custom resources', () => {
+  const rendered = join(REPO_ROOT, 'deploy', 'rendered', 'mixed-2x2', MANIFESTS_DIR);
+  const first = (file: string, kind: string): Obj =>
+    docs(readFileSync(join(rendered, file), 'utf8')).find((o) => o['kind'] === kind)!;
+
+  it('catch an InferencePool without a selector, with duplicate ports, or without an EPP port', () => {
+    const pool = first('model-llama-3-8b.yaml', 'InferencePool');
+    expect(checkInferencePool({ ...pool, spec: { ...pool.spec, selector: { matchLabels: {} } } })).not.toEqual([]);
+    expect(
+      checkInferencePool({ ...pool, spec: { ...pool.spec, targetPorts: [{ number: 1 }, { number: 1 }] } }),
+    ).not.toEqual([]);
+    const ref = { ...pool.spec.endpointPickerRef, port: undefined };
+    expect(checkInferencePool({ ...pool, spec: { ...pool.spec, endpointPickerRef: ref } })).not.toEqual([]);
+  });
+
+  it('catch an HTTPRoute rule with a relative path or no backend, and a PodMonitor with a bad interval', () => {
+    const route = first('http-route.yaml', 'HTTPRoute');
+    const rule = route.spec.rules[0];
+    const badPath = { ...rule, matches: [{ path: { type: 'PathPrefix', value: 'v1' } }] };
+    expect(checkHTTPRoute({ ...route, spec: { ...route.spec, rules: [badPath] } })).not.toEqual([]);
+    expect(checkHTTPRoute({ ...route, spec: { ...route.spec, rules: [{ ...rule, backendRefs: [] }] } })).not.toEqual(
+      [],
+    );
+    const monitor = first('pod-monitor.yaml', 'PodMonitor');
+    const endpoints = [{ ...monitor.spec.podMetricsEndpoints[0], interval: 'often' }];
+    expect(checkPodMonitor({ ...monitor, spec: { ...monitor.spec, podMetricsEndpoints: endpoints } })).not.toEqual([]);
+  });
+
+  it('and the kubernetes-models schema catches a Deployment with a mistyped replica count', () => {
+    const d = first('pool-large.yaml', 'Deployment');
+    expect(() => new Deployment({ ...d, spec: { ...d.spec, replicas: 'two' } } as never).validate()).toThrow(
+      /replicas/,
+    );
+  });
+});
