@@ -1,7 +1,8 @@
 // Placement's reconciler: on every turn it compares the replicas that exist with the layout the node is heading for,
 // drains the ones in the way and creates the missing ones on free GPUs, moves the placement machine on (demand,
 // drained, loaded), records when a model becomes unavailable or available again, and hands ready replicas on.
-import { createReplica, type ReplicaHandle, type ReplicaOptions } from '../replica.ts';
+import { createReplica, statelessLimits, type ReplicaHandle, type ReplicaOptions } from '../replica.ts';
+import type { OutcomeCode } from '../../machines/outcomes.ts';
 import type { Runtime } from '../../runtime/system.ts';
 import type { Scenario } from '../config.ts';
 import type { Sequence } from '../batcher/sequence.ts';
@@ -14,7 +15,7 @@ import type { Timeline } from './timeline.ts';
 
 /** Hooks placement calls into the rest of the control plane. */
 export interface PlacementHooks {
-  onInterrupted(seqs: Sequence[], reason: string): void;
+  onInterrupted(seqs: Sequence[], reason: OutcomeCode): void;
   onReplicaReady(r: ReplicaHandle): void;
   onStep?(r: ReplicaHandle, plan: StepPlan): void;
   /** Requests of `model` held because no replica of it is ready. */
@@ -46,6 +47,9 @@ export interface Reconciler {
   createdAt(id: string): number | undefined;
   /** The demand signal: work of `model` was held, released or refused (see Placement.demand). */
   demand(model: string, rejected: boolean, retryAfterMs: number): void;
+  /** Runs `fn` (failing several GPUs at once) and hands on the requests it interrupted only after it: none is
+   * resumed onto a replica that fails in the same breath. */
+  together(fn: () => void): void;
 }
 
 /** Builds a replica's options from its layout entry. */
@@ -78,6 +82,8 @@ export function replicaOptions(
       blocksTotal: blocks,
     },
     ...(e.slowdown > 1 ? { slowdown: e.slowdown } : {}),
+    // The replica's kind is fixed here, as it is created: a stateless model's replica batches dynamically.
+    ...(m.kind === 'stateless' ? { stateless: statelessLimits(m, cost) } : {}),
     ...callbacks,
   };
 }
@@ -92,6 +98,7 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
   const readyQueue: ReplicaHandle[] = [];
   const reasons = new Map<string, string | null>();
   const demand = createDemand(d, () => schedule());
+  let interrupted: (() => void)[] | null = null;
 
   let pending = false;
   const schedule = (): void => {
@@ -101,8 +108,7 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
   };
 
   const drain = (r: ReplicaHandle, deadlineMs: number): void => {
-    const st = r.state();
-    if (st !== 'placing' && st !== 'loading' && !st.startsWith('ready')) return;
+    if (!r.hasTag('live')) return;
     timeline.log({
       kind: 'drain.started',
       replica: r.id,
@@ -110,7 +116,7 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
       gpus: [...r.gpus],
       detail: `deadline ${Math.round(deadlineMs)} ms`,
     });
-    if (st === 'placing') r.actor.send({ type: 'replica.stop' });
+    if (!r.hasTag('holdsGpu')) r.actor.send({ type: 'replica.stop' });
     else r.actor.send({ type: 'replica.drain', deadlineMs });
   };
 
@@ -121,7 +127,8 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
       onInterrupted: (seqs, reason) => {
         const requests = seqs.map((s) => ({ id: s.id, tokens: s.generated }));
         timeline.recordInterruption({ t: now(), replica: e.id, reason, requests });
-        hooks.onInterrupted(seqs, reason);
+        if (interrupted) interrupted.push(() => hooks.onInterrupted(seqs, reason));
+        else hooks.onInterrupted(seqs, reason);
       },
       onStep: (r, plan) => {
         hooks.onStep?.(r, plan);
@@ -156,8 +163,7 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
       if ([...replicas.keys()].every((id) => keep.has(id))) modes.actor.send({ type: 'replicas.drained' });
     } else if (st === 'switching') {
       const want = modes.layout(c.target);
-      if (want.every((e) => replicas.get(e.id)?.state().startsWith('ready')))
-        modes.actor.send({ type: 'replicas.loaded', t: now() });
+      if (want.every((e) => replicas.get(e.id)?.ready())) modes.actor.send({ type: 'replicas.loaded', t: now() });
     }
   };
 
@@ -200,6 +206,17 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
     },
     createdAt: (id) => createdAt.get(id),
     demand: demand.signal,
+    together: (fn) => {
+      if (interrupted) return fn();
+      interrupted = [];
+      try {
+        fn();
+      } finally {
+        const handOn = interrupted;
+        interrupted = null;
+        for (const h of handOn) h();
+      }
+    },
   };
 }
 
@@ -223,7 +240,7 @@ function createDemand(
     const c = modes.actor.getSnapshot().context;
     for (const r of replicas.values()) {
       if (!modes.places(c.mode, r.model)) continue;
-      if (r.batcher.hasWork() || !r.state().startsWith('ready')) return false;
+      if (r.batcher.hasWork() || !r.ready()) return false;
       if ((hooks.held?.(r.model) ?? 0) > 0) return false;
     }
     return true;
