@@ -134,7 +134,6 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
   const held = createHeldQueue(runtime, (model) => placement.demand(model));
   const stateless = createStatelessDispatch({
     clock,
-    model: (name) => modelByName.get(name),
     replicas: () => placement.replicas.values(),
     ejected: (id) => health.ejected(id),
     markScheduled: table.markScheduled,

@@ -5,7 +5,6 @@
 import type { PlacementMode } from '../../machines/placement.machine.ts';
 import type { ReplicaHandle } from '../replica.ts';
 import type { Msg, Runtime } from '../../runtime/system.ts';
-import type { NodeMessage } from '../../transport/protocol.ts';
 import type { Scenario } from '../config.ts';
 import { failure, type Failure } from '../../machines/outcomes.ts';
 import { loadMsOf, UNLOAD_MS } from './layout.ts';
@@ -98,33 +97,39 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
     gpuRepaired: (gpu) => modes.actor.send({ type: 'gpu.repaired', gpu }),
   });
 
-  runtime.register('placement', (msg: Msg) => {
-    if (!watchdog.handle(msg as NodeMessage)) onReplicaMessage(msg);
+  runtime.register('placement', (msg) => {
+    if (!watchdog.handle(msg)) onReplicaMessage(msg);
     notify();
   });
   const onReplicaMessage = (msg: Msg): void => {
-    const id = msg['replica'] as string;
-    if (msg.type === 'replica.ready') {
-      const r = replicas.get(id);
-      if (!r) return;
-      timeline.log({ kind: 'replica.ready', replica: r.id, model: r.model, gpus: [...r.gpus] });
-      timeline.publish({ kind: 'replica.ready', t: now(), replica: r.id, model: r.model });
-      reconciler.ready(r);
-    } else if (msg.type === 'replica.failed') {
-      const failed = (msg['failedGpus'] as number[] | undefined) ?? [];
-      const detail = `gpu ${failed.map((d) => d % ledger.n).join(',')} failed`;
-      timeline.log({ kind: 'replica.failed', replica: id, detail });
-      timeline.publish({ kind: 'replica.failed', t: now(), replica: id, reason: detail });
-    } else if (msg.type === 'replica.stopped') {
-      const r = replicas.get(id);
-      if (r) {
-        for (const d of r.gpus) if (ledger.holderOf(d) === id) ledger.setHolder(d, null);
-        replicas.delete(id);
-        runtime.unregister(id);
+    switch (msg.type) {
+      case 'replica.ready': {
+        const r = replicas.get(msg.replica);
+        if (!r) return;
+        timeline.log({ kind: 'replica.ready', replica: r.id, model: r.model, gpus: [...r.gpus] });
+        timeline.publish({ kind: 'replica.ready', t: now(), replica: r.id, model: r.model });
+        reconciler.ready(r);
+        return;
       }
-      timeline.log({ kind: 'replica.stopped', replica: id });
-      timeline.publish({ kind: 'replica.removed', t: now(), replica: id });
-      schedule();
+      case 'replica.failed': {
+        const detail = `gpu ${msg.failedGpus.map((d) => d % ledger.n).join(',')} failed`;
+        timeline.log({ kind: 'replica.failed', replica: msg.replica, detail });
+        timeline.publish({ kind: 'replica.failed', t: now(), replica: msg.replica, reason: detail });
+        return;
+      }
+      case 'replica.stopped': {
+        const id = msg.replica;
+        const r = replicas.get(id);
+        if (r) {
+          for (const d of r.gpus) if (ledger.holderOf(d) === id) ledger.setHolder(d, null);
+          replicas.delete(id);
+          runtime.unregister(id);
+        }
+        timeline.log({ kind: 'replica.stopped', replica: id });
+        timeline.publish({ kind: 'replica.removed', t: now(), replica: id });
+        schedule();
+        return;
+      }
     }
   };
   runtime.supervise('placement', modes.actor);

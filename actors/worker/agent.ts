@@ -5,11 +5,9 @@ import { createCostModel, type CostModel, type StepShape } from '../gpu/cost-mod
 import { gpuProfile, modelProfile } from '../gpu/profiles.ts';
 import type { Executor } from '../gpu/executor.ts';
 import type { Msg, Runtime } from '../../runtime/system.ts';
-import type { NodeMessage } from '../../transport/protocol.ts';
+import type { InjectedFault, MessageOf } from '../../machines/messages.ts';
 import type { TimerId } from '../../runtime/clock.ts';
 import { createEngineManager, type EngineManager, type EngineManagerOptions } from './engines.ts';
-
-type NodeFault = Extract<NodeMessage, { type: 'gpu.inject' }>['fault'];
 
 /** Per-GPU execution state the node keeps beside the GPU actor. */
 interface GpuSlot {
@@ -52,7 +50,7 @@ export interface NodeAgentOptions {
 /** A GPU of an engine replica stays `loading` until the host is ready; this only backs up the host's own bound. */
 const ENGINE_LOAD_BOUND_MS = 600_000;
 
-const shapeOf = (m: Extract<NodeMessage, { type: 'step.execute' }>): StepShape => ({
+const shapeOf = (m: MessageOf<'step.execute'>): StepShape => ({
   prefill: m.shape.prefill.map(([tokens, cached]) => ({ tokens: tokens ?? 0, cached: cached ?? 0 })),
   decodeBatch: m.shape.decodeBatch,
   decodeContext: m.shape.decodeContext,
@@ -60,12 +58,7 @@ const shapeOf = (m: Extract<NodeMessage, { type: 'step.execute' }>): StepShape =
 
 /** Hands an assignment to the GPU actor: a cost-model replica loads for its modelled time, an engine replica's GPU
  * stays loading until its host is ready. */
-function assignGpu(
-  slot: GpuSlot,
-  m: Extract<NodeMessage, { type: 'gpu.assign' }>,
-  costs: Map<string, CostModel>,
-  scale: number,
-): void {
+function assignGpu(slot: GpuSlot, m: MessageOf<'gpu.assign'>, costs: Map<string, CostModel>, scale: number): void {
   let loadMs = ENGINE_LOAD_BOUND_MS;
   slot.cost = null;
   slot.slowdown = 1;
@@ -89,7 +82,7 @@ function wireEngines(
   send: Runtime['send'],
   fence: (g: number, code: string) => void,
   options: NodeAgentOptions['engines'],
-): { engines: EngineManager; engineStep(m: Extract<NodeMessage, { type: 'step.execute' }>): void } {
+): { engines: EngineManager; engineStep(m: MessageOf<'step.execute'>): void } {
   const engines: EngineManager = createEngineManager({
     ...options,
     ready: (replica, epoch, gpus) => {
@@ -105,7 +98,7 @@ function wireEngines(
     },
   });
   /** Runs an engine replica's step on its host when every rank serves it; one report covers all ranks. */
-  const engineStep = (m: Extract<NodeMessage, { type: 'step.execute' }>): void => {
+  const engineStep = (m: MessageOf<'step.execute'>): void => {
     for (const g of m.gpus) {
       const slot = slots.get(g);
       const snap = slot?.actor.getSnapshot();
@@ -156,7 +149,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   const onGpuMessage = (g: number, msg: Msg): void => {
     const slot = slots.get(g);
     if (!slot) return;
-    const m = msg as NodeMessage;
+    const m = msg;
     if (m.type === 'gpu.assign') {
       assignGpu(slot, m, costs, scale);
       if (m.engine) engines.assign({ ...m, engine: m.engine });
@@ -183,10 +176,10 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     });
   };
 
-  const inject = (g: number, fault: NodeFault, factor?: number): void => {
+  const inject = (g: number, fault: InjectedFault, factor?: number): void => {
     for (const d of lanesOf(g)) injectDevice(d, fault, factor);
   };
-  const injectDevice = (g: number, fault: NodeFault, factor?: number): void => {
+  const injectDevice = (g: number, fault: InjectedFault, factor?: number): void => {
     const slot = slots.get(g);
     if (!slot) return;
     if (fault === 'fault') engines.gpuFault(g);
@@ -236,7 +229,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   };
 
   runtime.register(id, (msg) => {
-    const m = msg as NodeMessage;
+    const m = msg;
     if (m.type === 'step.execute' && engines.owns(m.replica, m.epoch)) {
       engineStep(m);
     } else if (m.type === 'seq.free') {
