@@ -41,6 +41,8 @@ export interface ReplicaHandle {
   readonly gpus: readonly number[];
   readonly epoch: number;
   readonly cost: CostModel;
+  /** The real engine its steps run on, or null under the cost model. */
+  readonly engine: WireEngineSpec | null;
   /** The KV block and slot ledger; for a stateless replica it stays empty beside the dynamic batcher. */
   readonly batcher: ContinuousBatcher;
   readonly actor: ActorRefFrom<typeof replicaMachine>;
@@ -294,6 +296,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
       return actor.getSnapshot().context.epoch;
     },
     cost: o.cost,
+    engine: o.engine ?? null,
     batcher,
     actor,
     state: () => stateName(actor.getSnapshot().value),
