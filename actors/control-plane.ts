@@ -94,8 +94,7 @@ function prospectsOf(
     const blocksTotal = b.kvBlocks ?? cost.kvBlocks(b.blockTokens);
     out.set(m.name, (_, v) => {
       let n = 0;
-      for (const r of replicas())
-        if (r.model === m.name && r.version === v && /^(placing|loading|ready)/.test(r.state())) n++;
+      for (const r of replicas()) if (r.model === m.name && r.version === v && r.hasTag('live')) n++;
       return { replica: { id: `${m.name}@${v}`, limits: b, cost, blocksTotal }, replicas: Math.max(1, n, m.replicas) };
     });
   }

@@ -212,7 +212,6 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
   const engine: EngineSteps | null = o.engine ? createEngineSteps(o.id, o.limits) : null;
   const stats: StepStats = { count: 0, batchSizeSum: 0, tokens: 0, predictedMs: 0, busyMs: 0 };
   const ledger: StepLedger = { plan: null, batch: null, step: -1, epoch: -1, reported: [], saturated: false, stats };
-  let handle: ReplicaHandle;
 
   const machine = replicaMachine.provide({
     actions: {
@@ -287,7 +286,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
     id: o.id,
   });
   const hasTag = (tag: ReplicaTag): boolean => actor.getSnapshot().hasTag(tag);
-  handle = {
+  const handle: ReplicaHandle = {
     id: o.id,
     model: o.model,
     version: o.version,

@@ -68,6 +68,8 @@ export interface ReplicaOutput {
 export type ReplicaTag =
   /** Placed, loading or ready: the replica is or will be serving (not leaving). */
   | 'live'
+  /** Loading its weights onto its GPUs. */
+  | 'loading'
   /** Ready: the one readiness predicate for routing, placement and status pages. */
   | 'ready'
   /** Ready with room for new work (not saturated). */
@@ -226,7 +228,7 @@ export const replicaMachine = setup({
       },
     },
     loading: {
-      tags: ['live', 'holdsGpu'],
+      tags: ['live', 'loading', 'holdsGpu'],
       entry: 'assignGpus',
       // Assignments (or their answers) can be lost in a partition: repeat them, to the GPUs still silent, until
       // every GPU has reported loaded.

@@ -87,10 +87,11 @@ export function checkPlacementSections(
     if (m.tp > gpus) return { path: `models[${i}].tp`, message: `${m.name} needs ${m.tp} GPUs; the node has ${gpus}` };
   }
   if (placement.policy === 'exclusive') {
-    // A fixed split holds every replica of every version at once: it must fit on the node, or some model never runs.
-    const need = models.reduce((n, m) => n + m.tp * m.replicas * m.versions.length, 0);
+    // A fixed split places the models in order: unless one version's replicas of every model fit, a later model
+    // never gets a GPU. (Further versions may overflow: a rollout moves replicas between them.)
+    const need = models.reduce((n, m) => n + m.tp * m.replicas, 0);
     if (need > gpus) {
-      const parts = models.map((m) => `${m.name} ${m.replicas}x${m.versions.length}x tp ${m.tp}`).join(' + ');
+      const parts = models.map((m) => `${m.name} ${m.replicas} x tp ${m.tp}`).join(' + ');
       return {
         path: 'placement.policy',
         message: `exclusive placement needs ${need} GPUs (${parts}); the node has ${gpus}`,

@@ -93,6 +93,7 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
     replicas,
     timeline,
     schedule,
+    together: reconciler.together,
     gpuFailed: (gpu) => modes.actor.send({ type: 'gpu.failed', gpu }),
     gpuRepaired: (gpu) => modes.actor.send({ type: 'gpu.repaired', gpu }),
   });
@@ -158,7 +159,7 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
       const want = modes.desired();
       const ids = new Set(want.map((e) => e.id));
       for (const r of replicas.values()) if (!ids.has(r.id)) return false;
-      return want.every((e) => replicas.get(e.id)?.state().startsWith('ready') === true);
+      return want.every((e) => replicas.get(e.id)?.ready() === true);
     },
     demand: (model, rejected = false, retryAfterMs = 0) => reconciler.demand(model, rejected, retryAfterMs),
     watch: (fn) => {
@@ -221,9 +222,9 @@ function etaOf(
   let best: number | null = null;
   for (const r of replicas.values()) {
     if (r.model !== model || r.version !== version) continue;
-    const st = r.state();
-    if (st.startsWith('ready')) return 0;
-    if (st === 'placing' || st === 'loading') {
+    if (r.ready()) return 0;
+    // Placed or loading: ready once its load is done.
+    if (r.hasTag('live')) {
       const left = Math.max(0, (reconciler.createdAt(r.id) ?? now) + r.cost.loadS() * 1000 - now);
       if (best === null || left < best) best = left;
     }
@@ -254,8 +255,7 @@ function ownershipViolations(
   const out: string[] = [];
   const seen = new Map<number, string>();
   for (const r of replicas.values()) {
-    const st = r.state();
-    if (st === 'stopped') continue;
+    if (r.actor.getSnapshot().status === 'done') continue;
     const m = scenario.models.find((x) => x.name === r.model);
     if (m && r.gpus.length !== m.tp) out.push(`${r.id} holds ${r.gpus.length} GPUs, its model needs a gang of ${m.tp}`);
     if (new Set(r.gpus).size !== r.gpus.length) out.push(`${r.id} lists a GPU twice`);
@@ -263,7 +263,7 @@ function ownershipViolations(
       const other = seen.get(d);
       if (other) out.push(`device ${d} belongs to ${other} and ${r.id}`);
       seen.set(d, r.id);
-      if (ledger.holderOf(d) !== r.id && !r.state().startsWith('failed'))
+      if (ledger.holderOf(d) !== r.id && !r.hasTag('failed'))
         out.push(`device ${d} is held by ${r.id} but placement records ${ledger.holderOf(d)}`);
     }
   }

@@ -49,6 +49,9 @@ export interface Reconciler {
   createdAt(id: string): number | undefined;
   /** The demand signal: work of `model` was held, released or refused (see Placement.demand). */
   demand(model: string, rejected: boolean, retryAfterMs: number): void;
+  /** Runs `fn` (failing several GPUs at once) and hands on the requests it interrupted only after it: none is
+   * resumed onto a replica that fails in the same breath. */
+  together(fn: () => void): void;
 }
 
 /** Builds a replica's options from its layout entry. */
@@ -99,6 +102,7 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
   const readyQueue: ReplicaHandle[] = [];
   const reasons = new Map<string, string | null>();
   const demand = createDemand(d, () => schedule());
+  let interrupted: (() => void)[] | null = null;
 
   let pending = false;
   const schedule = (): void => {
@@ -127,7 +131,8 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
       onInterrupted: (seqs, reason) => {
         const requests = seqs.map((s) => ({ id: s.id, tokens: s.generated }));
         timeline.recordInterruption({ t: now(), replica: e.id, reason, requests });
-        hooks.onInterrupted(seqs, reason);
+        if (interrupted) interrupted.push(() => hooks.onInterrupted(seqs, reason));
+        else hooks.onInterrupted(seqs, reason);
       },
       onStep: (r, plan) => {
         hooks.onStep?.(r, plan);
@@ -163,8 +168,7 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
       if ([...replicas.keys()].every((id) => keep.has(id))) modes.actor.send({ type: 'replicas.drained' });
     } else if (st === 'switching') {
       const want = modes.layout(c.target);
-      if (want.every((e) => replicas.get(e.id)?.state().startsWith('ready')))
-        modes.actor.send({ type: 'replicas.loaded', t: now() });
+      if (want.every((e) => replicas.get(e.id)?.ready())) modes.actor.send({ type: 'replicas.loaded', t: now() });
     }
   };
 
@@ -207,6 +211,17 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
     },
     createdAt: (id) => createdAt.get(id),
     demand: demand.signal,
+    together: (fn) => {
+      if (interrupted) return fn();
+      interrupted = [];
+      try {
+        fn();
+      } finally {
+        const handOn = interrupted;
+        interrupted = null;
+        for (const h of handOn) h();
+      }
+    },
   };
 }
 
@@ -230,7 +245,7 @@ function createDemand(
     const c = modes.actor.getSnapshot().context;
     for (const r of replicas.values()) {
       if (!modes.places(c.mode, r.model)) continue;
-      if (r.batcher.hasWork() || !r.state().startsWith('ready')) return false;
+      if (r.batcher.hasWork() || !r.ready()) return false;
       if ((hooks.held?.(r.model) ?? 0) > 0) return false;
     }
     return true;

@@ -22,7 +22,7 @@ import {
 } from 'xstate';
 import { gpuMachine } from '../../machines/gpu.machine.ts';
 import { replicaMachine } from '../../machines/replica.machine.ts';
-import { liveEventTypes, pendingTimers, pureStepper, type Action } from './pure.ts';
+import { liveEventTypes, pendingTimers, pureStepper } from './pure.ts';
 import { worldKeys, type Gpu, type Msg, type World } from './tp-world.ts';
 
 /** The size of the composition and the machines under test. */

@@ -161,9 +161,13 @@ function driveReplica(
     );
   }
   const step = r.actor.getSnapshot().context.step;
-  const results = GANG.filter((g) => failedReports || g !== FAILED).map(
-    (g): Msg => ({ type: 'step.completed', gpu: g, replica: r.id, epoch: 1, step }),
-  );
+  const results = GANG.filter((g) => failedReports || g !== FAILED).map((g): Msg => ({
+    type: 'step.completed',
+    gpu: g,
+    replica: r.id,
+    epoch: 1,
+    step,
+  }));
   const order: Msg[] = [...results];
   order.splice(Math.min(pos, order.length), 0, { type: 'gpu.failed', gpu: FAILED, code: 'xid_79' });
   for (const m of order) runtime.send(r.id, m);
