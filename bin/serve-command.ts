@@ -224,6 +224,8 @@ function printBanner(
   out(
     `  backend        simulated (${o.executor} executor${o.executor === 'cost-model' ? `, time scale ${o.timeScale}` : ''}; text is deterministic pseudo-text)`,
   );
+  for (const m of scenario.models.filter((x) => x.engine))
+    out(`  engine         ${m.name}: llama.cpp on ${m.engine!.file} (real tokens; one engine host per replica)`);
   out(`  OpenAI HTTP    ${server.url}/v1  (POST /v1/chat/completions, /v1/completions, GET /v1/models)`);
   out(`  streaming      ${server.wsUrl}  (subprotocols switchyard.v1.msgpack, switchyard.v1.json)`);
   out(`  metrics        ${server.url}/metrics    health ${server.url}/healthz    ready ${server.url}/readyz`);
