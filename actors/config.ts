@@ -1,8 +1,10 @@
 // The deployment and scenario file: validated at load, every error naming its field, defaults filled in one place.
 import { readFileSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { parse } from 'yaml';
 import { arr, bool, int, num, obj, oneOf, optional, record, str, validate, type Infer } from '../transport/schema.ts';
 import { GPU_PROFILES, MODEL_PROFILES } from './gpu/profiles.ts';
+import { applyCalibrations } from './calibration.ts';
 import { DEFAULT_EJECTION, type EjectionConfig } from './router/health.ts';
 import type { ClassLimits } from './router/router.ts';
 import {
@@ -61,6 +63,12 @@ const modelSchema = obj({
   classes: optional(record(classSchema, { max: 8 })),
   resume: optional(obj({ maxResumes: optional(int({ min: 0, max: 10 })), budgetMs: optional(pos) })),
   estimate: optional(oneOf('maxTokens', 'oracle')),
+  /** What runs the steps: the roofline in time (default) or llama.cpp on `file`. */
+  engine: optional(oneOf('cost-model', 'llama.cpp')),
+  /** GGUF model file of a llama.cpp engine. */
+  file: optional(str({ min: 1, max: 4096 })),
+  /** Calibrated engine profile (see `switchyard calibrate`): a name in profiles/ next to the config, or a .json path. */
+  calibration: optional(str({ min: 1, max: 4096 })),
 });
 
 const trafficSchema = obj({
@@ -168,6 +176,10 @@ export interface ModelConfig {
   classes: ClassConfig[];
   resume: { maxResumes: number; budgetMs: number };
   estimate: 'maxTokens' | 'oracle';
+  engine: 'cost-model' | 'llama.cpp';
+  file?: string;
+  /** Path of the calibrated engine profile whose step times, cache and load time replace the roofline's. */
+  calibration?: string;
 }
 
 /** A scenario with every default filled in. */
@@ -259,10 +271,14 @@ export function normalizeScenario(raw: unknown): Scenario {
       classes,
       resume: { maxResumes: m.resume?.maxResumes ?? 1, budgetMs: m.resume?.budgetMs ?? 30_000 },
       estimate: m.estimate ?? 'maxTokens',
+      engine: m.engine ?? 'cost-model',
+      ...(m.file ? { file: m.file } : {}),
+      ...(m.calibration ? { calibration: m.calibration } : {}),
     };
   });
   const names = new Set<string>();
   models.forEach((m, i) => {
+    if (m.engine === 'llama.cpp' && !m.file) throw new ConfigError(`models[${i}].file`, 'required by engine llama.cpp');
     if (names.has(m.name)) throw new ConfigError(`models[${i}].name`, `duplicate model "${m.name}"`);
     names.add(m.name);
   });
@@ -342,8 +358,11 @@ function statelessBatching(
   return { maxBatch: b.maxBatch ?? 32, maxBatchTokens, maxDelayMs: b.maxDelayMs ?? 5, buckets };
 }
 
-/** Reads and validates a YAML (or JSON) scenario file. */
-export function loadScenario(path: string): Scenario {
+/**
+ * Reads and validates a YAML (or JSON) scenario file; its models' calibrated profiles are read too (relative to the
+ * file) unless `calibrations` is false (`switchyard calibrate` writes them).
+ */
+export function loadScenario(path: string, opts: { calibrations?: boolean } = {}): Scenario {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
@@ -356,5 +375,6 @@ export function loadScenario(path: string): Scenario {
   } catch (e) {
     throw new ConfigError('(yaml)', (e as Error).message);
   }
-  return normalizeScenario(raw);
+  const scenario = normalizeScenario(raw);
+  return opts.calibrations === false ? scenario : applyCalibrations(scenario, dirname(path));
 }
