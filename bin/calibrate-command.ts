@@ -31,9 +31,7 @@ export function servingCapacity(m: ModelConfig): ProfileCapacity {
 
 /** The profile name of a model: its `calibration` when that is a bare name, else the model's name. */
 const profileName = (m: ModelConfig): string =>
-  m.calibration && /^[A-Za-z0-9._-]+$/.test(m.calibration) && !m.calibration.endsWith('.json')
-    ? m.calibration
-    : m.name;
+  m.calibration && /^[A-Za-z0-9._-]+$/.test(m.calibration) && !m.calibration.endsWith('.json') ? m.calibration : m.name;
 
 /** Runs the calibrate command; returns the exit code. */
 export async function runCalibrateCommand(argv: string[]): Promise<number> {

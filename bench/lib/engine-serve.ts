@@ -7,7 +7,12 @@
 // clock would read on a dedicated core. The `wall` clock is the plain wall clock. Both are measured, not modelled.
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import { getLlama, LlamaLogLevel, type LlamaContextSequence, type Token } from 'node-llama-cpp';
-import { createContinuousBatcher, type ContinuousLimits, type PlanEntry } from '../../actors/batcher/continuous.ts';
+import {
+  createContinuousBatcher,
+  type ContinuousLimits,
+  type PlanEntry,
+  type StepPlan,
+} from '../../actors/batcher/continuous.ts';
 import { createSequence, type Sequence } from '../../actors/batcher/sequence.ts';
 import type { Engine, StepItem } from '../../actors/engine/engine.ts';
 import { ensureTinyModel } from '../../actors/engine/tiny-model.ts';
@@ -124,6 +129,7 @@ export async function serveWithSwitchyard(
   reqs: readonly BenchRequest[],
   limits: ContinuousLimits,
   clock: BenchClock,
+  onStep?: (plan: StepPlan, cpuMs: number, wallMs: number) => void,
 ): Promise<ServeRun> {
   const wall0 = performance.now();
   const cpu0 = cpuMs();
@@ -150,7 +156,9 @@ export async function serveWithSwitchyard(
       const r = reqs[next]!;
       ids.set(r.id, [...r.prompt]);
       const spec = { id: r.id, priority: 0, order: next, promptTokens: r.prompt.length, listener };
-      batcher.enqueue(createSequence({ ...spec, outputTokens: r.outputTokens, maxTokens: r.outputTokens, receivedAt: r.t }));
+      batcher.enqueue(
+        createSequence({ ...spec, outputTokens: r.outputTokens, maxTokens: r.outputTokens, receivedAt: r.t }),
+      );
     }
     const plan = batcher.plan(now);
     const items = plan ? toItems(plan.entries, ids) : [];
@@ -169,6 +177,7 @@ export async function serveWithSwitchyard(
     sched.engineCpuMs += c2 - c1;
     sched.engineWallMs += w2 - w1;
     sched.steps++;
+    onStep?.(plan, c2 - c1, w2 - w1);
     const eos: string[] = [];
     for (const s of result.sampled) {
       ids.get(s.seq)!.push(s.token);
@@ -190,7 +199,15 @@ export async function serveWithSwitchyard(
   }
   const wallS = (performance.now() - wall0) / 1e3;
   const cpuS = (cpuMs() - cpu0) / 1e3;
-  return { side: 'switchyard', clock: clock.kind, timings, wallS, cpuS, scheduler: sched, batchTokens: limits.tokenBudget };
+  return {
+    side: 'switchyard',
+    clock: clock.kind,
+    timings,
+    wallS,
+    cpuS,
+    scheduler: sched,
+    batchTokens: limits.tokenBudget,
+  };
 }
 
 /** The engine alone: node-llama-cpp's cache (same slots and cells) and its own batching of concurrent sequences. */
@@ -259,7 +276,9 @@ export async function serveWithEngineAlone(
     if (active > 0) {
       // Arrivals are let in at token boundaries (on the wall clock also when the next one is due).
       const due = next < reqs.length ? reqs[next]!.t - clock.now() : Infinity;
-      await (clock.kind === 'wall' && Number.isFinite(due) ? Promise.race([progress, sleep(Math.max(0, due))]) : progress);
+      await (clock.kind === 'wall' && Number.isFinite(due)
+        ? Promise.race([progress, sleep(Math.max(0, due))])
+        : progress);
     } else if (next < reqs.length) {
       await clock.idleUntil(reqs[next]!.t);
     } else {
