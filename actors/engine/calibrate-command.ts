@@ -38,7 +38,7 @@ export async function calibrateFile(
     threads,
     sequences: maxDecode + 1,
     contextTokens: Math.max(maxContext + drift + 2, maxCached + Math.max(...grid.prefillTokens) + 1),
-    batchTokens: Math.max(Math.max(...grid.prefillTokens) + maxDecode, maxContext),
+    batchTokens: Math.max(Math.max(...grid.prefillTokens) + maxDecode, maxContext, maxCached),
   });
   const loadS = (performance.now() - started) / 1e3;
   try {
