@@ -1,12 +1,13 @@
 // Calibration: times the real engine over a grid of step shapes and fits step-time coefficients (least squares).
 //
-// The fitted model is linear in five features of a step, the same quantities the roofline cost model
+// The fitted model is linear in six features of a step, the same quantities the roofline cost model
 // (actors/gpu/cost-model.ts) derives from a StepShape:
 //
 //   t = base + perPrefillToken · Σ T  +  perPrefillPair · Σ T·(K + T/2)  +  perDecodeSeq · B  +  perContextToken · C
+//            + perPrefillSeq · P   (P prefill chunks: each sequence of a batch pays a fixed cost in llama.cpp)
 //
 // for prefill chunks of T new tokens after K cached ones, B decoding sequences holding C context tokens in total.
-// Building a CostModel from a profile: stepS(shape) = profileStepS(profile, shape) (below); prefillS(T, K) is the
+// Building a CostModel from a profile: stepS(shape) = profileStepS(profile, shape) (actors/gpu/profile-cost-model.ts); prefillS(T, K) is the
 // same with one chunk and B = C = 0; decodeS(B, C) with no chunks; a step with no tokens costs 0, as in the roofline;
 // kvBlocks(blockTokens) = floor(capacity.totalCells / blockTokens), but a sequence may never hold more than
 // capacity.cellsPerSequence cells (the stock llama.cpp build gives each sequence a fixed block); loadS() is
@@ -14,6 +15,7 @@
 import { availableParallelism } from 'node:os';
 import {
   predictS,
+  prefillSeqsOf,
   type CalibrationSample,
   type EngineProfile,
   type StepCoefficients,
@@ -50,6 +52,7 @@ const features = (s: Omit<CalibrationSample, 'seconds'>): number[] => [
   s.prefillPairs,
   s.decodeSeqs,
   s.contextTokens,
+  prefillSeqsOf(s),
 ];
 
 /** Solves the least-squares problem min ‖Xb − y‖ through the normal equations, with column scaling and pivoting. */
@@ -85,6 +88,7 @@ const toCoefficients = (b: readonly number[]): StepCoefficients => ({
   perPrefillPairS: b[2]!,
   perDecodeSeqS: b[3]!,
   perContextTokenS: b[4]!,
+  perPrefillSeqS: b[5]!,
 });
 
 /** Fits the coefficients to the samples (minimising relative error); reports the fit's mean and max relative error. */
@@ -185,6 +189,7 @@ export async function measureGrid(
       samples.push({
         prefillTokens: s.prefill,
         prefillPairs: s.prefill * (s.cached + s.prefill / 2),
+        prefillSeqs: s.prefill > 0 ? 1 : 0,
         decodeSeqs: s.decode,
         contextTokens: held,
         seconds,

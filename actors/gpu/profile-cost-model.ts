@@ -3,8 +3,11 @@
 // The profile's step time is linear in five features of a step (see actors/engine/calibrate.ts):
 //
 //   t = base + perPrefillToken · Σ T  +  perPrefillPair · Σ T·(K + T/2)  +  perDecodeSeq · B  +  perContextToken · C
+//            + perPrefillSeq · P
 //
-// for prefill chunks of T new tokens after K cached ones, B decoding sequences holding C context tokens in total.
+// for P prefill chunks of T new tokens after K cached ones, B decoding sequences holding C context tokens in total.
+// The per-sequence terms are there because the stock llama.cpp build runs a batch one sequence at a time: each
+// sequence of a step, decoding or prefilling, pays a fixed cost (8 decodes cost ~5-8x one).
 // The CostModel built from it answers every question the roofline answers, from the profile instead: step times,
 // KV blocks (the engine's real cache), load time. tp is 1 (one engine host per replica), so there is no all-reduce.
 // The roofline model (cost-model.ts) stays the model of the published GPU profiles; this one sits behind the same
@@ -21,6 +24,8 @@ export interface StepCoefficients {
   perPrefillPairS: number;
   perDecodeSeqS: number;
   perContextTokenS: number;
+  /** Fixed cost of each prefill chunk (a sequence of the batch); absent in older profiles (0). */
+  perPrefillSeqS?: number;
 }
 
 /** One measured step shape: its features and its (fastest) wall time. */
@@ -29,6 +34,8 @@ export interface CalibrationSample {
   prefillPairs: number;
   decodeSeqs: number;
   contextTokens: number;
+  /** Prefill chunks in the step; absent in older profiles (then 1 when prefillTokens > 0). */
+  prefillSeqs?: number;
   seconds: number;
 }
 
@@ -58,6 +65,10 @@ export interface EngineProfile {
   samples: CalibrationSample[];
 }
 
+/** Prefill chunks of a sample (older profiles did not record them: one chunk when there was a prefill). */
+export const prefillSeqsOf = (s: Omit<CalibrationSample, 'seconds'>): number =>
+  s.prefillSeqs ?? (s.prefillTokens > 0 ? 1 : 0);
+
 /** Predicted seconds of a step's features under the coefficients. */
 export function predictS(c: StepCoefficients, s: Omit<CalibrationSample, 'seconds'>): number {
   return (
@@ -65,7 +76,8 @@ export function predictS(c: StepCoefficients, s: Omit<CalibrationSample, 'second
     c.perPrefillTokenS * s.prefillTokens +
     c.perPrefillPairS * s.prefillPairs +
     c.perDecodeSeqS * s.decodeSeqs +
-    c.perContextTokenS * s.contextTokens
+    c.perContextTokenS * s.contextTokens +
+    (c.perPrefillSeqS ?? 0) * prefillSeqsOf(s)
   );
 }
 
@@ -73,13 +85,21 @@ export function predictS(c: StepCoefficients, s: Omit<CalibrationSample, 'second
 export function profileStepS(profile: Pick<EngineProfile, 'coefficients'>, shape: StepShape): number {
   let prefillTokens = 0;
   let prefillPairs = 0;
+  let prefillSeqs = 0;
   for (const chunk of shape.prefill) {
     if (chunk.tokens <= 0) continue;
+    prefillSeqs++;
     prefillTokens += chunk.tokens;
     prefillPairs += chunk.tokens * (chunk.cached + chunk.tokens / 2);
   }
   if (prefillTokens + shape.decodeBatch <= 0) return 0;
-  const s = { prefillTokens, prefillPairs, decodeSeqs: shape.decodeBatch, contextTokens: shape.decodeContext };
+  const s = {
+    prefillTokens,
+    prefillPairs,
+    prefillSeqs,
+    decodeSeqs: shape.decodeBatch,
+    contextTokens: shape.decodeContext,
+  };
   return Math.max(0, predictS(profile.coefficients, s));
 }
 

@@ -50,7 +50,7 @@ describe('calibration', () => {
     it('recovers the coefficients that generated noiseless step times, with zero fit error', () => {
       const { coefficients, fit } = fitProfile(syntheticSamples());
       for (const key of Object.keys(TRUE) as (keyof StepCoefficients)[]) {
-        expect(coefficients[key] / TRUE[key]).toBeCloseTo(1, 6);
+        expect(coefficients[key]! / TRUE[key]!).toBeCloseTo(1, 6);
       }
       expect(fit.maxRelError).toBeLessThan(1e-9);
     });

@@ -71,6 +71,24 @@ describe('the profile cost model', () => {
     expect(eight - one).toBeCloseTo(7 * (2e-3 + 100 * 1e-6), 12);
   });
 
+  it('charges every prefill chunk its fixed cost (each sequence of a llama.cpp batch runs on its own)', () => {
+    const chunked = createProfileCostModel(
+      sampleProfile({ coefficients: { ...profile.coefficients, perPrefillSeqS: 5e-3 } }),
+      modelProfile('llama-3-8b'),
+    );
+    const one = { prefill: [{ tokens: 32, cached: 0 }], decodeBatch: 0, decodeContext: 0 };
+    const two = {
+      prefill: [
+        { tokens: 16, cached: 0 },
+        { tokens: 16, cached: 0 },
+      ],
+      decodeBatch: 0,
+      decodeContext: 0,
+    };
+    expect(chunked.stepS(two) - chunked.stepS(one)).toBeCloseTo(5e-3 + (2 * 16 * 8 - 32 * 16) * 1e-8, 12);
+    expect(cost.stepS(two)).toBeLessThan(chunked.stepS(two));
+  });
+
   it("sizes the KV ledger from the engine's real cache and a sequence's cells", () => {
     expect(cost.kvBlocks(16)).toBe(128);
     expect(cost.model.maxContext).toBe(511);
