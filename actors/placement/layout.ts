@@ -4,7 +4,8 @@ import type { ModelConfig, Scenario } from '../config.ts';
 import type { CostModel } from '../gpu/cost-model.ts';
 import { costModelFor, costModelKey } from '../gpu/profile-cost-model.ts';
 
-/** A layout mode: the large gang (plus small replicas on what is left), small replicas only, a fixed split, or co-location. */
+/** A layout mode: the large gang (plus small replicas on what is left), small replicas only, a fixed split, or
+ * co-location. */
 export type LayoutMode = 'large' | 'small' | 'mixed' | 'share';
 
 /** One replica a layout wants. Device d is lane floor(d / gpus) of GPU d % gpus (lane 1 is a co-location lane). */

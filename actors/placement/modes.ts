@@ -97,7 +97,8 @@ export function createModes(d: ModeDeps): Modes {
     if (healthy < m.tp) return `${m.name} needs ${m.tp} healthy GPU${m.tp > 1 ? 's' : ''}, ${healthy} available`;
     const modes: LayoutMode[] = policy === 'switch' ? ['large', 'small'] : [policy === 'share' ? 'share' : 'mixed'];
     if (!modes.some((mode) => places(mode, name))) {
-      return `${m.name} needs ${m.tp} free GPU${m.tp > 1 ? 's' : ''}; the ${policy} placement gives them to other replicas`;
+      const gpus = `${m.tp} free GPU${m.tp > 1 ? 's' : ''}`;
+      return `${m.name} needs ${gpus}; the ${policy} placement gives them to other replicas`;
     }
     return null;
   };

@@ -94,6 +94,7 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
     replicas,
     timeline,
     schedule,
+    together: reconciler.together,
     gpuFailed: (gpu) => modes.actor.send({ type: 'gpu.failed', gpu }),
     gpuRepaired: (gpu) => modes.actor.send({ type: 'gpu.repaired', gpu }),
   });

@@ -224,7 +224,7 @@ export function evaluate(c: Candidate, attainment: number, onFraction?: (f: numb
 }
 
 /** The smallest count in [1, hi] for which `ok` holds (assumed monotone), or null: doubling from `start`, then bisection. */
-function smallest(start: number, hi: number, ok: (k: number) => boolean): number | null {
+export function smallest(start: number, hi: number, ok: (k: number) => boolean): number | null {
   let prev = 0;
   let k = Math.max(1, Math.min(start, hi));
   while (!ok(k)) {

@@ -47,6 +47,9 @@ export interface Reconciler {
   createdAt(id: string): number | undefined;
   /** The demand signal: work of `model` was held, released or refused (see Placement.demand). */
   demand(model: string, rejected: boolean, retryAfterMs: number): void;
+  /** Runs `fn` (failing several GPUs at once) and hands on the requests it interrupted only after it: none is
+   * resumed onto a replica that fails in the same breath. */
+  together(fn: () => void): void;
 }
 
 /** Builds a replica's options from its layout entry. */
@@ -93,6 +96,7 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
   const readyQueue: ReplicaHandle[] = [];
   const reasons = new Map<string, string | null>();
   const demand = createDemand(d, () => schedule());
+  let interrupted: (() => void)[] | null = null;
 
   let pending = false;
   const schedule = (): void => {
@@ -122,7 +126,8 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
       onInterrupted: (seqs, reason) => {
         const requests = seqs.map((s) => ({ id: s.id, tokens: s.generated }));
         timeline.recordInterruption({ t: now(), replica: e.id, reason, requests });
-        hooks.onInterrupted(seqs, reason);
+        if (interrupted) interrupted.push(() => hooks.onInterrupted(seqs, reason));
+        else hooks.onInterrupted(seqs, reason);
       },
       onStep: (r, plan) => {
         hooks.onStep?.(r, plan);
@@ -201,6 +206,17 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
     },
     createdAt: (id) => createdAt.get(id),
     demand: demand.signal,
+    together: (fn) => {
+      if (interrupted) return fn();
+      interrupted = [];
+      try {
+        fn();
+      } finally {
+        const handOn = interrupted;
+        interrupted = null;
+        for (const h of handOn) h();
+      }
+    },
   };
 }
 

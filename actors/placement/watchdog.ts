@@ -21,6 +21,8 @@ export interface WatchdogDeps {
   gpuRepaired(gpu: number): void;
   /** Runs the reconciler on the next turn. */
   schedule(): void;
+  /** Runs `fn` and hands on the requests it interrupted after it (Reconciler.together). */
+  together(fn: () => void): void;
 }
 
 /** The watchdog of one placement actor. */
@@ -85,7 +87,9 @@ export function createWatchdog(d: WatchdogDeps): Watchdog {
       for (const r of replicas.values()) if (r.state() === 'loading') yield { replica: r.id, devices: r.gpus };
     },
     onDetected: (found) => {
-      for (const f of found) failGpu(f);
+      // Several GPUs at once (a lost node): all of them fail before any interrupted request is resumed elsewhere.
+      if (found.length > 1) d.together(() => found.forEach(failGpu));
+      else for (const f of found) failGpu(f);
       d.schedule();
     },
     onSuspects: (now) => {

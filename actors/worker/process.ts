@@ -1,6 +1,6 @@
 // The worker process: the node-agent machine drives the link to the control plane (connect, register with protocol
 // version and epoch, serve, reconnect with back-off); each registration starts fresh GPU actors and an executor.
-import { createActor, type ActorRefFrom } from 'xstate';
+import { createActor } from 'xstate';
 import { nodeAgentMachine } from '../../machines/node-agent.machine.ts';
 import { createWallClock, type Clock } from '../../runtime/clock.ts';
 import { createRng } from '../../runtime/rng.ts';
@@ -72,7 +72,6 @@ export function startNodeProcess(opts: NodeProcessOptions): NodeProcess {
   let agent: NodeAgent | null = null;
   let stopped = false;
   let incarnation = 0;
-  let actor: ActorRefFrom<typeof nodeAgentMachine>;
   // What the control plane said with the registration; a local repairMs option overrides its repair time.
   let settings: { heartbeatMs?: number | undefined; repairMs?: number | undefined; lanes?: number | undefined } = {};
 
@@ -160,7 +159,7 @@ export function startNodeProcess(opts: NodeProcessOptions): NodeProcess {
       onDisconnect: () => dropAgent(),
     },
   });
-  actor = createActor(machine, {
+  const actor = createActor(machine, {
     input: { node: nodeName, baseBackoffMs: opts.baseBackoffMs ?? 100, maxBackoffMs: opts.maxBackoffMs ?? 5_000 },
     clock,
   });

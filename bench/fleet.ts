@@ -1,0 +1,91 @@
+// bench:fleet — a fleet of 4 nodes (2 large, 2 small) × 8 GPUs behind the cluster router, mixed traffic, one large
+// node lost mid-run; both router policies (GIE-like scraped gauges vs switchyard's predicted completion) on the same
+// seed; and the fleet planner's pool sizes for the mixed-infeasible traffic. Ends with one JSON line.
+import { readFileSync } from 'node:fs';
+import { parse } from 'yaml';
+import { normalizeFleetScenario } from '../actors/fleet/config.ts';
+import { simulateFleet, type FleetReport } from '../actors/fleet/fleet.ts';
+import { planFleet } from '../actors/fleet/plan.ts';
+import { FLEET_ROUTER_POLICIES } from '../actors/fleet/router.ts';
+import { printFigures, quick } from './lib/data.ts';
+
+const FLEET_FILE = 'scenarios/fleet-mixed.yaml';
+// The quick (CI) run keeps every part but a tenth of the requests and an earlier loss.
+const SCALE = quick ? 0.1 : 1;
+
+function load(file: string, fleetSection?: unknown) {
+  const raw = parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
+  return normalizeFleetScenario(fleetSection ? { ...raw, fleet: fleetSection } : raw);
+}
+
+const { scenario, fleet } = load(FLEET_FILE);
+const scaled = {
+  ...scenario,
+  traffic: scenario.traffic.map((t) => ({ ...t, requests: Math.max(1, Math.round(t.requests * SCALE)) })),
+};
+const scaledFleet = { ...fleet, nodeLoss: fleet.nodeLoss.map((l) => ({ ...l, at: l.at * SCALE })) };
+console.log(
+  `bench:fleet — ${FLEET_FILE}: ${fleet.pools.map((p) => `${p.nodes} × ${p.name}`).join(', ')}, ` +
+    `${scaled.traffic.reduce((a, t) => a + t.requests, 0)} requests, node loss ${JSON.stringify(scaledFleet.nodeLoss)}`,
+);
+
+const runs: Record<string, { report: FleetReport; wallS: number }> = {};
+for (const router of FLEET_ROUTER_POLICIES) {
+  const t0 = performance.now();
+  const report = simulateFleet(scaled, scaledFleet, { router });
+  runs[router] = { report, wallS: (performance.now() - t0) / 1000 };
+}
+console.log('\nrouter      model          done   other   p50 TTFT   p99 TTFT   p99 TPOT   sim req / wall s');
+for (const [router, { report, wallS }] of Object.entries(runs)) {
+  for (const [model, m] of Object.entries(report.models)) {
+    const other = (m.requests.total ?? 0) - (m.requests['done'] ?? 0);
+    console.log(
+      `${router.padEnd(11)} ${model.padEnd(13)} ${String(m.requests['done'] ?? 0).padStart(5)} ${String(other).padStart(7)} ` +
+        `${m.ttftMs.p50.toFixed(0).padStart(8)} ms ${m.ttftMs.p99.toFixed(0).padStart(7)} ms ` +
+        `${m.tpotMs.p99.toFixed(1).padStart(7)} ms ${(report.sim.requests / wallS).toFixed(0).padStart(10)}`,
+    );
+  }
+}
+console.log('\nlost node: requests live on it when its pod died, by final outcome');
+for (const [router, { report }] of Object.entries(runs))
+  for (const l of report.lostNode)
+    console.log(
+      `${router.padEnd(11)} ${l.node} at ${l.at.toFixed(1)} s: ${l.live} live, ${l.resumed} resumed elsewhere, ` +
+        `outcomes ${JSON.stringify(l.outcomes)}; replacement ready at ${JSON.stringify(report.rescheduled)}`,
+    );
+
+// The planner on the mixed-infeasible traffic: one node cannot meet both models' targets; how many does a fleet need?
+const infeasible = load('scenarios/mixed-infeasible.yaml', {
+  maxNodesPerPool: 8,
+  pools: [
+    { name: 'large', models: ['llama-3-70b'], nodes: 1 },
+    { name: 'small', models: ['llama-3-8b'], nodes: 1 },
+  ],
+});
+const planScenario = quick
+  ? {
+      ...infeasible.scenario,
+      traffic: infeasible.scenario.traffic.map((t) => ({ ...t, requests: Math.max(20, Math.round(t.requests / 4)) })),
+    }
+  : infeasible.scenario;
+const t0 = performance.now();
+const plan = planFleet(planScenario, infeasible.fleet);
+console.log(`\nfleet plan for mixed-infeasible traffic (${((performance.now() - t0) / 1000).toFixed(1)} s):`);
+for (const f of plan.findings) console.log(`  ${f}`);
+
+const p99 = (router: string): Record<string, number> =>
+  Object.fromEntries(Object.entries(runs[router]!.report.models).map(([m, r]) => [m, r.ttftMs.p99]));
+const simulated = Object.values(runs).reduce((a, r) => a + r.report.sim.requests, 0);
+const wall = Object.values(runs).reduce((a, r) => a + r.wallS, 0);
+printFigures({
+  p99TtftMs: { gieLike: p99('gie-like'), predicted: p99('predicted') },
+  lostNodeOutcomes: Object.fromEntries(
+    Object.entries(runs).map(([router, { report }]) => [router, report.lostNode.map((l) => l.outcomes)]),
+  ),
+  plannedNodes: {
+    ...Object.fromEntries(plan.pools.map((p) => [p.pool, p.nodes])),
+    switchFleet: plan.switchFleet.nodes,
+  },
+  fleetSimRequestsPerWallS: Math.round(simulated / wall),
+  quick,
+});
