@@ -1,24 +1,34 @@
 // The deployment and scenario file: validated at load, every error naming its field, defaults filled in one place.
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { parse } from 'yaml';
-import { arr, bool, int, num, obj, oneOf, optional, record, str, validate, type Infer } from '../transport/schema.ts';
+import {
+  arr,
+  bool,
+  dflt,
+  fieldPath,
+  int,
+  num,
+  obj,
+  oneOf,
+  optional,
+  record,
+  refine,
+  str,
+  validate,
+  type Infer,
+  type Refuse,
+} from '../transport/schema.ts';
 import { GPU_PROFILES, MODEL_PROFILES } from './gpu/profiles.ts';
 import { applyCalibrations } from './calibration.ts';
-import { DEFAULT_EJECTION, type EjectionConfig } from './router/health.ts';
+import { DEFAULT_EJECTION } from './router/health.ts';
 import type { ClassLimits } from './router/router.ts';
-import {
-  checkPlacementSections,
-  detectionDefaults,
-  detectionSchema,
-  placementDefaults,
-  placementSchema,
-  plannerDefaults,
-  plannerSchema,
-  type DetectionConfig,
-  type PlacementConfig,
-  type PlannerConfig,
-} from './placement/config.ts';
+import { checkPlacementSections, detectionSchema, placementSchema, plannerSchema } from './placement/config.ts';
+
+/** Largest scenario file read (bytes): checked before it is read or parsed. */
+export const MAX_SCENARIO_BYTES = 1024 * 1024;
+/** Most fault entries in one scenario. */
+export const MAX_FAULTS = 1000;
 
 const pos = num({ min: 0, max: 1e12 });
 const classSchema = obj({
@@ -35,40 +45,113 @@ const lengthDist = obj({
   max: optional(int({ min: 1 })),
 });
 
-const modelSchema = obj({
+const batchingSchema = obj({
+  policy: dflt(oneOf('chunked', 'prefill-first', 'static'), 'chunked'),
+  maxRunning: dflt(int({ min: 1, max: 100_000 }), 256),
+  tokenBudget: dflt(int({ min: 1, max: 1_000_000 }), 2048),
+  blockTokens: dflt(int({ min: 1, max: 1024 }), 16),
+  /** Default: the profile's own context length. */
+  maxContext: optional(int({ min: 16, max: 1_000_000 })),
+  watermark: dflt(num({ min: 0, max: 0.5 }), 0.01),
+  kvBlocks: optional(int({ min: 1 })),
+  // Dynamic batching of `kind: stateless` models: batch size, padded tokens, the oldest member's wait, buckets.
+  maxBatch: dflt(int({ min: 1, max: 4096 }), 32),
+  maxBatchTokens: dflt(int({ min: 1, max: 10_000_000 }), 16_384),
+  maxDelayMs: dflt(num({ min: 0, max: 60_000 }), 5),
+  /** Input-length buckets, strictly ascending; default: powers of two from 16 up to maxContext. */
+  buckets: optional(arr(int({ min: 1, max: 1_000_000 }), { min: 1, max: 64 })),
+});
+
+const DEFAULT_CLASSES: Record<string, Omit<ClassConfig, 'name' | 'rank' | 'shedAt'>> = {
+  interactive: { ttftMs: 2000, tpotMs: 100, maxQueueMs: 10_000, maxQueued: 4096, maxQueuedTokens: 8_000_000 },
+  batch: { ttftMs: 60_000, tpotMs: 1000, maxQueueMs: 120_000, maxQueued: 2048, maxQueuedTokens: 4_000_000 },
+};
+
+/** A model as written, defaults filled; modelSchema's rule turns it into a ModelConfig. */
+const modelFields = obj({
   name: str({ min: 1, max: 100, pattern: /^[A-Za-z0-9._-]+$/ }),
   profile: oneOf(...(Object.keys(MODEL_PROFILES) as [string, ...string[]])),
-  kind: optional(oneOf('generate', 'stateless')),
-  tp: optional(int({ min: 1, max: 8 })),
-  replicas: optional(int({ min: 0, max: 64 })),
-  versions: optional(arr(str({ min: 1, max: 50 }), { min: 1, max: 16 })),
-  aliases: optional(record(str({ min: 1, max: 50 }), { max: 16 })),
+  kind: dflt(oneOf('generate', 'stateless'), 'generate'),
+  tp: dflt(int({ min: 1, max: 8 }), 1),
+  replicas: dflt(int({ min: 0, max: 64 }), 1),
+  versions: dflt(arr(str({ min: 1, max: 50 }), { min: 1, max: 16 }), ['v1']),
+  aliases: dflt(record(str({ min: 1, max: 50 }), { max: 16 }), {}),
   split: optional(record(num({ min: 0, max: 1e6 }), { max: 16 })),
-  batching: optional(
-    obj({
-      policy: optional(oneOf('chunked', 'prefill-first', 'static')),
-      maxRunning: optional(int({ min: 1, max: 100_000 })),
-      tokenBudget: optional(int({ min: 1, max: 1_000_000 })),
-      blockTokens: optional(int({ min: 1, max: 1024 })),
-      maxContext: optional(int({ min: 16, max: 1_000_000 })),
-      watermark: optional(num({ min: 0, max: 0.5 })),
-      kvBlocks: optional(int({ min: 1 })),
-      // Dynamic batching of `kind: stateless` models.
-      maxBatch: optional(int({ min: 1, max: 4096 })),
-      maxBatchTokens: optional(int({ min: 1, max: 10_000_000 })),
-      maxDelayMs: optional(num({ min: 0, max: 60_000 })),
-      buckets: optional(arr(int({ min: 1, max: 1_000_000 }), { min: 1, max: 64 })),
-    }),
-  ),
+  batching: dflt(batchingSchema, {}),
+  /** Priority classes in rank order; default: interactive, then batch. */
   classes: optional(record(classSchema, { max: 8 })),
-  resume: optional(obj({ maxResumes: optional(int({ min: 0, max: 10 })), budgetMs: optional(pos) })),
-  estimate: optional(oneOf('maxTokens', 'oracle')),
+  resume: dflt(obj({ maxResumes: dflt(int({ min: 0, max: 10 }), 1), budgetMs: dflt(pos, 30_000) }), {}),
+  estimate: dflt(oneOf('maxTokens', 'oracle'), 'maxTokens'),
   /** What runs the steps: the roofline in time (default) or llama.cpp on `file`. */
-  engine: optional(oneOf('cost-model', 'llama.cpp')),
+  engine: dflt(oneOf('cost-model', 'llama.cpp'), 'cost-model'),
   /** GGUF model file of a llama.cpp engine. */
   file: optional(str({ min: 1, max: 4096 })),
   /** Calibrated engine profile (see `switchyard calibrate`): a name in profiles/ next to the config, or a .json path. */
   calibration: optional(str({ min: 1, max: 4096 })),
+});
+
+/** A model: everything that can be known from its own entry is checked here (versions, tp against the profile). */
+const modelSchema = refine(modelFields, (m, refuse) => {
+  for (const [a, ver] of Object.entries(m.aliases)) {
+    if (!m.versions.includes(ver))
+      refuse(`aliases.${a}`, `names unknown version "${ver}" (versions: ${m.versions.join(', ')})`);
+  }
+  for (const ver of Object.keys(m.split ?? {})) {
+    if (!m.versions.includes(ver)) refuse(`split.${ver}`, `unknown version (versions: ${m.versions.join(', ')})`);
+  }
+  if (m.engine === 'llama.cpp' && !m.file) refuse('file', 'required by engine llama.cpp');
+  const profile = MODEL_PROFILES[m.profile]!;
+  // The cost model (and a real engine) shards heads across ranks: tp must divide both head counts.
+  if (profile.qHeads % m.tp !== 0 || profile.kvHeads % m.tp !== 0) {
+    refuse(
+      'tp',
+      `must divide the query heads (${profile.qHeads}) and KV heads (${profile.kvHeads}) of ${m.profile}; got ${m.tp}`,
+    );
+  }
+  const names = Object.keys(m.classes ?? DEFAULT_CLASSES);
+  const classes: ClassConfig[] = names.map((name, rank) => {
+    const given = m.classes?.[name] ?? {};
+    const base = DEFAULT_CLASSES[name] ?? DEFAULT_CLASSES['interactive']!;
+    return {
+      name,
+      rank,
+      ttftMs: given.ttftMs ?? base.ttftMs,
+      tpotMs: given.tpotMs ?? base.tpotMs,
+      maxQueueMs: given.maxQueueMs ?? base.maxQueueMs,
+      maxQueued: given.maxQueued ?? base.maxQueued,
+      maxQueuedTokens: given.maxQueuedTokens ?? base.maxQueuedTokens,
+      shedAt: given.shedAt ?? (rank === 0 ? 1 : 0.5),
+    };
+  });
+  const b = m.batching;
+  const maxContext = b.maxContext ?? profile.maxContext;
+  return {
+    name: m.name,
+    profile: m.profile,
+    kind: m.kind,
+    tp: m.tp,
+    replicas: m.replicas,
+    versions: m.versions,
+    aliases: m.aliases,
+    ...(m.split ? { split: m.split } : {}),
+    batching: {
+      policy: b.policy,
+      maxRunning: b.maxRunning,
+      tokenBudget: b.tokenBudget,
+      blockTokens: b.blockTokens,
+      maxContext,
+      watermark: b.watermark,
+      ...(b.kvBlocks ? { kvBlocks: b.kvBlocks } : {}),
+      stateless: statelessBatching(b, maxContext, refuse),
+    },
+    classes,
+    resume: m.resume,
+    estimate: m.estimate,
+    engine: m.engine,
+    ...(m.file ? { file: m.file } : {}),
+    /** Path of the calibrated engine profile whose step times, cache and load time replace the roofline's. */
+    ...(m.calibration ? { calibration: m.calibration } : {}),
+  };
 });
 
 const trafficSchema = obj({
@@ -93,108 +176,91 @@ const trafficSchema = obj({
   deadlineMs: optional(pos),
 });
 
-const faultSchema = obj({
+const faultFields = obj({
   at: pos,
   gpu: int({ min: 0, max: 63 }),
   kind: oneOf('fault', 'hang', 'straggle', 'crash'),
   factor: optional(num({ min: 1, max: 100 })),
   repairAt: optional(pos),
 });
+const faultSchema = refine(faultFields, (x, refuse) => {
+  if (x.repairAt !== undefined && x.repairAt <= x.at)
+    refuse('repairAt', `must be after at (${x.at}); got ${x.repairAt}`);
+  return x;
+});
 
-/** The schema of a scenario (or serving config) file. */
-export const scenarioSchema = obj({
-  name: optional(str({ max: 200 })),
-  seed: optional(int({ min: 0, max: 2 ** 31 - 1 })),
-  node: optional(
+const ejectionSchema = obj({
+  slowFactor: dflt(num({ min: 1, max: 100 }), DEFAULT_EJECTION.slowFactor),
+  minSteps: dflt(int({ min: 1, max: 1_000_000 }), DEFAULT_EJECTION.minSteps),
+  alpha: dflt(num({ min: 0.001, max: 1 }), DEFAULT_EJECTION.alpha),
+  failures: dflt(int({ min: 1, max: 1000 }), DEFAULT_EJECTION.failures),
+  baseEjectionMs: dflt(pos, DEFAULT_EJECTION.baseEjectionMs),
+  maxEjectionMs: dflt(pos, DEFAULT_EJECTION.maxEjectionMs),
+  maxEjectedFraction: dflt(num({ min: 0, max: 1 }), DEFAULT_EJECTION.maxEjectedFraction),
+});
+
+/** A scenario file as written, every section and field with its default filled in. */
+const scenarioFields = obj({
+  name: dflt(str({ max: 200 }), 'scenario'),
+  seed: dflt(int({ min: 0, max: 2 ** 31 - 1 }), 1),
+  node: dflt(
     obj({
-      gpu: optional(oneOf(...(Object.keys(GPU_PROFILES) as [string, ...string[]]))),
-      gpus: optional(int({ min: 1, max: 64 })),
-      repairMs: optional(pos),
+      gpu: dflt(oneOf(...(Object.keys(GPU_PROFILES) as [string, ...string[]])), 'H100-SXM'),
+      gpus: dflt(int({ min: 1, max: 64 }), 8),
+      repairMs: dflt(pos, 60_000),
     }),
+    {},
   ),
-  routing: optional(
+  routing: dflt(
     obj({
-      policy: optional(oneOf('cost', 'round-robin', 'least-requests', 'power-of-two')),
-      ejection: optional(
-        obj({
-          slowFactor: optional(num({ min: 1, max: 100 })),
-          minSteps: optional(int({ min: 1, max: 1_000_000 })),
-          alpha: optional(num({ min: 0.001, max: 1 })),
-          failures: optional(int({ min: 1, max: 1000 })),
-          baseEjectionMs: optional(pos),
-          maxEjectionMs: optional(pos),
-          maxEjectedFraction: optional(num({ min: 0, max: 1 })),
-        }),
-      ),
+      policy: dflt(oneOf('cost', 'round-robin', 'least-requests', 'power-of-two'), 'cost'),
+      ejection: dflt(ejectionSchema, {}),
     }),
+    {},
   ),
-  placement: optional(placementSchema),
-  detection: optional(detectionSchema),
-  planner: optional(plannerSchema),
+  placement: dflt(placementSchema, {}),
+  detection: dflt(detectionSchema, {}),
+  planner: dflt(plannerSchema, {}),
   models: arr(modelSchema, { min: 1, max: 16 }),
-  traffic: optional(arr(trafficSchema, { max: 64 })),
-  faults: optional(arr(faultSchema, { max: 1000 })),
-  sim: optional(
+  traffic: dflt(arr(trafficSchema, { max: 64 }), []),
+  faults: dflt(arr(faultSchema, { max: MAX_FAULTS }), []),
+  sim: dflt(
     obj({
-      checkInvariants: optional(bool()),
-      latencyMs: optional(num({ min: 0, max: 10_000 })),
-      jitterMs: optional(num({ min: 0, max: 10_000 })),
-      maxSimSeconds: optional(pos),
+      checkInvariants: dflt(bool(), true),
+      latencyMs: dflt(num({ min: 0, max: 10_000 }), 0.05),
+      jitterMs: dflt(num({ min: 0, max: 10_000 }), 0),
+      maxSimSeconds: dflt(pos, 36_000),
     }),
+    {},
   ),
 });
 
-/** A scenario file as written. */
-export type ScenarioFile = Infer<typeof scenarioSchema>;
+/** The schema of a scenario (or serving config) file: defaults, then every rule across sections. */
+export const scenarioSchema = refine(scenarioFields, (f, refuse) => {
+  const names = new Set<string>();
+  f.models.forEach((m, i) => {
+    if (names.has(m.name)) refuse(`models[${i}].name`, `duplicate model "${m.name}"`);
+    names.add(m.name);
+  });
+  const gpus = f.node.gpus;
+  f.traffic.forEach((t, i) => checkTraffic(t, `traffic[${i}]`, f.models, refuse));
+  const bad = checkPlacementSections(f.models, gpus, f.placement, f.planner);
+  if (bad) refuse(bad.path, bad.message);
+  f.faults.forEach((x, i) => {
+    if (x.gpu >= gpus) refuse(`faults[${i}].gpu`, `the node has ${gpus} GPUs (0-${gpus - 1})`);
+  });
+  return f;
+});
+
+/** A scenario with every default filled in. */
+export type Scenario = Infer<typeof scenarioSchema>;
+
+/** A model with every default filled in. */
+export type ModelConfig = Scenario['models'][number];
 
 /** A priority class with every default filled in: the router's limits, named. */
 export interface ClassConfig extends Required<ClassLimits> {
   name: string;
-}
-
-/** A model with every default filled in. */
-export interface ModelConfig {
-  name: string;
-  profile: string;
-  kind: 'generate' | 'stateless';
-  tp: number;
-  replicas: number;
-  versions: string[];
-  aliases: Record<string, string>;
-  split?: Record<string, number>;
-  batching: {
-    policy: 'chunked' | 'prefill-first' | 'static';
-    maxRunning: number;
-    tokenBudget: number;
-    blockTokens: number;
-    maxContext: number;
-    watermark: number;
-    kvBlocks?: number;
-    /** Dynamic batching of a stateless model: batch size, padded tokens, the oldest member's wait, input-length buckets. */
-    stateless: { maxBatch: number; maxBatchTokens: number; maxDelayMs: number; buckets: number[] };
-  };
-  classes: ClassConfig[];
-  resume: { maxResumes: number; budgetMs: number };
-  estimate: 'maxTokens' | 'oracle';
-  engine: 'cost-model' | 'llama.cpp';
-  file?: string;
-  /** Path of the calibrated engine profile whose step times, cache and load time replace the roofline's. */
-  calibration?: string;
-}
-
-/** A scenario with every default filled in. */
-export interface Scenario {
-  name: string;
-  seed: number;
-  node: { gpu: string; gpus: number; repairMs: number };
-  routing: { policy: 'cost' | 'round-robin' | 'least-requests' | 'power-of-two'; ejection: EjectionConfig };
-  placement: PlacementConfig;
-  detection: DetectionConfig;
-  planner: PlannerConfig;
-  models: ModelConfig[];
-  traffic: NonNullable<ScenarioFile['traffic']>;
-  faults: NonNullable<ScenarioFile['faults']>;
-  sim: { checkInvariants: boolean; latencyMs: number; jitterMs: number; maxSimSeconds: number };
 }
 
 /** A config error that names the bad field. */
@@ -208,154 +274,53 @@ export class ConfigError extends Error {
   }
 }
 
-const DEFAULT_CLASSES: Record<string, Omit<ClassConfig, 'name' | 'rank' | 'shedAt'>> = {
-  interactive: { ttftMs: 2000, tpotMs: 100, maxQueueMs: 10_000, maxQueued: 4096, maxQueuedTokens: 8_000_000 },
-  batch: { ttftMs: 60_000, tpotMs: 1000, maxQueueMs: 120_000, maxQueued: 2048, maxQueuedTokens: 4_000_000 },
-};
-
 /** Validates a parsed scenario object and fills defaults; throws ConfigError naming the field. */
 export function normalizeScenario(raw: unknown): Scenario {
   const v = validate(scenarioSchema, raw);
-  if (!v.ok) throw new ConfigError(v.error.path.replace(/^\$\.?/, '') || '(root)', v.error.message);
-  const f = v.value;
-  const models: ModelConfig[] = f.models.map((m, i) => {
-    const versions = m.versions ?? ['v1'];
-    const aliases = { ...(m.aliases ?? {}) };
-    for (const [a, ver] of Object.entries(aliases)) {
-      if (!versions.includes(ver))
-        throw new ConfigError(
-          `models[${i}].aliases.${a}`,
-          `names unknown version "${ver}" (versions: ${versions.join(', ')})`,
-        );
-    }
-    for (const ver of Object.keys(m.split ?? {})) {
-      if (!versions.includes(ver))
-        throw new ConfigError(`models[${i}].split.${ver}`, `unknown version (versions: ${versions.join(', ')})`);
-    }
-    const profile = MODEL_PROFILES[m.profile]!;
-    const classNames = Object.keys(m.classes ?? DEFAULT_CLASSES);
-    const classes = classNames.map((name, rank) => {
-      const given = m.classes?.[name] ?? {};
-      const base = DEFAULT_CLASSES[name] ?? DEFAULT_CLASSES['interactive']!;
-      return {
-        name,
-        rank,
-        ttftMs: given.ttftMs ?? base.ttftMs,
-        tpotMs: given.tpotMs ?? base.tpotMs,
-        maxQueueMs: given.maxQueueMs ?? base.maxQueueMs,
-        maxQueued: given.maxQueued ?? base.maxQueued,
-        maxQueuedTokens: given.maxQueuedTokens ?? base.maxQueuedTokens,
-        shedAt: given.shedAt ?? (rank === 0 ? 1 : 0.5),
-      };
-    });
-    const tp = m.tp ?? 1;
-    return {
-      name: m.name,
-      profile: m.profile,
-      kind: m.kind ?? 'generate',
-      tp,
-      replicas: m.replicas ?? 1,
-      versions,
-      aliases,
-      ...(m.split ? { split: m.split } : {}),
-      batching: {
-        policy: m.batching?.policy ?? 'chunked',
-        maxRunning: m.batching?.maxRunning ?? 256,
-        tokenBudget: m.batching?.tokenBudget ?? 2048,
-        blockTokens: m.batching?.blockTokens ?? 16,
-        maxContext: m.batching?.maxContext ?? profile.maxContext,
-        watermark: m.batching?.watermark ?? 0.01,
-        ...(m.batching?.kvBlocks ? { kvBlocks: m.batching.kvBlocks } : {}),
-        stateless: statelessBatching(m.batching ?? {}, m.batching?.maxContext ?? profile.maxContext, i),
-      },
-      classes,
-      resume: { maxResumes: m.resume?.maxResumes ?? 1, budgetMs: m.resume?.budgetMs ?? 30_000 },
-      estimate: m.estimate ?? 'maxTokens',
-      engine: m.engine ?? 'cost-model',
-      ...(m.file ? { file: m.file } : {}),
-      ...(m.calibration ? { calibration: m.calibration } : {}),
-    };
-  });
-  const names = new Set<string>();
-  models.forEach((m, i) => {
-    if (m.engine === 'llama.cpp' && !m.file) throw new ConfigError(`models[${i}].file`, 'required by engine llama.cpp');
-    if (names.has(m.name)) throw new ConfigError(`models[${i}].name`, `duplicate model "${m.name}"`);
-    names.add(m.name);
-  });
-  const gpus = f.node?.gpus ?? 8;
-  (f.traffic ?? []).forEach((t, i) => {
-    const m = models.find((x) => x.name === t.model);
-    if (!m)
-      throw new ConfigError(`traffic[${i}].model`, `unknown model "${t.model}" (models: ${[...names].join(', ')})`);
-    if (t.priority && !m.classes.some((c) => c.name === t.priority)) {
-      throw new ConfigError(
-        `traffic[${i}].priority`,
-        `unknown class "${t.priority}" (classes: ${m.classes.map((c) => c.name).join(', ')})`,
-      );
-    }
-    if (!t.lengths.trace && !(t.lengths.prompt && t.lengths.output)) {
-      throw new ConfigError(`traffic[${i}].lengths`, 'give a trace, or both prompt and output distributions');
-    }
-    if (t.arrival.process === 'trace' && !t.lengths.trace) {
-      throw new ConfigError(`traffic[${i}].arrival.process`, '"trace" arrivals need lengths.trace with timestamps');
-    }
-    if (t.arrival.process !== 'trace' && t.arrival.rate === undefined) {
-      throw new ConfigError(`traffic[${i}].arrival.rate`, `required for ${t.arrival.process} arrivals`);
-    }
-  });
-  const planner = plannerDefaults(f.planner);
-  const bad = checkPlacementSections(models, gpus, planner);
-  if (bad) throw new ConfigError(bad.path, bad.message);
-  (f.faults ?? []).forEach((x, i) => {
-    if (x.gpu >= gpus) throw new ConfigError(`faults[${i}].gpu`, `the node has ${gpus} GPUs (0-${gpus - 1})`);
-  });
-  return {
-    name: f.name ?? 'scenario',
-    seed: f.seed ?? 1,
-    node: { gpu: f.node?.gpu ?? 'H100-SXM', gpus, repairMs: f.node?.repairMs ?? 60_000 },
-    routing: {
-      policy: f.routing?.policy ?? 'cost',
-      ejection: { ...DEFAULT_EJECTION, ...definedOnly(f.routing?.ejection ?? {}) },
-    },
-    placement: placementDefaults(f.placement),
-    detection: detectionDefaults(f.detection),
-    planner,
-    models,
-    traffic: f.traffic ?? [],
-    faults: f.faults ?? [],
-    sim: {
-      checkInvariants: f.sim?.checkInvariants ?? true,
-      latencyMs: f.sim?.latencyMs ?? 0.05,
-      jitterMs: f.sim?.jitterMs ?? 0,
-      maxSimSeconds: f.sim?.maxSimSeconds ?? 36_000,
-    },
-  };
+  if (!v.ok) throw new ConfigError(fieldPath(v.error.path), v.error.message);
+  return v.value;
 }
 
-/** The fields of `o` that are set (so an explicit undefined never overrides a default). */
-function definedOnly<T extends object>(o: T): Partial<T> {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+/** Checks one traffic entry against the models it names. */
+function checkTraffic(
+  t: Infer<typeof trafficSchema>,
+  at: string,
+  models: readonly ModelConfig[],
+  refuse: Refuse,
+): void {
+  const m = models.find((x) => x.name === t.model);
+  if (!m) refuse(`${at}.model`, `unknown model "${t.model}" (models: ${models.map((x) => x.name).join(', ')})`);
+  if (t.priority && !m.classes.some((c) => c.name === t.priority)) {
+    refuse(`${at}.priority`, `unknown class "${t.priority}" (classes: ${m.classes.map((c) => c.name).join(', ')})`);
+  }
+  if (!t.lengths.trace && !(t.lengths.prompt && t.lengths.output)) {
+    refuse(`${at}.lengths`, 'give a trace, or both prompt and output distributions');
+  }
+  if (t.arrival.process === 'trace' && !t.lengths.trace) {
+    refuse(`${at}.arrival.process`, '"trace" arrivals need lengths.trace with timestamps');
+  }
+  if (t.arrival.process !== 'trace' && t.arrival.rate === undefined) {
+    refuse(`${at}.arrival.rate`, `required for ${t.arrival.process} arrivals`);
+  }
 }
 
-/** Stateless batching settings with defaults: 32 per batch, 16k padded tokens, 5 ms delay, power-of-two buckets. */
+/** Stateless batching settings: the buckets strictly ascending, the smallest within maxBatchTokens. */
 function statelessBatching(
-  b: { maxBatch?: number; maxBatchTokens?: number; maxDelayMs?: number; buckets?: number[] },
+  b: { maxBatch: number; maxBatchTokens: number; maxDelayMs: number; buckets?: number[] },
   maxContext: number,
-  i: number,
-): ModelConfig['batching']['stateless'] {
+  refuse: Refuse,
+): { maxBatch: number; maxBatchTokens: number; maxDelayMs: number; buckets: number[] } {
   const buckets: number[] = [];
   if (b.buckets) {
     if (b.buckets.some((x, k) => k > 0 && x <= b.buckets![k - 1]!))
-      throw new ConfigError(`models[${i}].batching.buckets`, 'must be strictly ascending');
+      refuse('batching.buckets', 'must be strictly ascending');
     buckets.push(...b.buckets);
   } else {
     for (let x = 16; x < maxContext; x *= 2) buckets.push(x);
     buckets.push(maxContext);
   }
-  const maxBatchTokens = b.maxBatchTokens ?? 16_384;
-  if (buckets[0]! > maxBatchTokens)
-    throw new ConfigError(`models[${i}].batching.maxBatchTokens`, `is below the smallest bucket (${buckets[0]})`);
-  return { maxBatch: b.maxBatch ?? 32, maxBatchTokens, maxDelayMs: b.maxDelayMs ?? 5, buckets };
+  if (buckets[0]! > b.maxBatchTokens) refuse('batching.maxBatchTokens', `is below the smallest bucket (${buckets[0]})`);
+  return { maxBatch: b.maxBatch, maxBatchTokens: b.maxBatchTokens, maxDelayMs: b.maxDelayMs, buckets };
 }
 
 /**
@@ -365,10 +330,17 @@ function statelessBatching(
 export function loadScenario(path: string, opts: { calibrations?: boolean } = {}): Scenario {
   let text: string;
   try {
+    // Bounded before anything is read or parsed: a huge file is refused at once, not after minutes of parsing.
+    const size = statSync(path).size;
+    if (size > MAX_SCENARIO_BYTES)
+      throw new ConfigError('(file)', `${path} is ${size} bytes; a scenario may hold at most ${MAX_SCENARIO_BYTES}`);
     text = readFileSync(path, 'utf8');
   } catch (e) {
+    if (e instanceof ConfigError) throw e;
     throw new ConfigError('(file)', `cannot read ${path}: ${(e as Error).message}`);
   }
+  if (text.length > MAX_SCENARIO_BYTES)
+    throw new ConfigError('(file)', `${path} grew past ${MAX_SCENARIO_BYTES} bytes`);
   let raw: unknown;
   try {
     raw = parse(text, { maxAliasCount: 100 });

@@ -94,8 +94,7 @@ function prospectsOf(
     const blocksTotal = b.kvBlocks ?? cost.kvBlocks(b.blockTokens);
     out.set(m.name, (_, v) => {
       let n = 0;
-      for (const r of replicas())
-        if (r.model === m.name && r.version === v && /^(placing|loading|ready)/.test(r.state())) n++;
+      for (const r of replicas()) if (r.model === m.name && r.version === v && r.hasTag('live')) n++;
       return { replica: { id: `${m.name}@${v}`, limits: b, cost, blocksTotal }, replicas: Math.max(1, n, m.replicas) };
     });
   }
@@ -134,7 +133,6 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
   const held = createHeldQueue(runtime, (model) => placement.demand(model));
   const stateless = createStatelessDispatch({
     clock,
-    model: (name) => modelByName.get(name),
     replicas: () => placement.replicas.values(),
     ejected: (id) => health.ejected(id),
     markScheduled: table.markScheduled,

@@ -1,7 +1,10 @@
-// A replica actor: the pure replica machine, provided with a continuous batcher and the runtime's messaging.
-import { stateName } from '../machines/state-name.ts';
+// A replica actor: the pure replica machine, provided with its batcher (continuous or stateless, fixed when it is
+// created), its GPU commands and the runtime's messaging.
 import { createActor, type ActorRefFrom } from 'xstate';
-import { replicaMachine } from '../machines/replica.machine.ts';
+import { stateName } from '../machines/state-name.ts';
+import { replicaMachine, type ReplicaContext, type ReplicaTag } from '../machines/replica.machine.ts';
+import { failure, type OutcomeCode } from '../machines/outcomes.ts';
+import type { Runtime } from '../runtime/system.ts';
 import {
   createContinuousBatcher,
   type ContinuousBatcher,
@@ -9,7 +12,7 @@ import {
   type StepPlan,
 } from './batcher/continuous.ts';
 import type { CostModel } from './gpu/cost-model.ts';
-import type { Runtime } from '../runtime/system.ts';
+import type { ModelConfig } from './config.ts';
 import type { Sequence } from './batcher/sequence.ts';
 import {
   batchShape,
@@ -18,7 +21,15 @@ import {
   type StatelessBatcher,
   type StatelessLimits,
 } from './batcher/stateless.ts';
-import { failure } from '../machines/outcomes.ts';
+
+/** Totals over a replica's completed steps. */
+export interface StepStats {
+  count: number;
+  batchSizeSum: number;
+  tokens: number;
+  predictedMs: number;
+  busyMs: number;
+}
 
 /** What a replica is, as the router and placement see it. */
 export interface ReplicaHandle {
@@ -28,20 +39,23 @@ export interface ReplicaHandle {
   readonly gpus: readonly number[];
   readonly epoch: number;
   readonly cost: CostModel;
+  /** The KV block and slot ledger; for a stateless replica it stays empty beside the dynamic batcher. */
   readonly batcher: ContinuousBatcher;
   readonly actor: ActorRefFrom<typeof replicaMachine>;
-  /** The machine's state as a dotted path (`ready.busy`). */
+  /** The machine's state as a dotted path (`ready.busy`), for display only: decisions use the tags. */
   state(): string;
-  /** True when the replica takes new work (`ready`, tag `accepting` or `stepping` in ready). */
+  /** True when the replica's current state carries `tag`. */
+  hasTag(tag: ReplicaTag): boolean;
+  /** The one readiness predicate: the replica is `ready` (idle, busy or saturated). */
+  ready(): boolean;
+  /** True when the replica takes new work (ready and not saturated: tag `accepting`). */
   accepting(): boolean;
   /** Hands a sequence to the batcher and wakes the iteration loop. */
   enqueue(seq: Sequence, atHead?: boolean): void;
-  /** The dynamic batcher of a stateless model's replica (one closed batch per step), or null. */
+  /** The dynamic batcher of a stateless model's replica (one closed batch per step), or null for a generative one. */
   readonly stateless: StatelessBatcher | null;
-  /** Makes this replica serve a stateless model with dynamic batching (idempotent); returns its batcher. */
-  useStateless(limits: StatelessLimits): StatelessBatcher;
   /** Stats of completed steps. */
-  readonly steps: { count: number; batchSizeSum: number; tokens: number; predictedMs: number; busyMs: number };
+  readonly steps: StepStats;
   /** The step in flight (when dispatched, its predicted time, the ranks that reported it), or null: progress detection. */
   inflight(): { step: number; since: number; predictedMs: number; reported: readonly number[] } | null;
 }
@@ -57,173 +71,189 @@ export interface ReplicaOptions {
   modelProfile: string;
   cost: CostModel;
   limits: Omit<ContinuousLimits, 'blocksTotal'> & { blocksTotal?: number };
+  /** A stateless model's replica: dynamic batching with these limits (one closed batch per step). Absent for a
+   * generative model, whose replica runs iteration-level (continuous) batching. Fixed for the replica's life. */
+  stateless?: StatelessLimits;
   /** Extra slowdown applied to step times on the node (co-location interference). */
   slowdown?: number;
   /** Called with every sequence the replica gives up (failure, drain deadline): resume elsewhere or fail. */
-  onInterrupted(seqs: Sequence[], reason: string): void;
+  onInterrupted(seqs: Sequence[], reason: OutcomeCode): void;
   /** Called after each applied step (invariant checks, metrics). */
   onStep?(replica: ReplicaHandle, plan: StepPlan): void;
 }
 
-/** How often a replica repeats GPU releases that have not been answered. */
-const RELEASE_RETRY_MS = 2_000;
+/** How often a replica repeats GPU releases that have not been answered (assignments: at least the load time). */
+export const GPU_RETRY_MS = 2_000;
+
+/** A stateless model's dynamic-batching limits, from its batching settings, its classes' queues and its profile. */
+export function statelessLimits(m: ModelConfig, cost: CostModel): StatelessLimits {
+  const b = m.batching.stateless;
+  const mp = cost.model;
+  // Activations per padded token, as the cost model reserves them (bf16, per GPU of the tensor-parallel gang).
+  const bytesPerToken = (3 * (mp.ffn / cost.tp) + 4 * mp.hidden) * 2;
+  return {
+    maxSize: b.maxBatch,
+    maxTokens: b.maxBatchTokens,
+    maxMemoryBytes: Math.max(mp.maxContext, b.buckets[b.buckets.length - 1]!) * bytesPerToken,
+    maxDelayMs: b.maxDelayMs,
+    buckets: b.buckets,
+    bytesPerToken,
+    maxQueued: m.classes.reduce((n, c) => n + c.maxQueued, 0),
+  };
+}
+
+/** The step in flight and the totals of applied ones: what the replica's step actions share. */
+interface StepLedger {
+  plan: StepPlan | null;
+  batch: ClosedBatch | null;
+  step: number;
+  epoch: number;
+  /** Which ranks reported the step in flight, so a hung rank can be told from a slow step. */
+  reported: number[];
+  saturated: boolean;
+  stats: StepStats;
+}
+
+/** The next stateless step: one closed batch, as a plan with its padded shape. */
+function planStateless(stateless: StatelessBatcher, ledger: StepLedger, now: number): StepPlan | null {
+  const b = stateless.next();
+  ledger.batch = b;
+  if (!b) return null;
+  const shape = batchShape(b);
+  return {
+    entries: [],
+    shape,
+    tokens: b.tokens,
+    prefillTokens: b.tokens,
+    decodes: 0,
+    blocksUsed: 0,
+    predictedMs: 0,
+    dispatchedAt: now,
+  };
+}
+
+/** The replica's GPU commands: assignments and releases to the GPUs that have not answered yet. */
+function gpuCommands(runtime: Runtime, o: ReplicaOptions, loadMs: number, unloadMs: number) {
+  const extra = o.slowdown && o.slowdown > 1 ? { slowdown: o.slowdown } : {};
+  return {
+    assign: (c: ReplicaContext): void => {
+      for (const g of c.gpus) {
+        if (c.loadedGpus.includes(g)) continue;
+        const tp = o.gpus.length;
+        runtime.send(`gpu.${g}`, {
+          type: 'gpu.assign',
+          gpu: g,
+          replica: c.id,
+          epoch: c.gpuEpoch,
+          model: o.modelProfile,
+          gpuType: o.gpuType,
+          tp,
+          loadMs,
+          unloadMs,
+          ...extra,
+        });
+      }
+    },
+    release: (c: ReplicaContext): void => {
+      for (const g of c.gpus) {
+        if (c.failedGpus.includes(g) || c.releasedGpus.includes(g)) continue;
+        runtime.send(`gpu.${g}`, { type: 'gpu.release', gpu: g, replica: c.id, epoch: c.gpuEpoch });
+      }
+    },
+  };
+}
 
 /** Creates and starts a replica actor registered as its system id. */
 export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandle {
+  const { clock } = runtime;
   const batcher = createContinuousBatcher({
     ...o.limits,
     blocksTotal: o.limits.blocksTotal ?? o.cost.kvBlocks(o.limits.blockTokens),
   });
+  const stateless = o.stateless
+    ? createStatelessBatcher({
+        clock,
+        limits: o.stateless,
+        name: o.id,
+        onReady: () => actor.send({ type: 'work.available' }),
+      })
+    : null;
   const loadMs = o.cost.loadS() * 1000;
   const unloadMs = 1000;
-  let inflight: StepPlan | null = null;
-  // Which ranks reported the step in flight, so a hung rank can be told from a slow step.
-  let inflightStep = -1;
-  let inflightEpoch = -1;
-  const reported: number[] = [];
-  let saturated = false;
-  // A stateless model's replica runs one closed batch per step instead of iteration-level batching.
-  let stateless: StatelessBatcher | null = null;
-  let inflightBatch: ClosedBatch | null = null;
-  const planStateless = (now: number): StepPlan | null => {
-    const b = stateless?.next() ?? null;
-    inflightBatch = b;
-    if (!b) return null;
-    return {
-      entries: [],
-      shape: batchShape(b),
-      tokens: b.tokens,
-      prefillTokens: b.tokens,
-      decodes: 0,
-      blocksUsed: 0,
-      predictedMs: 0,
-      dispatchedAt: now,
-    };
-  };
-  const steps = { count: 0, batchSizeSum: 0, tokens: 0, predictedMs: 0, busyMs: 0 };
-  let handle: ReplicaHandle;
+  const gpu = gpuCommands(runtime, o, loadMs, unloadMs);
+  const stats: StepStats = { count: 0, batchSizeSum: 0, tokens: 0, predictedMs: 0, busyMs: 0 };
+  const ledger: StepLedger = { plan: null, batch: null, step: -1, epoch: -1, reported: [], saturated: false, stats };
 
-  const assignTo = (gpus: readonly number[], id: string, epoch: number): void => {
-    for (const g of gpus) {
-      runtime.send(`gpu.${g}`, {
-        type: 'gpu.assign',
-        gpu: g,
-        replica: id,
-        epoch,
-        model: o.modelProfile,
-        gpuType: o.gpuType,
-        tp: o.gpus.length,
-        loadMs,
-        unloadMs,
-        ...(o.slowdown && o.slowdown > 1 ? { slowdown: o.slowdown } : {}),
-      });
-    }
-  };
   const machine = replicaMachine.provide({
     actions: {
-      assignGpus: ({ context }) => {
-        assignTo(context.gpus, context.id, context.gpuEpoch);
-        // Assignments (or their answers) can be lost in a partition: repeat them while loading.
-        const again = (): void => {
-          const snap = actor.getSnapshot();
-          if (snap.status !== 'active' || !snap.matches('loading')) return;
-          const c = snap.context;
-          assignTo(
-            c.gpus.filter((g) => !c.loadedGpus.includes(g)),
-            c.id,
-            c.gpuEpoch,
-          );
-          runtime.clock.setTimeout(again, Math.max(RELEASE_RETRY_MS, loadMs));
-        };
-        runtime.clock.setTimeout(again, Math.max(RELEASE_RETRY_MS, loadMs));
-      },
+      assignGpus: ({ context }) => gpu.assign(context),
+      releaseGpus: ({ context }) => gpu.release(context),
       dispatchStep: ({ context, self }) => {
-        const plan = stateless ? planStateless(runtime.clock.now()) : batcher.plan(runtime.clock.now());
-        inflight = plan;
+        const now = clock.now();
+        const plan = stateless ? planStateless(stateless, ledger, now) : batcher.plan(now);
+        ledger.plan = plan;
         if (!plan) {
-          saturated = false;
+          ledger.saturated = false;
           self.send({ type: 'step.empty', epoch: context.epoch });
           return;
         }
-        plan.dispatchedAt = runtime.clock.now();
-        inflightStep = context.step;
-        inflightEpoch = context.epoch;
-        reported.length = 0;
+        plan.dispatchedAt = now;
+        ledger.step = context.step;
+        ledger.epoch = context.epoch;
+        ledger.reported.length = 0;
         plan.predictedMs = o.cost.stepS(plan.shape) * 1000 * (o.slowdown ?? 1);
-        const nowSaturated = batcher.saturated();
-        if (nowSaturated !== saturated) {
-          saturated = nowSaturated;
-          self.send({ type: nowSaturated ? 'work.saturated' : 'work.unsaturated' });
+        const saturated = batcher.saturated();
+        if (saturated !== ledger.saturated) {
+          ledger.saturated = saturated;
+          self.send({ type: saturated ? 'work.saturated' : 'work.unsaturated' });
         }
-        runtime.send('node', {
-          type: 'step.execute',
-          replica: context.id,
-          epoch: context.epoch,
-          step: context.step,
-          gpus: [...context.gpus],
-          shape: {
-            prefill: plan.shape.prefill.map((c) => [c.tokens, c.cached]),
-            decodeBatch: plan.shape.decodeBatch,
-            decodeContext: plan.shape.decodeContext,
-          },
-        });
+        const prefill = plan.shape.prefill.map((c) => [c.tokens, c.cached]);
+        const shape = { prefill, decodeBatch: plan.shape.decodeBatch, decodeContext: plan.shape.decodeContext };
+        const { id, epoch, step, gpus } = context;
+        runtime.send('node', { type: 'step.execute', replica: id, epoch, step, gpus: [...gpus], shape });
       },
       completeStep: () => {
-        const plan = inflight;
-        inflight = null;
-        const batch = inflightBatch;
-        inflightBatch = null;
-        if (plan) {
-          batcher.complete(plan, runtime.clock.now());
-          // The simulated model's result for each member: what it was given.
-          if (batch)
-            stateless?.complete(
-              batch.id,
-              batch.members.map((m) => ({ tokens: m.tokens })),
-            );
-          steps.count++;
-          steps.batchSizeSum += batch ? batch.members.length : plan.entries.length;
-          steps.tokens += plan.tokens;
-          steps.predictedMs += plan.predictedMs;
-          steps.busyMs += runtime.clock.now() - plan.dispatchedAt;
-          o.onStep?.(handle, plan);
-        }
+        const { plan, batch } = ledger;
+        ledger.plan = null;
+        ledger.batch = null;
+        if (!plan) return;
+        const now = clock.now();
+        batcher.complete(plan, now);
+        // The simulated model's result for each member: what it was given.
+        if (batch)
+          stateless?.complete(
+            batch.id,
+            batch.members.map((m) => ({ tokens: m.tokens })),
+          );
+        stats.count++;
+        stats.batchSizeSum += batch ? batch.members.length : plan.entries.length;
+        stats.tokens += plan.tokens;
+        stats.predictedMs += plan.predictedMs;
+        stats.busyMs += now - plan.dispatchedAt;
+        o.onStep?.(handle, plan);
       },
       abortStep: () => {
-        inflight = null;
-        inflightBatch = null;
+        ledger.plan = null;
+        ledger.batch = null;
       },
       interruptAll: () => {
         stateless?.abortAll(failure('replica_failed', `replica ${o.id} failed with the batch in flight`));
         const seqs = batcher.evictAll();
         if (seqs.length > 0) o.onInterrupted(seqs, 'replica_failed');
       },
-      releaseGpus: ({ context }) => {
-        for (const g of context.gpus) {
-          if (context.failedGpus.includes(g)) continue;
-          runtime.send(`gpu.${g}`, { type: 'gpu.release', gpu: g, replica: context.id, epoch: context.gpuEpoch });
-        }
-        // Releases (or their answers) can be lost in a partition: repeat them until every GPU is accounted for.
-        const resend = (): void => {
-          const snap = actor.getSnapshot();
-          if (snap.status !== 'active' || !(snap.matches('unloading') || snap.matches('failed'))) return;
-          const c = snap.context;
-          for (const g of c.gpus) {
-            if (c.failedGpus.includes(g) || c.releasedGpus.includes(g)) continue;
-            runtime.send(`gpu.${g}`, { type: 'gpu.release', gpu: g, replica: c.id, epoch: c.gpuEpoch });
-          }
-          runtime.clock.setTimeout(resend, RELEASE_RETRY_MS);
-        };
-        runtime.clock.setTimeout(resend, RELEASE_RETRY_MS);
-      },
+    },
+    delays: {
+      assignRetry: ({ context }) => Math.max(GPU_RETRY_MS, context.loadMs),
+      releaseRetry: GPU_RETRY_MS,
     },
   });
   const actor = createActor(machine, {
     input: { id: o.id, model: o.model, version: o.version, gpus: o.gpus, epoch: o.epoch, loadMs, unloadMs },
-    clock: runtime.clock,
+    clock,
     id: o.id,
   });
-  handle = {
+  const hasTag = (tag: ReplicaTag): boolean => actor.getSnapshot().hasTag(tag);
+  const handle: ReplicaHandle = {
     id: o.id,
     model: o.model,
     version: o.version,
@@ -235,36 +265,36 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
     batcher,
     actor,
     state: () => stateName(actor.getSnapshot().value),
-    accepting: () => actor.getSnapshot().hasTag('accepting'),
+    hasTag,
+    ready: () => hasTag('ready'),
+    accepting: () => hasTag('accepting'),
     enqueue: (seq, atHead) => {
       batcher.enqueue(seq, atHead);
       actor.send({ type: 'work.available' });
     },
-    get stateless() {
-      return stateless;
+    stateless,
+    steps: stats,
+    inflight: () => {
+      const p = ledger.plan;
+      return p
+        ? { step: ledger.step, since: p.dispatchedAt, predictedMs: p.predictedMs, reported: ledger.reported }
+        : null;
     },
-    useStateless: (limits) => {
-      stateless ??= createStatelessBatcher({
-        clock: runtime.clock,
-        limits,
-        name: o.id,
-        onReady: () => actor.send({ type: 'work.available' }),
-      });
-      return stateless;
-    },
-    steps,
-    inflight: () =>
-      inflight
-        ? { step: inflightStep, since: inflight.dispatchedAt, predictedMs: inflight.predictedMs, reported }
-        : null,
   };
   runtime.register(o.id, (msg) => {
-    if (msg.type === 'step.completed' && msg['step'] === inflightStep && msg['epoch'] === inflightEpoch)
-      reported.push(msg['gpu'] as number);
-    // A request leaving (cancelled, expired) is the batcher's business, not a change of the replica's state.
-    if (msg.type === 'request.withdraw')
-      batcher.withdraw(msg['id'] as string) || stateless?.cancel(msg['id'] as string);
-    else actor.send(msg as never);
+    switch (msg.type) {
+      case 'step.completed':
+        if (msg.step === ledger.step && msg.epoch === ledger.epoch) ledger.reported.push(msg.gpu);
+        return actor.send(msg);
+      case 'gpu.loaded':
+      case 'gpu.released':
+      case 'gpu.failed':
+        return actor.send(msg);
+      // A request leaving (cancelled, expired) is the batcher's business, not a change of the replica's state.
+      case 'request.withdraw':
+        if (!batcher.withdraw(msg.id)) stateless?.cancel(msg.id);
+        return;
+    }
   });
   runtime.supervise(o.id, actor);
   actor.start();

@@ -3,6 +3,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ControlPlane, TerminalOutcome } from '../actors/control-plane.ts';
 import type { NodeLink } from '../actors/node-link.ts';
+import { OUTCOME_CODES } from '../machines/outcomes.ts';
 
 /** The metrics of one server. */
 export interface ServerMetrics {
@@ -13,11 +14,81 @@ export interface ServerMetrics {
   refused(code: string): void;
   /** Records one executed step's batch size. */
   step(model: string, size: number): void;
+  /** Records a handler that failed on one request (answered 500 on that request alone). */
+  handlerFailed(): void;
   /** The exposition text. */
   text(): Promise<string>;
 }
 
-const LATENCY_BUCKETS = [1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000, 120_000];
+/** Latency buckets in seconds (Prometheus base units). */
+const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+
+/** The label a value gets: itself when it is one of the known values, else `unknown` (label sets stay bounded). */
+const bounded =
+  (known: ReadonlySet<string>) =>
+  (v: string | null | undefined): string =>
+    typeof v === 'string' && known.has(v) ? v : 'unknown';
+
+/** Refusal codes of the edge itself, besides the outcome codes. */
+export const EDGE_REFUSALS = [
+  'slow_consumer',
+  'unsupported_media_type',
+  'forbidden_origin',
+  'forbidden_host',
+  'too_many_connections',
+  'draining',
+] as const;
+
+/** Per-model sums over the replicas, for the queue, running and KV gauges. */
+interface Load {
+  waiting: number;
+  running: number;
+  blocksUsed: number;
+  blocksTotal: number;
+}
+
+/** What the control plane knows now, per model and in total: waiting and running sequences, KV blocks. */
+export function loadByModel(cp: ControlPlane): { total: Load; models: Map<string, Load> } {
+  const zero = (): Load => ({ waiting: 0, running: 0, blocksUsed: 0, blocksTotal: 0 });
+  const models = new Map(cp.scenario.models.map((m) => [m.name, zero()]));
+  const total = zero();
+  for (const r of cp.placement.replicas.values()) {
+    const st = r.batcher.stats();
+    for (const l of [models.get(r.model), total]) {
+      if (!l) continue;
+      l.waiting += st.waiting;
+      l.running += st.running;
+      l.blocksUsed += st.blocksUsed;
+      l.blocksTotal += st.blocksTotal;
+    }
+  }
+  return { total, models };
+}
+
+/** The Gateway API Inference Extension's model-server gauges: a pod total (no labels) and one series per model. */
+function inferenceExtensionGauges(cp: ControlPlane, registers: Registry[]): void {
+  const gauge = (name: string, help: string, pick: (l: Load) => number): void =>
+    void new Gauge({
+      name,
+      help,
+      labelNames: ['model'],
+      registers,
+      collect() {
+        const { total, models } = loadByModel(cp);
+        this.set({}, pick(total));
+        for (const [m, l] of models) this.set({ model: m }, pick(l));
+      },
+    });
+  gauge(
+    'switchyard_num_requests_waiting',
+    'Requests waiting for a first schedule (pod total; per model)',
+    (l) => l.waiting,
+  );
+  gauge('switchyard_num_requests_running', 'Sequences in running batches (pod total; per model)', (l) => l.running);
+  gauge('switchyard_kv_cache_usage_perc', 'Fraction (0..1) of KV cache blocks in use (pod total; per model)', (l) =>
+    l.blocksTotal > 0 ? l.blocksUsed / l.blocksTotal : 0,
+  );
+}
 
 /** Creates the metrics of a control plane and its node link. */
 export function createServerMetrics(cp: ControlPlane, node: NodeLink): ServerMetrics {
@@ -25,6 +96,7 @@ export function createServerMetrics(cp: ControlPlane, node: NodeLink): ServerMet
   collectDefaultMetrics({ register: registry });
   const registers = [registry];
   const models = cp.scenario.models.map((m) => m.name);
+  inferenceExtensionGauges(cp, registers);
 
   new Gauge({
     name: 'switchyard_queue_depth',
@@ -147,6 +219,14 @@ export function createServerMetrics(cp: ControlPlane, node: NodeLink): ServerMet
       this.set(node.status().registrations);
     },
   });
+  return { registry, ...outcomeMetrics(registers, models), text: () => registry.metrics() };
+}
+
+/** The counters and histograms fed by outcomes, steps and refusals; every label value is bounded. */
+function outcomeMetrics(registers: Registry[], models: readonly string[]): Omit<ServerMetrics, 'registry' | 'text'> {
+  const modelLabel = bounded(new Set(models));
+  const codeLabel = bounded(new Set(Object.keys(OUTCOME_CODES)));
+  const refusalLabel = bounded(new Set([...Object.keys(OUTCOME_CODES), ...EDGE_REFUSALS]));
   const requests = new Counter({
     name: 'switchyard_requests_total',
     help: 'Requests by terminal outcome',
@@ -173,9 +253,14 @@ export function createServerMetrics(cp: ControlPlane, node: NodeLink): ServerMet
   });
   const histogram = (name: string, help: string): Histogram<'model'> =>
     new Histogram({ name, help, labelNames: ['model'], buckets: LATENCY_BUCKETS, registers });
-  const ttft = histogram('switchyard_ttft_ms', 'Time to first token of completed requests (ms)');
-  const tpot = histogram('switchyard_tpot_ms', 'Time per output token after the first, of completed requests (ms)');
-  const e2e = histogram('switchyard_e2e_ms', 'End-to-end latency of completed requests (ms)');
+  const ttft = histogram('switchyard_ttft_seconds', 'Time to first token of completed requests');
+  const tpot = histogram('switchyard_tpot_seconds', 'Time per output token after the first, of completed requests');
+  const e2e = histogram('switchyard_e2e_seconds', 'End-to-end latency of completed requests');
+  const handlerFailures = new Counter({
+    name: 'switchyard_http_handler_failures_total',
+    help: 'HTTP requests whose handler failed (answered 500 on that request alone)',
+    registers,
+  });
   const batch = new Histogram({
     name: 'switchyard_batch_size',
     help: 'Sequences per executed step',
@@ -185,19 +270,22 @@ export function createServerMetrics(cp: ControlPlane, node: NodeLink): ServerMet
   });
 
   return {
-    registry,
-    outcome: (model, o) => {
-      requests.inc({ model, outcome: o.outcome, code: o.code ?? '' });
-      if (o.outcome === 'rejected') rejections.inc({ model, code: o.code ?? 'rejected' });
+    outcome: (name, o) => {
+      // A client chooses the model string: only configured names become labels, so series stay bounded.
+      const model = modelLabel(name);
+      const code = o.code === undefined ? '' : codeLabel(o.code);
+      requests.inc({ model, outcome: o.outcome, code });
+      if (o.outcome === 'rejected') rejections.inc({ model, code: code || 'rejected' });
       if (o.tokens > 0) tokens.inc({ model }, o.tokens);
       if (o.outcome !== 'done') return;
       const { receivedAt, firstTokenAt, finishedAt } = o.timings;
-      if (firstTokenAt >= 0) ttft.observe({ model }, firstTokenAt - receivedAt);
-      if (firstTokenAt >= 0 && o.tokens > 1) tpot.observe({ model }, (finishedAt - firstTokenAt) / (o.tokens - 1));
-      e2e.observe({ model }, finishedAt - receivedAt);
+      if (firstTokenAt >= 0) ttft.observe({ model }, (firstTokenAt - receivedAt) / 1000);
+      if (firstTokenAt >= 0 && o.tokens > 1)
+        tpot.observe({ model }, (finishedAt - firstTokenAt) / (o.tokens - 1) / 1000);
+      e2e.observe({ model }, (finishedAt - receivedAt) / 1000);
     },
-    refused: (code) => edgeRefusals.inc({ code }),
-    step: (model, size) => batch.observe({ model }, size),
-    text: () => registry.metrics(),
+    refused: (code) => edgeRefusals.inc({ code: refusalLabel(code) }),
+    step: (model, size) => batch.observe({ model: modelLabel(model) }, size),
+    handlerFailed: () => handlerFailures.inc(),
   };
 }

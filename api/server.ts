@@ -1,6 +1,6 @@
 // A serving control plane in one process: the control plane on the wall clock, the node link for its worker, the
 // /v1/ws streaming API, OpenAI-compatible HTTP, metrics, probes and the admin API, all on one HTTP server.
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type RequestListener, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { startControlPlane, type ControlPlane } from '../actors/control-plane.ts';
 import type { Scenario } from '../actors/config.ts';
@@ -16,6 +16,8 @@ import { startNodeLink, type NodeLink } from '../actors/node-link.ts';
 import { createServing, type Serving } from './serving.ts';
 import { createStreamApi, type StreamApi } from './stream-api.ts';
 import { createInspectorRoutes, type InspectorRoutes } from '../inspector/server.ts';
+import { LOOPBACK_HOSTS, hostAllowed, hostName, originAllowed, type EdgePolicy } from './http/edge.ts';
+import { createDrainGate } from './drain.ts';
 
 /** Options of a serving control plane. */
 export interface ServerOptions {
@@ -43,8 +45,21 @@ export interface ServerOptions {
   maxBufferedBytes?: number;
   /** Outgoing bytes above which a socket counts as congested. Default 1 MiB. */
   highWaterBytes?: number;
-  /** Browser Origins allowed on WebSocket routes; absent allows any (non-browser clients send none). */
+  /** Browser Origins allowed besides the server's own, on /v1, /admin, /v1/ws and /v1/inspect (`--allowed-origin`). */
   allowedOrigins?: readonly string[];
+  /** Host names a request may name (`--allowed-host`); default: the loopback names when the client API is open. */
+  allowedHosts?: readonly string[];
+  /** Time a request has to arrive whole, headers and body (slow senders); then 408. Default 30 s. */
+  requestTimeoutMs?: number;
+  /** Most concurrent HTTP connections from one address (more are closed at once). Default 512. */
+  maxConnectionsPerAddress?: number;
+  /** Most concurrent WebSocket connections from one address, and presenting one token. Defaults 256 and 1024. */
+  maxWsPerAddress?: number;
+  maxWsPerToken?: number;
+  /** WebSocket slots of /v1/node's own, outside every other cap. Default 8. */
+  workerSlots?: number;
+  /** Shortest token accepted (characters); `serve` passes MIN_TOKEN_LENGTH. Default 0 (embedders and tests). */
+  minTokenLength?: number;
   clock?: Clock;
   log?(line: string): void;
   /** Extra fields for /admin/status. */
@@ -71,8 +86,19 @@ export interface RunningServer {
   readonly inspector: InspectorRoutes;
   /** True when client tokens are not required (loopback only). */
   readonly openClientApi: boolean;
+  /**
+   * Graceful stop: readiness false and no new requests at once (503 with Retry-After), running requests finish
+   * within `deadlineMs`, every request still open then gets one terminal event (cancelled); resolves when none is
+   * left. Call close() after it.
+   */
+  drain(deadlineMs: number): Promise<void>;
+  /** True once drain() was called. */
+  draining(): boolean;
   close(): Promise<void>;
 }
+
+/** Shortest token `serve` accepts. */
+export const MIN_TOKEN_LENGTH = 16;
 
 /** Refusal to start: the configuration is unsafe or incomplete. */
 export class ServeError extends Error {
@@ -92,6 +118,15 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     throw new ServeError('workers always authenticate: give at least one worker token');
   if (opts.adminTokens.length === 0)
     throw new ServeError('the admin API always authenticates: give at least one admin token');
+  const minLength = opts.minTokenLength ?? 0;
+  for (const [kind, list] of [
+    ['client', clientTokens],
+    ['worker', opts.workerTokens],
+    ['admin', opts.adminTokens],
+  ] as const) {
+    if (list.some((t) => t.length < minLength))
+      throw new ServeError(`a ${kind} token is shorter than ${minLength} characters: use a longer, random one`);
+  }
   const clock = opts.clock ?? createWallClock();
   const log = opts.log ?? (() => {});
   const runtime = createRuntime({ name: 'control', clock, rng: createRng(opts.scenario.seed).fork('control') });
@@ -109,7 +144,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   });
   const metrics = createServerMetrics(cp, node);
   cp.onStep = (r, plan) => metrics.step(r.model, plan.entries.length);
-  const serving = createServing(cp, node, metrics);
+  const gate = createDrainGate(createServing(cp, node, metrics), clock);
+  const serving = gate.serving;
   const maxBufferedBytes = opts.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED;
   const streams = createStreamApi(serving, metrics, {
     clock,
@@ -117,6 +153,14 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     maxQueuedBytes: maxBufferedBytes,
   });
   const clientSet = clientTokens.length > 0 ? tokenSet(clientTokens) : null;
+  const edge: EdgePolicy = {
+    allowedHosts: opts.allowedHosts
+      ? new Set(opts.allowedHosts.map((h) => hostName(h) ?? h.toLowerCase()))
+      : clientSet === null
+        ? new Set(LOOPBACK_HOSTS)
+        : null,
+    allowedOrigins: new Set(opts.allowedOrigins ?? []),
+  };
   const inspector = createInspectorRoutes({ cp, tokens: clientSet, allowedOrigins: opts.allowedOrigins ?? null });
   const handler = createHttpHandler({
     cp,
@@ -125,33 +169,46 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     node,
     clientTokens: clientSet,
     adminTokens: tokenSet(opts.adminTokens),
+    edge,
+    draining: gate.draining,
     ...(opts.status ? { status: opts.status } : {}),
   });
-  const headersTimeoutMs = opts.headersTimeoutMs ?? 10_000;
-  const server: Server = createServer(
-    {
-      maxHeaderSize: 16 * 1024,
-      requestTimeout: 0,
-      headersTimeout: headersTimeoutMs,
-      connectionsCheckingInterval: Math.min(1_000, Math.max(50, headersTimeoutMs / 4)),
-      keepAliveTimeout: 5_000,
-    },
-    (req, res) => {
-      if (!inspector.handleHttp(req, res)) handler(req, res);
-    },
-  );
-  if (opts.maxConnections !== undefined) server.maxConnections = opts.maxConnections;
-  const origins = opts.allowedOrigins ? new Set(opts.allowedOrigins) : null;
+  const server = createHttpServer(opts, (req, res) => {
+    try {
+      if (!edgeAllowsInspector(req, edge) || !inspector.handleHttp(req, res)) handler(req, res);
+    } catch (e) {
+      // The inspector's routes failed on this request: answer it alone, count it, and serve on.
+      metrics.handlerFailed();
+      log(`inspector route failed: ${e instanceof Error ? e.message : String(e)}`);
+      if (res.headersSent) res.destroy();
+      else {
+        res.writeHead(500, { 'Content-Type': 'text/plain' });
+        res.end('internal error');
+      }
+    }
+  });
   const ws: WsServer = attachWsServer(server, {
     clock,
     log,
     maxConnections: opts.maxWsConnections ?? 4096,
+    maxPerAddress: opts.maxWsPerAddress ?? 256,
+    maxPerToken: opts.maxWsPerToken ?? 1024,
     maxBufferedBytes,
     ...(opts.highWaterBytes !== undefined ? { highWaterBytes: opts.highWaterBytes } : {}),
     ...(opts.heartbeatMs !== undefined ? { heartbeatMs: opts.heartbeatMs } : {}),
-    ...(origins ? { checkOrigin: (o: string | undefined) => o === undefined || origins.has(o) } : {}),
+    admit: (req, path) => {
+      if (path === '/v1/node') return null;
+      if (!hostAllowed(req, edge)) return { status: 403, text: 'Forbidden: Host not allowed' };
+      if (gate.draining()) return { status: 503, text: 'Service Unavailable: shutting down' };
+      return null;
+    },
+    checkOrigin: (_o, req) => originAllowed(req, edge),
     routes: {
-      '/v1/node': { tokens: tokenSet(opts.workerTokens), onConnection: (peer) => node.onConnection(peer) },
+      '/v1/node': {
+        tokens: tokenSet(opts.workerTokens),
+        ownSlots: opts.workerSlots ?? 8,
+        onConnection: (peer) => node.onConnection(peer),
+      },
       '/v1/ws': {
         tokens: clientSet,
         protocols: CLIENT_SUBPROTOCOLS,
@@ -183,6 +240,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     metrics,
     inspector,
     openClientApi: clientSet === null,
+    drain: (deadlineMs) => gate.drain(deadlineMs, () => cp.live()),
+    draining: gate.draining,
     close: () =>
       new Promise<void>((resolve) => {
         node.close();
@@ -192,4 +251,41 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         server.close(() => resolve());
       }),
   };
+}
+
+/** The inspector page is served only to allowed Hosts (the handler answers the others with 403). */
+function edgeAllowsInspector(req: IncomingMessage, edge: EdgePolicy): boolean {
+  return hostAllowed(req, edge);
+}
+
+/** The HTTP server with every phase bounded: headers, the whole request (slow bodies), idle keep-alive, connections. */
+function createHttpServer(opts: ServerOptions, listener: RequestListener): Server {
+  const headersTimeoutMs = opts.headersTimeoutMs ?? 10_000;
+  const requestTimeoutMs = Math.max(opts.requestTimeoutMs ?? 30_000, headersTimeoutMs + 1);
+  const server: Server = createServer(
+    {
+      maxHeaderSize: 16 * 1024,
+      requestTimeout: requestTimeoutMs,
+      headersTimeout: headersTimeoutMs,
+      connectionsCheckingInterval: Math.min(1_000, Math.max(50, headersTimeoutMs / 4)),
+      keepAliveTimeout: 5_000,
+    },
+    listener,
+  );
+  server.maxConnections = opts.maxConnections ?? 8192;
+  const perAddress = new Map<string, number>();
+  const maxPerAddress = opts.maxConnectionsPerAddress ?? 512;
+  server.on('connection', (socket) => {
+    const address = socket.remoteAddress ?? '?';
+    const n = (perAddress.get(address) ?? 0) + 1;
+    if (n > maxPerAddress) return void socket.destroy();
+    perAddress.set(address, n);
+    socket.once('close', () => {
+      const left = (perAddress.get(address) ?? 1) - 1;
+      if (left <= 0) perAddress.delete(address);
+      else perAddress.set(address, left);
+    });
+  });
+  // A malformed or slow request is answered by node itself (400, 408 or 431) and its socket closed: no listener here.
+  return server;
 }

@@ -1,7 +1,7 @@
 // What every client API (WebSocket stream, OpenAI HTTP, chat) uses: submit a request to the control plane and hear
 // accepted / tokens (with pseudo-text) / exactly one terminal event; readiness and model listing.
 import type { ControlPlane, TerminalOutcome } from '../actors/control-plane.ts';
-import { OUTCOME_CODES, failure, type Failure } from '../machines/outcomes.ts';
+import { failure, type Failure } from '../machines/outcomes.ts';
 import type { NodeLink } from '../actors/node-link.ts';
 import type { ServerMetrics } from './metrics.ts';
 import { estimateTokens, textRange, textSeed } from './pseudo-text.ts';
@@ -103,11 +103,8 @@ export function createServing(cp: ControlPlane, node: NodeLink, metrics: ServerM
               },
             });
           } else {
-            const code = (o.code ?? (o.outcome === 'cancelled' ? 'cancelled' : 'internal')) as Failure['code'];
-            const f = failure(
-              Object.hasOwn(OUTCOME_CODES, code) ? code : 'internal',
-              o.message ?? `request ${o.outcome}`,
-            );
+            const code = o.code ?? (o.outcome === 'cancelled' ? 'cancelled' : 'internal');
+            const f = failure(code, o.message ?? `request ${o.outcome}`);
             sink.failed({
               ...f,
               outcome: o.outcome,

@@ -6,7 +6,7 @@ import { profilePath } from '../actors/calibration.ts';
 import { DEFAULT_GRID, type EngineProfile } from '../actors/engine/calibrate.ts';
 import { calibrateFile, formatProfile, QUICK_GRID } from '../actors/engine/calibrate-command.ts';
 import type { ProfileCapacity } from '../actors/gpu/profile-cost-model.ts';
-import { intFlag, parseArgs } from './args.ts';
+import { flag, parseOrUsage } from './args.ts';
 
 const USAGE =
   'usage: switchyard calibrate --config file.yaml [--model name] [--threads N] [--timing cpu|wall] [--quick] [--json]\n' +
@@ -33,11 +33,25 @@ export function servingCapacity(m: ModelConfig): ProfileCapacity {
 const profileName = (m: ModelConfig): string =>
   m.calibration && /^[A-Za-z0-9._-]+$/.test(m.calibration) && !m.calibration.endsWith('.json') ? m.calibration : m.name;
 
+const FLAGS = {
+  config: flag.str(),
+  model: flag.str(),
+  threads: flag.intOr(1, { min: 1, max: 256 }),
+  timing: flag.oneOf('auto', 'auto', 'cpu', 'wall'),
+  quick: flag.bool(),
+  json: flag.bool(),
+};
+
 /** Runs the calibrate command; returns the exit code. */
 export async function runCalibrateCommand(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, ['config', 'model', 'threads', 'timing']);
-  const config = args.flags.get('config');
-  if (typeof config !== 'string') {
+  const args = parseOrUsage('calibrate', USAGE, argv, FLAGS, { maxPositionals: 0 });
+  if (!args) return 2;
+  if (args.help) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  const config = args.values.config;
+  if (config === undefined) {
     process.stderr.write(USAGE);
     return 2;
   }
@@ -49,19 +63,15 @@ export async function runCalibrateCommand(argv: string[]): Promise<number> {
     process.stderr.write(`switchyard: invalid config ${config}: ${e.message}\n`);
     return 2;
   }
-  const only = args.flags.get('model');
+  const only = args.values.model;
   const models = scenario.models.filter((m) => m.engine === 'llama.cpp' && (only === undefined || m.name === only));
   if (models.length === 0) {
-    process.stderr.write(`switchyard: no llama.cpp model${only ? ` named ${String(only)}` : ''} in ${config}\n`);
+    process.stderr.write(`switchyard: no llama.cpp model${only ? ` named ${only}` : ''} in ${config}\n`);
     return 2;
   }
-  const threads = intFlag(args, 'threads', 1);
-  const grid = args.flags.has('quick') ? QUICK_GRID : DEFAULT_GRID;
-  const timing = args.flags.get('timing') ?? (threads === 1 ? 'cpu' : 'wall');
-  if (timing !== 'cpu' && timing !== 'wall') {
-    process.stderr.write(`switchyard: --timing must be cpu or wall\n${USAGE}`);
-    return 2;
-  }
+  const threads = args.values.threads;
+  const grid = args.values.quick ? QUICK_GRID : DEFAULT_GRID;
+  const timing = args.values.timing === 'auto' ? (threads === 1 ? 'cpu' : 'wall') : args.values.timing;
   for (const m of models) {
     const name = profileName(m);
     const out = profilePath(m.calibration ?? name, dirname(config));
@@ -71,7 +81,7 @@ export async function runCalibrateCommand(argv: string[]): Promise<number> {
     mkdirSync(dirname(out), { recursive: true });
     writeFileSync(out, `${JSON.stringify(profile, null, 2)}\n`);
     process.stdout.write(`${formatProfile(profile)}\nwrote ${out}\n`);
-    if (args.flags.has('json')) process.stdout.write(`${JSON.stringify({ ...profile, samples: undefined })}\n`);
+    if (args.values.json) process.stdout.write(`${JSON.stringify({ ...profile, samples: undefined })}\n`);
   }
   return 0;
 }

@@ -1,27 +1,38 @@
 // `switchyard chat --model <name> "prompt"`: streams a reply from a running server into the terminal.
-import { connectClient, SwitchyardError } from '../api/client.ts';
-import { parseArgs, intFlag } from './args.ts';
+import { connectClient, type SwitchyardError } from '../api/client.ts';
+import { flag, parseOrUsage } from './args.ts';
 
 const USAGE = `usage: switchyard chat --model <name> "prompt" [--url http://127.0.0.1:8080] [--token T | SWITCHYARD_CLIENT_TOKEN=T]
                       [--max-tokens 64] [--priority interactive] [--json-frames]
 `;
 
+const FLAGS = {
+  model: flag.str(),
+  url: flag.str(),
+  token: flag.str(),
+  'max-tokens': flag.intOr(64, { min: 1, max: 1_000_000 }),
+  priority: flag.str(),
+  version: flag.str(),
+  'json-frames': flag.bool(),
+};
+
 /** Runs the chat command; resolves with the exit code (0 done, 1 failed, 2 usage). */
 export async function runChatCommand(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, ['model', 'url', 'token', 'max-tokens', 'priority', 'version']);
-  const model = args.flags.get('model');
-  const prompt = args.positional.join(' ');
-  if (typeof model !== 'string' || prompt.length === 0) {
+  const args = parseOrUsage('chat', USAGE, argv, FLAGS);
+  if (!args) return 2;
+  const { model, priority, version } = args.values;
+  const prompt = args.positionals.join(' ');
+  if (model === undefined || prompt.length === 0) {
     process.stderr.write(USAGE);
     return 2;
   }
-  const url = String(args.flags.get('url') ?? process.env['SWITCHYARD_URL'] ?? 'http://127.0.0.1:8080');
-  const token = (args.flags.get('token') as string | undefined) ?? process.env['SWITCHYARD_CLIENT_TOKEN'];
+  const url = args.values.url ?? process.env['SWITCHYARD_URL'] ?? 'http://127.0.0.1:8080';
+  const token = args.values.token ?? process.env['SWITCHYARD_CLIENT_TOKEN'];
   let client;
   try {
     client = await connectClient(url, {
       ...(token ? { token } : {}),
-      format: args.flags.has('json-frames') ? 'json' : 'msgpack',
+      format: args.values['json-frames'] ? 'json' : 'msgpack',
     });
   } catch (e) {
     process.stderr.write(`switchyard chat: cannot connect to ${url}: ${(e as Error).message}\n`);
@@ -30,9 +41,9 @@ export async function runChatCommand(argv: string[]): Promise<number> {
   const stream = client.stream({
     model,
     prompt,
-    maxTokens: intFlag(args, 'max-tokens', 64),
-    ...(typeof args.flags.get('priority') === 'string' ? { priority: args.flags.get('priority') as string } : {}),
-    ...(typeof args.flags.get('version') === 'string' ? { version: args.flags.get('version') as string } : {}),
+    maxTokens: args.values['max-tokens'],
+    ...(priority !== undefined ? { priority } : {}),
+    ...(version !== undefined ? { version } : {}),
   });
   const stop = (): void => stream.cancel();
   process.once('SIGINT', stop);

@@ -3,7 +3,7 @@
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { DST_MUTATIONS, runDstSeed, shrinkFaults, type DstMutation, type DstResult } from '../actors/sim/dst.ts';
-import { intFlag, parseArgs } from './args.ts';
+import { flag, parseOrUsage } from './args.ts';
 
 interface Job {
   seeds: number[];
@@ -11,15 +11,24 @@ interface Job {
   mutation: DstMutation;
 }
 
-const args = parseArgs(process.argv.slice(2), [
-  'seeds',
-  'sim-seconds',
-  'seed',
-  'from',
-  'workers',
-  'mutation',
-  'check-determinism',
-]);
+const USAGE = `usage: npm run dst -- [--seeds N] [--sim-seconds S] [--seed K] [--from F] [--workers W]
+                      [--mutation ${DST_MUTATIONS.join('|')}] [--check-determinism D]
+`;
+const FLAGS = {
+  seeds: flag.intOr(100, { min: 1, max: 1_000_000 }),
+  'sim-seconds': flag.intOr(60, { min: 1, max: 1_000_000 }),
+  seed: flag.int({ min: 0, max: 2 ** 31 - 1 }),
+  from: flag.intOr(1, { min: 0, max: 2 ** 31 - 1 }),
+  workers: flag.intOr(2, { min: 1, max: 256 }),
+  mutation: flag.oneOf<readonly [DstMutation, ...DstMutation[]]>(
+    'none',
+    ...(DST_MUTATIONS as [DstMutation, ...DstMutation[]]),
+  ),
+  'check-determinism': flag.intOr(0, { min: 0, max: 1_000_000 }),
+  // Set on the child processes this command forks.
+  worker: flag.bool(),
+};
+const args = parseOrUsage('dst', USAGE, process.argv.slice(2), FLAGS, { maxPositionals: 0 });
 const self = fileURLToPath(import.meta.url);
 
 function reproduce(seed: number, simSeconds: number, mutation: DstMutation): string {
@@ -55,7 +64,12 @@ function runParallel(
 }
 
 async function main(): Promise<number> {
-  if (process.argv.includes('--worker')) {
+  if (!args) return 2;
+  if (args.help) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  if (args.values.worker) {
     process.on('message', (job: Job) => {
       for (const seed of job.seeds)
         process.send!(runDstSeed(seed, { simSeconds: job.simSeconds, mutation: job.mutation }));
@@ -63,17 +77,10 @@ async function main(): Promise<number> {
     });
     return 0;
   }
-  const simSeconds = intFlag(args, 'sim-seconds', 60);
-  const given = args.flags.get('mutation');
-  const mutation = (typeof given === 'string' ? given : 'none') as DstMutation;
-  if (!DST_MUTATIONS.includes(mutation)) {
-    console.error(`--mutation: expected one of ${DST_MUTATIONS.join(', ')}, got ${String(given)}`);
-    return 2;
-  }
-  const single = args.flags.has('seed') ? intFlag(args, 'seed', 1) : null;
-  const from = intFlag(args, 'from', 1);
-  const count = intFlag(args, 'seeds', 100);
-  const workers = Math.max(1, intFlag(args, 'workers', 2));
+  const simSeconds = args.values['sim-seconds'];
+  const mutation: DstMutation = args.values.mutation;
+  const single = args.values.seed ?? null;
+  const { from, seeds: count, workers } = args.values;
   const seeds = single !== null ? [single] : Array.from({ length: count }, (_, i) => from + i);
   const t0 = performance.now();
   const results: DstResult[] = [];
@@ -97,7 +104,7 @@ async function main(): Promise<number> {
     console.log(`  reproduce: ${reproduce(r.seed, simSeconds, mutation)}`);
   }
   // Determinism: the first D seeds run twice must give identical trace hashes.
-  const det = intFlag(args, 'check-determinism', 0);
+  const det = args.values['check-determinism'];
   let nondeterministic = 0;
   if (det > 0) {
     const again: DstResult[] = [];

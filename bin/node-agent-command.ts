@@ -2,54 +2,48 @@
 // steps with the cost-model executor in real time, reconnecting with back-off until it is stopped.
 import { startNodeProcess, type ExecutorKind } from '../actors/worker/process.ts';
 import { EXIT_UNAUTHORIZED } from '../actors/worker-supervisor.ts';
-import { parseArgs, intFlag } from './args.ts';
+import { flag, parseOrUsage } from './args.ts';
 
 const USAGE = `usage: switchyard node-agent --url ws://127.0.0.1:8080/v1/node [--token T | SWITCHYARD_WORKER_TOKEN=T]
                             [--gpus 8] [--node name] [--executor cost-model|zero-cost|fixed] [--step-ms 1]
                             [--time-scale 1] [--repair-ms 60000]
 `;
 
+const FLAGS = {
+  url: flag.str(),
+  token: flag.str(),
+  gpus: flag.intOr(8, { min: 1, max: 64 }),
+  node: flag.strOr('node'),
+  executor: flag.oneOf('cost-model', 'cost-model', 'zero-cost', 'fixed'),
+  'step-ms': flag.numOr(1, { min: 0, max: 60_000 }),
+  'time-scale': flag.numOr(1, { min: 1e-6, max: 1e6 }),
+  'repair-ms': flag.int({ min: 0 }),
+  'heartbeat-ms': flag.int({ min: 0 }),
+};
+
 /** Runs the node-agent command until SIGINT/SIGTERM; resolves with the exit code. */
 export function runNodeAgentCommand(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, [
-    'url',
-    'token',
-    'gpus',
-    'node',
-    'executor',
-    'step-ms',
-    'time-scale',
-    'repair-ms',
-    'heartbeat-ms',
-  ]);
-  const url = args.flags.get('url');
-  const token = (args.flags.get('token') as string | undefined) ?? process.env['SWITCHYARD_WORKER_TOKEN'];
-  if (typeof url !== 'string' || !token) {
+  const args = parseOrUsage('node-agent', USAGE, argv, FLAGS, { maxPositionals: 0 });
+  if (!args) return Promise.resolve(2);
+  const { url, executor, gpus } = args.values;
+  const token = args.values.token ?? process.env['SWITCHYARD_WORKER_TOKEN'];
+  if (url === undefined || !token) {
     process.stderr.write(USAGE);
     return Promise.resolve(2);
   }
-  const executor = String(args.flags.get('executor') ?? 'cost-model');
-  if (!['cost-model', 'zero-cost', 'fixed'].includes(executor)) {
-    process.stderr.write(`switchyard node-agent: --executor must be cost-model, zero-cost or fixed\n`);
-    return Promise.resolve(2);
-  }
-  const timeScale = Number(args.flags.get('time-scale') ?? 1);
-  if (!(timeScale > 0)) {
-    process.stderr.write('switchyard node-agent: --time-scale must be a number > 0\n');
-    return Promise.resolve(2);
-  }
-  const gpus = intFlag(args, 'gpus', 8);
+  const repairMs = args.values['repair-ms'];
+  const heartbeatMs = args.values['heartbeat-ms'];
   return new Promise((resolve) => {
     const worker = startNodeProcess({
       url,
       token,
-      node: String(args.flags.get('node') ?? 'node'),
+      node: args.values.node,
       gpus: Array.from({ length: gpus }, (_, i) => i),
       executor: executor as ExecutorKind,
-      fixedStepMs: Number(args.flags.get('step-ms') ?? 1),
-      timeScale,
-      ...(args.flags.has('repair-ms') ? { repairMs: intFlag(args, 'repair-ms', 60_000) } : {}),
-      ...(args.flags.has('heartbeat-ms') ? { heartbeatMs: intFlag(args, 'heartbeat-ms', 5_000) } : {}),
+      fixedStepMs: args.values['step-ms'],
+      timeScale: args.values['time-scale'],
+      ...(repairMs !== undefined ? { repairMs } : {}),
+      ...(heartbeatMs !== undefined ? { heartbeatMs } : {}),
       log: (line) => process.stdout.write(`${line}\n`),
       onUnauthorized: () => {
         process.stderr.write('switchyard node-agent: the control plane refused the worker token\n');

@@ -1,26 +1,28 @@
 // `switchyard plan <scenario.yaml>`: simulates the candidate placements for the scenario's traffic and targets, prints
 // a table per candidate, and says which meet every model's target — or "infeasible" and what must change.
 import { plan, type CandidateResult, type PlanProgress, type PlanResult } from '../actors/placement/planner.ts';
-import { intFlag, parseArgs } from './args.ts';
+import { flag, parseOrUsage } from './args.ts';
 import { scenarioOrReport } from './scenario-file.ts';
 
 const USAGE = 'usage: switchyard plan <scenario.yaml> [--seed N] [--json]\n';
+const FLAGS = { seed: flag.int({ min: 0, max: 2 ** 31 - 1 }), json: flag.bool() };
 
 /** Runs the plan command; returns the exit code (0 feasible, 3 infeasible, 2 usage or config error). */
 export function runPlanCommand(argv: string[]): number {
-  const args = parseArgs(argv, ['seed']);
-  const file = args.positional[0];
-  if (!file) {
+  const args = parseOrUsage('plan', USAGE, argv, FLAGS, { maxPositionals: 1 });
+  if (!args) return 2;
+  const file = args.positionals[0];
+  if (args.help || !file) {
     process.stderr.write(USAGE);
     return 2;
   }
   let scenario = scenarioOrReport(file);
   if (!scenario) return 2;
-  scenario = { ...scenario, seed: intFlag(args, 'seed', scenario.seed) };
+  scenario = { ...scenario, seed: args.values.seed ?? scenario.seed };
   const bar = progressBar();
   const result = plan(scenario, bar.update);
   bar.done();
-  if (args.flags.has('json')) {
+  if (args.values.json) {
     const slim = {
       ...result,
       results: result.results.map((r) => ({

@@ -4,60 +4,75 @@ import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { ConfigError, loadScenario, type Scenario } from '../actors/config.ts';
 import { createWallClock } from '../runtime/clock.ts';
-import { ServeError, startServer, type RunningServer } from '../api/server.ts';
+import { MIN_TOKEN_LENGTH, ServeError, startServer, type RunningServer } from '../api/server.ts';
 import { superviseWorker, type WorkerSupervisor } from '../actors/worker-supervisor.ts';
-import { parseArgs, intFlag } from './args.ts';
+import { flag, parseOrUsage } from './args.ts';
+import { writeSecrets } from './secrets.ts';
 import { attachStatelyInspector } from '../inspector/stately.ts';
 
 /** The embedded default config (`npm start`). */
 export const DEFAULT_CONFIG = fileURLToPath(new URL('./default-config.yaml', import.meta.url));
 
 const USAGE = `usage: switchyard serve [--config file.yaml] [--host 127.0.0.1] [--port 8080]
-                       [--client-token T] [--admin-token T] [--worker-token T]
+                       [--client-token T ...] [--admin-token T] [--worker-token T] [--secrets-file F]
+                       [--allowed-origin https://app.example ...] [--allowed-host name ...]
                        [--time-scale 1] [--executor cost-model|zero-cost|fixed] [--step-ms 1]
-                       [--no-worker] [--node-grace-ms 2000] [--repair-ms 60000] [--json]
+                       [--no-worker] [--node-grace-ms 2000] [--repair-ms 60000] [--drain-ms 30000] [--json]
+                       [--max-connections 8192] [--request-timeout-ms 30000]
                        [--stately-inspect ws://host:port]  (also send inspection events to Stately's inspector)
-tokens may also come from SWITCHYARD_CLIENT_TOKENS (comma-separated), SWITCHYARD_ADMIN_TOKEN, SWITCHYARD_WORKER_TOKEN
+tokens may also come from SWITCHYARD_CLIENT_TOKENS (comma-separated), SWITCHYARD_ADMIN_TOKEN, SWITCHYARD_WORKER_TOKEN;
+a supplied token is never printed; generated ones are printed once, or written to --secrets-file (mode 0600)
 `;
 
-const VALUED = [
-  'config',
-  'host',
-  'port',
-  'client-token',
-  'admin-token',
-  'worker-token',
-  'time-scale',
-  'executor',
-  'step-ms',
-  'node-grace-ms',
-  'repair-ms',
-  'heartbeat-ms',
-  'max-streams',
-  'stately-inspect',
-];
+const FLAGS = {
+  config: flag.str(),
+  host: flag.strOr('127.0.0.1'),
+  port: flag.intOr(8080, { min: 0, max: 65_535 }),
+  'client-token': flag.list(),
+  'admin-token': flag.str(),
+  'worker-token': flag.str(),
+  'secrets-file': flag.str(),
+  'allowed-origin': flag.list(),
+  'allowed-host': flag.list(),
+  'time-scale': flag.numOr(1, { min: 1e-6, max: 1e6 }),
+  executor: flag.oneOf('cost-model', 'cost-model', 'zero-cost', 'fixed'),
+  'step-ms': flag.str(),
+  'no-worker': flag.bool(),
+  'node-grace-ms': flag.intOr(2_000, { min: 0, max: 3_600_000 }),
+  'repair-ms': flag.int({ min: 0, max: 3_600_000 }),
+  'heartbeat-ms': flag.int({ min: 0, max: 3_600_000 }),
+  'max-streams': flag.int({ min: 1, max: 16_384 }),
+  'max-connections': flag.int({ min: 1, max: 1_000_000 }),
+  'request-timeout-ms': flag.int({ min: 1_000, max: 3_600_000 }),
+  'drain-ms': flag.intOr(30_000, { min: 0, max: 3_600_000 }),
+  json: flag.bool(),
+  'stately-inspect': flag.str(),
+};
 
-const secret = (): string => randomBytes(18).toString('base64url');
+const secret = (): string => randomBytes(24).toString('base64url');
 const list = (s: string | undefined): string[] =>
   (s ?? '')
     .split(',')
     .map((x) => x.trim())
     .filter((x) => x.length > 0);
 
+/** Reads a secret from the environment and removes it, so that no child process (the worker) inherits it. */
+function takeEnv(name: string): string | undefined {
+  const v = process.env[name];
+  delete process.env[name];
+  return v === '' ? undefined : v;
+}
+
 /** Runs `serve` until SIGINT/SIGTERM; resolves with the exit code. */
 export async function runServeCommand(argv: string[]): Promise<number> {
-  let args;
-  try {
-    args = parseArgs(argv, VALUED);
-  } catch (e) {
-    process.stderr.write(`switchyard serve: ${(e as Error).message}\n${USAGE}`);
-    return 2;
-  }
-  if (args.flags.has('help')) {
+  const args = parseOrUsage('serve', USAGE, argv, FLAGS, { maxPositionals: 0 });
+  if (!args) return 2;
+  if (args.help) {
     process.stdout.write(USAGE);
     return 0;
   }
-  const file = typeof args.flags.get('config') === 'string' ? (args.flags.get('config') as string) : DEFAULT_CONFIG;
+  const f = args.values;
+  const file = f.config ?? DEFAULT_CONFIG;
   let scenario: Scenario;
   try {
     scenario = loadScenario(file);
@@ -68,21 +83,11 @@ export async function runServeCommand(argv: string[]): Promise<number> {
     }
     throw e;
   }
-  const flag = (k: string): string | undefined =>
-    typeof args.flags.get(k) === 'string' ? (args.flags.get(k) as string) : undefined;
-  const timeScale = Number(flag('time-scale') ?? 1);
-  if (!(timeScale > 0)) {
-    process.stderr.write('switchyard serve: --time-scale must be a number > 0\n');
-    return 2;
-  }
-  const executor = flag('executor') ?? 'cost-model';
-  if (!['cost-model', 'zero-cost', 'fixed'].includes(executor)) {
-    process.stderr.write('switchyard serve: --executor must be cost-model, zero-cost or fixed\n');
-    return 2;
-  }
-  const clientTokens = [...list(flag('client-token')), ...list(process.env['SWITCHYARD_CLIENT_TOKENS'])];
-  const adminGiven = flag('admin-token') ?? process.env['SWITCHYARD_ADMIN_TOKEN'];
-  const workerGiven = flag('worker-token') ?? process.env['SWITCHYARD_WORKER_TOKEN'];
+  const { executor } = f;
+  const timeScale = f['time-scale'];
+  const clientTokens = [...f['client-token'], ...list(takeEnv('SWITCHYARD_CLIENT_TOKENS'))];
+  const adminGiven = f['admin-token'] ?? takeEnv('SWITCHYARD_ADMIN_TOKEN');
+  const workerGiven = f['worker-token'] ?? takeEnv('SWITCHYARD_WORKER_TOKEN');
   const adminToken = adminGiven ?? secret();
   const workerToken = workerGiven ?? secret();
   const clock = createWallClock();
@@ -92,14 +97,19 @@ export async function runServeCommand(argv: string[]): Promise<number> {
   try {
     server = await startServer({
       scenario,
-      host: flag('host') ?? '127.0.0.1',
-      port: intFlag(args, 'port', 8080),
+      host: f.host,
+      port: f.port,
       clientTokens,
       workerTokens: [workerToken],
       adminTokens: [adminToken],
-      nodeGraceMs: intFlag(args, 'node-grace-ms', 2_000),
-      ...(args.flags.has('heartbeat-ms') ? { heartbeatMs: intFlag(args, 'heartbeat-ms', 5_000) } : {}),
-      ...(args.flags.has('max-streams') ? { maxStreamsPerConnection: intFlag(args, 'max-streams', 16_384) } : {}),
+      nodeGraceMs: f['node-grace-ms'],
+      minTokenLength: MIN_TOKEN_LENGTH,
+      allowedOrigins: f['allowed-origin'],
+      ...(f['allowed-host'].length > 0 ? { allowedHosts: f['allowed-host'] } : {}),
+      ...(f['heartbeat-ms'] !== undefined ? { heartbeatMs: f['heartbeat-ms'] } : {}),
+      ...(f['max-streams'] !== undefined ? { maxStreamsPerConnection: f['max-streams'] } : {}),
+      ...(f['max-connections'] !== undefined ? { maxConnections: f['max-connections'] } : {}),
+      ...(f['request-timeout-ms'] !== undefined ? { requestTimeoutMs: f['request-timeout-ms'] } : {}),
       clock,
       log,
       status: () => ({
@@ -123,44 +133,35 @@ export async function runServeCommand(argv: string[]): Promise<number> {
     throw e;
   }
   const out = (line: string): void => void process.stdout.write(`${line}\n`);
-  const models = scenario.models.map((m) => `${m.name} (tp ${m.tp})`).join(', ');
-  out(
-    `switchyard serving "${scenario.name}" on a simulated ${scenario.node.gpus}x${scenario.node.gpu} node: ${models}; placement ${scenario.placement.policy}`,
-  );
-  out(
-    `  backend        simulated (${executor} executor${executor === 'cost-model' ? `, time scale ${timeScale}` : ''}; text is deterministic pseudo-text)`,
-  );
-  out(`  OpenAI HTTP    ${server.url}/v1  (POST /v1/chat/completions, /v1/completions, GET /v1/models)`);
-  out(`  streaming      ${server.wsUrl}  (subprotocols switchyard.v1.msgpack, switchyard.v1.json)`);
-  out(`  metrics        ${server.url}/metrics    health ${server.url}/healthz    ready ${server.url}/readyz`);
-  out(
-    `  inspector      ${server.url}/inspector  (read-only live view; stream ${server.url.replace(/^http/, 'ws')}/v1/inspect)`,
-  );
-  const stately = flag('stately-inspect')
-    ? attachStatelyInspector(server.inspector.session, flag('stately-inspect')!)
-    : null;
-  if (stately) out(`  stately        sending inspection events to ${flag('stately-inspect')}`);
-  out(`  admin          ${server.url}/admin/  admin token: ${adminGiven ? '(as given)' : adminToken}`);
-  out(`  workers        ${server.nodeUrl}  worker token: ${workerGiven ? '(as given)' : workerToken}`);
-  out(
-    server.openClientApi
-      ? '  client auth    NONE: listening on loopback only, so /v1 needs no token (pass --client-token to require one)'
-      : `  client auth    bearer token required on /v1 (${clientTokens.length} token${clientTokens.length > 1 ? 's' : ''} configured)`,
-  );
-  if (!args.flags.has('no-worker')) {
-    const workerArgs = [
-      '--url',
-      server.nodeUrl,
-      '--gpus',
-      String(scenario.node.gpus),
-      '--executor',
-      executor,
-      '--time-scale',
-      String(timeScale),
-    ];
-    if (flag('step-ms')) workerArgs.push('--step-ms', flag('step-ms')!);
-    if (flag('repair-ms')) workerArgs.push('--repair-ms', flag('repair-ms')!);
-    if (flag('heartbeat-ms')) workerArgs.push('--heartbeat-ms', flag('heartbeat-ms')!);
+  const generated = {
+    ...(adminGiven === undefined ? { adminToken } : {}),
+    ...(workerGiven === undefined ? { workerToken } : {}),
+  };
+  // A generated secret is shown once: in a 0600 file when asked, else in the JSON line (--json) or the banner.
+  const where = f['secrets-file'] ? `in ${f['secrets-file']}` : f.json ? 'in the JSON line' : null;
+  if (f['secrets-file']) {
+    try {
+      writeSecrets(f['secrets-file'], generated);
+    } catch (e) {
+      process.stderr.write(`switchyard serve: cannot write ${f['secrets-file']}: ${(e as Error).message}\n`);
+      await server.close();
+      return 2;
+    }
+  }
+  const shown = (given: string | undefined, token: string): string =>
+    given !== undefined ? '(as given)' : where !== null ? `(generated, ${where})` : token;
+  printBanner(out, server, scenario, { executor, timeScale, clientTokens: clientTokens.length });
+  const stately = f['stately-inspect'] ? attachStatelyInspector(server.inspector.session, f['stately-inspect']) : null;
+  if (stately) out(`  stately        sending inspection events to ${f['stately-inspect']}`);
+  out(`  admin          ${server.url}/admin/  admin token: ${shown(adminGiven, adminToken)}`);
+  out(`  workers        ${server.nodeUrl}  worker token: ${shown(workerGiven, workerToken)}`);
+  if (!f['no-worker']) {
+    const workerArgs = ['--url', server.nodeUrl, '--gpus', String(scenario.node.gpus), '--executor', executor];
+    workerArgs.push('--time-scale', String(timeScale));
+    if (f['step-ms']) workerArgs.push('--step-ms', f['step-ms']);
+    if (f['repair-ms'] !== undefined) workerArgs.push('--repair-ms', String(f['repair-ms']));
+    if (f['heartbeat-ms'] !== undefined) workerArgs.push('--heartbeat-ms', String(f['heartbeat-ms']));
+    // The worker's environment holds its own token only: the others were removed from process.env above.
     supervisor = superviseWorker({
       clock,
       args: workerArgs,
@@ -171,28 +172,68 @@ export async function runServeCommand(argv: string[]): Promise<number> {
   } else {
     out('  worker         not started (--no-worker): run `switchyard node-agent --url ... --token ...`');
   }
-  if (args.flags.has('json')) {
-    out(
-      JSON.stringify({
-        url: server.url,
-        wsUrl: server.wsUrl,
-        nodeUrl: server.nodeUrl,
-        port: server.port,
-        adminToken,
-        workerToken,
-        openClientApi: server.openClientApi,
-      }),
-    );
+  if (f.json) {
+    const urls = { url: server.url, wsUrl: server.wsUrl, nodeUrl: server.nodeUrl, port: server.port };
+    out(JSON.stringify({ ...urls, ...(f['secrets-file'] ? {} : generated), openClientApi: server.openClientApi }));
   }
+  return stopOnSignal(
+    server,
+    () => supervisor,
+    log,
+    f['drain-ms'],
+    () => stately?.stop(),
+  );
+}
+
+/** What `serve` prints about where it serves. */
+function printBanner(
+  out: (line: string) => void,
+  server: RunningServer,
+  scenario: Scenario,
+  o: { executor: string; timeScale: number; clientTokens: number },
+): void {
+  const models = scenario.models.map((m) => `${m.name} (tp ${m.tp})`).join(', ');
+  out(
+    `switchyard serving "${scenario.name}" on a simulated ${scenario.node.gpus}x${scenario.node.gpu} node: ${models}; placement ${scenario.placement.policy}`,
+  );
+  out(
+    `  backend        simulated (${o.executor} executor${o.executor === 'cost-model' ? `, time scale ${o.timeScale}` : ''}; text is deterministic pseudo-text)`,
+  );
+  out(`  OpenAI HTTP    ${server.url}/v1  (POST /v1/chat/completions, /v1/completions, GET /v1/models)`);
+  out(`  streaming      ${server.wsUrl}  (subprotocols switchyard.v1.msgpack, switchyard.v1.json)`);
+  out(`  metrics        ${server.url}/metrics    health ${server.url}/healthz    ready ${server.url}/readyz`);
+  out(
+    `  inspector      ${server.url}/inspector  (read-only live view; stream ${server.url.replace(/^http/, 'ws')}/v1/inspect)`,
+  );
+  out(
+    server.openClientApi
+      ? '  client auth    NONE: listening on loopback only, so /v1 needs no token (pass --client-token to require one)'
+      : `  client auth    bearer token required on /v1 (${o.clientTokens} token${o.clientTokens > 1 ? 's' : ''} configured)`,
+  );
+}
+
+/**
+ * Graceful stop on SIGTERM or SIGINT: readiness turns false and new requests are refused at once, running ones finish
+ * within the drain deadline and the rest get one terminal event each, then the worker is stopped and the server
+ * closed; resolves with 0.
+ */
+function stopOnSignal(
+  server: RunningServer,
+  supervisor: () => WorkerSupervisor | null,
+  log: (line: string) => void,
+  drainMs: number,
+  onStop: () => void,
+): Promise<number> {
   return new Promise((resolve) => {
     let closing = false;
     const stop = (): void => {
       if (closing) return;
       closing = true;
-      log('switchyard: shutting down');
-      stately?.stop();
+      log(`switchyard: shutting down (draining for up to ${drainMs} ms)`);
+      onStop();
       void (async () => {
-        await supervisor?.stop();
+        await server.drain(drainMs);
+        await supervisor()?.stop();
         await server.close();
         resolve(0);
       })();

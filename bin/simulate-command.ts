@@ -1,31 +1,45 @@
 // `switchyard simulate`: runs a scenario and prints a table, or one JSON report with --json.
 import { simulate, type SimReport } from '../actors/sim/simulate.ts';
-import { parseArgs, intFlag } from './args.ts';
+import { flag, parseOrUsage } from './args.ts';
 import { scenarioOrReport } from './scenario-file.ts';
 import { formatTraces } from '../actors/router/explain.ts';
 import { startRecording, writeRecording, type Recorder } from '../inspector/record.ts';
 import type { ControlPlane } from '../actors/control-plane.ts';
 
+const USAGE =
+  'usage: switchyard simulate <scenario.yaml> [--seed N] [--json] [--wall] [--explain req.N] [--trace out.json]\n';
+
+const FLAGS = {
+  seed: flag.int({ min: 0, max: 2 ** 31 - 1 }),
+  explain: flag.str(),
+  trace: flag.str(),
+  json: flag.bool(),
+  wall: flag.bool(),
+};
+
 /** Runs the simulate command; returns the exit code. */
 export function runSimulateCommand(argv: string[]): number {
-  const args = parseArgs(argv, ['seed', 'explain', 'trace']);
-  const file = args.positional[0];
+  const args = parseOrUsage('simulate', USAGE, argv, FLAGS, { maxPositionals: 1 });
+  if (!args) return 2;
+  if (args.help) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  const file = args.positionals[0];
   if (!file) {
-    process.stderr.write(
-      'usage: switchyard simulate <scenario.yaml> [--seed N] [--json] [--wall] [--explain req.N] [--trace out.json]\n',
-    );
+    process.stderr.write(USAGE);
     return 2;
   }
   const scenario = scenarioOrReport(file);
   if (!scenario) return 2;
-  const seed = intFlag(args, 'seed', scenario.seed);
-  const explain = typeof args.flags.get('explain') === 'string' ? [args.flags.get('explain') as string] : [];
+  const seed = args.values.seed ?? scenario.seed;
+  const explain = args.values.explain !== undefined ? [args.values.explain] : [];
   const t0 = performance.now();
-  const trace = args.flags.get('trace');
+  const trace = args.values.trace;
   let recorder: Recorder | null = null;
   const report = simulate(scenario, {
     seed,
-    wall: args.flags.has('wall'),
+    wall: args.values.wall,
     explain,
     ...(typeof trace === 'string' ? { onStart: (cp: ControlPlane) => (recorder = startRecording(cp, { seed })) } : {}),
   });
@@ -38,7 +52,7 @@ export function runSimulateCommand(argv: string[]): number {
   process.stderr.write(
     `simulated ${report.sim.requests} requests, ${report.sim.simulatedSeconds} s in ${wall.toFixed(2)} s wall\n`,
   );
-  if (args.flags.has('json')) process.stdout.write(`${JSON.stringify(report)}\n`);
+  if (args.values.json) process.stdout.write(`${JSON.stringify(report)}\n`);
   else process.stdout.write(formatReport(report));
   return report.invariants.violations.length > 0 ? 1 : 0;
 }

@@ -30,7 +30,7 @@ const load = (): Map<string, Asset> => {
     const ext = name.slice(name.lastIndexOf('.'));
     const type = TYPES[ext];
     if (!type) continue;
-    const body = readFileSync(`${PUBLIC_DIR}${name}`);
+    const body = readFileSync(`${PUBLIC_DIR}/${name}`);
     out.set(name === 'index.html' ? '/inspector/' : `/inspector/${name}`, {
       body,
       headers: {

@@ -5,6 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { pageAsset } from './assets.ts';
+import { requestPath } from '../transport/ws.ts';
 
 /** A running replay server. */
 export interface ReplayServer {
@@ -19,7 +20,7 @@ export interface ReplayServer {
 export async function startReplayServer(opts: { file?: string; port?: number } = {}): Promise<ReplayServer> {
   const recording = opts.file ? readFileSync(opts.file) : null;
   const server: Server = createServer((req, res) => {
-    const path = new URL(req.url ?? '/', 'http://x').pathname;
+    const path = requestPath(req.url) ?? '';
     if (path === '/inspector/recording.json' && recording) {
       res.writeHead(200, {
         'Content-Type': 'application/json',

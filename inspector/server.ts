@@ -3,7 +3,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ControlPlane } from '../actors/control-plane.ts';
 import type { TimerId } from '../runtime/clock.ts';
-import { CLOSE, type TokenSet, type WsPeer, type WsRoute } from '../transport/ws.ts';
+import { CLOSE, requestPath, type Refusal, type TokenSet, type WsPeer, type WsRoute } from '../transport/ws.ts';
 import { createOutbox } from './outbox.ts';
 import { INSPECT_SUBPROTOCOL, INSPECT_VERSION, type InspectMessage } from './protocol.ts';
 import { createInspectionSession, type InspectionSession } from './session.ts';
@@ -78,10 +78,14 @@ export function createInspectorRoutes(opts: InspectorRoutesOptions): InspectorRo
   const maxBatch = opts.maxBatch ?? 2_000;
   const closers = new Set<() => void>();
 
-  const onConnection = (peer: WsPeer, req: IncomingMessage): void => {
-    // Checked before a single frame is sent: the same tokens as /v1, and no page from another site.
-    if (opts.tokens && !opts.tokens.has(presentedToken(req))) return peer.close(CLOSE.policy, 'unauthorized');
-    if (!originAllowed(req, opts.allowedOrigins ?? null)) return peer.close(CLOSE.policy, 'origin not allowed');
+  // Checked before the upgrade completes: the same tokens as /v1, and no page from another site.
+  const authorize = (req: IncomingMessage): Refusal | null => {
+    if (opts.tokens && !opts.tokens.has(presentedToken(req))) return { status: 401, text: 'Unauthorized' };
+    if (!originAllowed(req, opts.allowedOrigins ?? null)) return { status: 403, text: 'Forbidden: origin not allowed' };
+    return null;
+  };
+
+  const onConnection = (peer: WsPeer): void => {
     const box = createOutbox(maxBuffered);
     box.push(session.hello('live'));
     let timer: TimerId | null = null;
@@ -116,7 +120,8 @@ export function createInspectorRoutes(opts: InspectorRoutesOptions): InspectorRo
 
   return {
     handleHttp: (req, res) => {
-      const path = new URL(req.url ?? '/', 'http://x').pathname;
+      const path = requestPath(req.url);
+      if (path === null) return false;
       if (path !== '/inspector' && !path.startsWith('/inspector/')) return false;
       const asset = pageAsset(path === '/inspector' ? '/inspector/' : path);
       if (!asset || (req.method !== 'GET' && req.method !== 'HEAD')) {
@@ -128,7 +133,7 @@ export function createInspectorRoutes(opts: InspectorRoutesOptions): InspectorRo
       res.end(req.method === 'HEAD' ? undefined : asset.body);
       return true;
     },
-    ws: { tokens: null, protocols: [INSPECT_SUBPROTOCOL], onConnection },
+    ws: { tokens: null, protocols: [INSPECT_SUBPROTOCOL], authorize, onConnection },
     session,
     readers: () => closers.size,
     close: () => {

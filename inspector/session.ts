@@ -3,6 +3,7 @@
 import type { InspectionEvent } from 'xstate';
 import type { ControlPlane } from '../actors/control-plane.ts';
 import { gpuProfile } from '../actors/gpu/profiles.ts';
+import type { ReplicaHandle } from '../actors/replica.ts';
 import type { TimerId } from '../runtime/clock.ts';
 import {
   cleanFields,
@@ -53,17 +54,16 @@ export interface InspectionSession {
 function gpuState(
   healthy: boolean,
   up: boolean,
-  replicaState: string | null,
+  replica: ReplicaHandle | undefined,
   reserved: boolean,
 ): { state: string; machineState: string } {
   if (!healthy) return { state: 'failed', machineState: 'failed' };
   if (!up) return { state: 'probing', machineState: 'probing' };
-  if (replicaState === null)
-    return reserved ? { state: 'reserved', machineState: 'free' } : { state: 'free', machineState: 'free' };
-  if (replicaState === 'placing' || replicaState === 'loading')
-    return { state: 'loading', machineState: 'allocated.loading' };
-  if (replicaState.startsWith('ready')) return { state: 'serving', machineState: 'allocated.serving' };
-  if (replicaState.startsWith('draining')) return { state: 'draining', machineState: 'allocated.serving' };
+  if (!replica) return reserved ? { state: 'reserved', machineState: 'free' } : { state: 'free', machineState: 'free' };
+  if (replica.ready()) return { state: 'serving', machineState: 'allocated.serving' };
+  // Placed or loading (live but not ready), or draining (still serving, no longer ready).
+  if (replica.hasTag('live')) return { state: 'loading', machineState: 'allocated.loading' };
+  if (replica.hasTag('serving')) return { state: 'draining', machineState: 'allocated.serving' };
   return { state: 'unloading', machineState: 'allocated.unloading' };
 }
 
@@ -119,7 +119,7 @@ export function createInspectionSession(cp: ControlPlane, opts: SessionOptions):
       // Under `share` a second replica may sit on the GPU's other lane: its memory counts too.
       const guestId = (g as { guest?: string | null }).guest ?? null;
       const guest = guestId ? cp.placement.replicas.get(guestId) : undefined;
-      const st = gpuState(g.healthy, g.up, r ? r.state() : null, reservation);
+      const st = gpuState(g.healthy, g.up, r, reservation);
       let weightsBytes = 0;
       let kvBytes = 0;
       if (st.state !== 'failed') {

@@ -35,6 +35,12 @@ export type GpuEvent =
 /** A GPU has no output: it lives as long as its node agent. */
 export type GpuOutput = never;
 
+/** The replica an allocated GPU belongs to: assigned on the way in, so its absence is a broken invariant. */
+function owner(c: GpuContext): string {
+  if (c.replica === null) throw new Error(`gpu.${c.index} is allocated without a replica`);
+  return c.replica;
+}
+
 /** The GPU machine: offline → probing → free → allocated{loading, serving, unloading} → failed → repairing. */
 export const gpuMachine = setup({
   types: {
@@ -49,8 +55,8 @@ export const gpuMachine = setup({
     /** Tells the owning replica its weights are loaded (again, when a repeated assignment asks). */
     reportLoaded: emit(({ context }) => ({
       type: 'out' as const,
-      to: context.replica ?? context.reportTo,
-      msg: { type: 'gpu.loaded', gpu: context.index, replica: context.replica, epoch: context.epoch },
+      to: owner(context),
+      msg: { type: 'gpu.loaded', gpu: context.index, replica: owner(context), epoch: context.epoch },
     })),
     /** Runs the health probe; answered with `gpu.probed`. */
     probe: () => {},
@@ -175,8 +181,8 @@ export const gpuMachine = setup({
               target: '#gpu.free',
               actions: emit(({ context }) => ({
                 type: 'out' as const,
-                to: context.replica ?? context.reportTo,
-                msg: { type: 'gpu.released', gpu: context.index, replica: context.replica, epoch: context.epoch },
+                to: owner(context),
+                msg: { type: 'gpu.released', gpu: context.index, replica: owner(context), epoch: context.epoch },
               })),
             },
           },

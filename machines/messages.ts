@@ -1,9 +1,68 @@
-// What machines say to other entities: data only. The runtime routes each `out` event to a local actor or over the wire.
+// What entities say to each other: one discriminated union of every message, routed by the runtime to a local actor or
+// over the wire. The node protocol (transport/protocol.ts) validates the members that cross to a worker; a test keeps
+// the two in step.
+
+/** A step's shape as the node's cost model needs it: prefill chunks `[tokens, cached]`, decode batch and context. */
+export interface WireStepShape {
+  prefill: number[][];
+  decodeBatch: number;
+  decodeContext: number;
+}
+
+/** Faults an operator or a test can inject into a GPU of the node. */
+export type InjectedFault = 'fault' | 'hang' | 'straggle' | 'repair' | 'silent';
+
+/** Messages between the control plane and a node agent (the node protocol). */
+export type NodeProtocolMessage =
+  | { type: 'node.register'; node: string; protocol: number; gpus: number[]; epoch: number }
+  /** The control plane's settings for the node: health heartbeat period, repair time, co-location lanes per GPU. */
+  | { type: 'node.registered'; node: string; epoch: number; heartbeatMs?: number; repairMs?: number; lanes?: number }
+  /** `gpus`: the devices that answered the node's health check since the last heartbeat. */
+  | { type: 'node.heartbeat'; node: string; epoch: number; t: number; gpus?: number[] }
+  | {
+      type: 'gpu.assign';
+      gpu: number;
+      replica: string;
+      epoch: number;
+      model: string;
+      gpuType: string;
+      tp: number;
+      loadMs: number;
+      unloadMs: number;
+      slowdown?: number;
+    }
+  | { type: 'gpu.release'; gpu: number; replica: string; epoch: number }
+  | { type: 'gpu.loaded'; gpu: number; replica: string; epoch: number }
+  | { type: 'gpu.released'; gpu: number; replica: string; epoch: number }
+  | { type: 'gpu.ready'; gpu: number }
+  /** A fault on a free GPU reports replica null; placement forwards it to the owner without replica and epoch. */
+  | { type: 'gpu.failed'; gpu: number; code: string; replica?: string | null; epoch?: number }
+  | { type: 'gpu.inject'; gpu: number; fault: InjectedFault; factor?: number }
+  /** The control plane declares a device failed: the node takes it out of service. */
+  | { type: 'gpu.fence'; gpu: number; code: string }
+  | { type: 'step.execute'; replica: string; epoch: number; step: number; gpus: number[]; shape: WireStepShape }
+  | { type: 'step.completed'; gpu: number; replica: string; epoch: number; step: number; busyMs?: number };
+
+/** Messages inside the control plane: replicas report to placement, a request leaves the queue that holds it. */
+export type ControlMessage =
+  | { type: 'replica.ready'; replica: string; epoch: number; gpus: number[] }
+  | { type: 'replica.failed'; replica: string; epoch: number; gpus: number[]; failedGpus: number[] }
+  | { type: 'replica.stopped'; replica: string; epoch: number; gpus: number[]; failedGpus: number[] }
+  | { type: 'request.withdraw'; id: string };
+
+/** Every message between entities. */
+export type Message = NodeProtocolMessage | ControlMessage;
+
+/** A message's type name. */
+export type MessageType = Message['type'];
+
+/** The message of one type. */
+export type MessageOf<T extends MessageType> = Extract<Message, { type: T }>;
 
 /** A message a machine sends to another entity, as emitted data (`emit({ type: 'out', to, msg })`). */
 export interface OutEvent {
   type: 'out';
   /** Destination system id (`gpu.3`, `replica.llama@v1#0`, `placement`, `req.17`). */
   to: string;
-  msg: { type: string; [k: string]: unknown };
+  msg: Message;
 }

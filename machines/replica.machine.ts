@@ -12,6 +12,9 @@ export interface ReplicaContext {
   epoch: number;
   /** The epoch the GPUs were assigned under (release uses it). */
   gpuEpoch: number;
+  /** The iteration in flight. A continuous-batching iteration is not an actor of its own: it lives a few milliseconds,
+   * and an actor per step would cost a spawn and a stop per iteration on the hot path (DESIGN.md, Hot paths). The
+   * replica tracks it here (step number, ranks still to report) and the batch machine stays for stateless batches. */
   step: number;
   /** Ranks that have not yet reported the step in flight. */
   pendingRanks: number;
@@ -61,6 +64,25 @@ export interface ReplicaOutput {
   epoch: number;
 }
 
+/** Tags of replica states: what cuts across them, so no caller tests a state's name. */
+export type ReplicaTag =
+  /** Placed, loading or ready: the replica is or will be serving (not leaving). */
+  | 'live'
+  /** Loading its weights onto its GPUs. */
+  | 'loading'
+  /** Ready: the one readiness predicate for routing, placement and status pages. */
+  | 'ready'
+  /** Ready with room for new work (not saturated). */
+  | 'accepting'
+  /** A step is in flight. */
+  | 'stepping'
+  /** Runs steps on its GPUs: ready, or draining what it holds. */
+  | 'serving'
+  /** Owns its GPUs (from loading until every GPU is released or failed). */
+  | 'holdsGpu'
+  /** Lost a GPU: the gang is being released. */
+  | 'failed';
+
 /** The replica machine: placing → loading → ready{idle, busy, saturated} → draining → unloading → stopped; failed. */
 export const replicaMachine = setup({
   types: {
@@ -69,9 +91,10 @@ export const replicaMachine = setup({
     events: {} as ReplicaEvent,
     emitted: {} as OutEvent,
     output: {} as ReplicaOutput,
+    tags: {} as ReplicaTag,
   },
   actions: {
-    /** Asks each GPU of the gang to load this replica's weights. */
+    /** Asks each GPU of the gang that has not reported loaded to load this replica's weights. */
     assignGpus: () => {},
     /** Plans the next iteration and sends it to every rank; an empty plan answers `step.empty`, a change of
      * saturation (slots or KV full) answers `work.saturated` / `work.unsaturated`. */
@@ -82,7 +105,7 @@ export const replicaMachine = setup({
     abortStep: () => {},
     /** Hands every sequence back to the router: resumed elsewhere or failed, exactly one of the two. */
     interruptAll: () => {},
-    /** Asks the gang's healthy GPUs to unload. */
+    /** Asks each GPU of the gang that is neither released nor failed to unload. */
     releaseGpus: () => {},
     tellReady: emit(({ context }) => ({
       type: 'out' as const,
@@ -111,6 +134,11 @@ export const replicaMachine = setup({
         failedGpus: [...context.failedGpus],
       },
     })),
+    raiseEpoch: assign({
+      epoch: ({ context }) => context.epoch + 1,
+      stepping: false,
+      pendingRanks: 0,
+    }),
     nextStep: assign({
       step: ({ context }) => context.step + 1,
       pendingRanks: ({ context }) => context.gpus.length,
@@ -134,13 +162,14 @@ export const replicaMachine = setup({
   },
   delays: {
     drainDeadline: ({ context }) => context.drainDeadlineMs,
+    /** How long a loading replica waits for its GPUs' `gpu.loaded` before repeating their assignments (the factory
+     * provides the real period; an assignment or its answer can be lost in a partition). */
+    assignRetry: ({ context }) => Math.max(2_000, context.loadMs),
+    /** How long an unloading or failed replica waits for `gpu.released` before repeating the releases. */
+    releaseRetry: 2_000,
   },
   guards: {
-    allLoaded: ({ context, event }) =>
-      event.type === 'gpu.loaded' &&
-      event.epoch === context.gpuEpoch &&
-      !context.loadedGpus.includes(event.gpu) &&
-      context.loaded + 1 >= context.gpus.length,
+    allLoaded: ({ context }) => context.loaded >= context.gpus.length,
     loadedOne: ({ context, event }) =>
       event.type === 'gpu.loaded' && event.epoch === context.gpuEpoch && !context.loadedGpus.includes(event.gpu),
     rankOfStep: ({ context, event }) =>
@@ -148,11 +177,8 @@ export const replicaMachine = setup({
       event.epoch === context.epoch &&
       event.step === context.step &&
       context.pendingRanks > 0,
-    lastRankOfStep: ({ context, event }) =>
-      event.type === 'step.completed' &&
-      event.epoch === context.epoch &&
-      event.step === context.step &&
-      context.pendingRanks === 1,
+    /** Every rank reported the step in flight. */
+    stepReported: ({ context }) => context.stepping && context.pendingRanks === 0,
     currentEmpty: ({ context, event }) => event.type === 'step.empty' && event.epoch === context.epoch,
     isStepping: ({ context }) => context.stepping,
     newFailedGpu: ({ context, event }) =>
@@ -163,23 +189,11 @@ export const replicaMachine = setup({
     allAccountedFor: ({ context }) => context.released + context.failedGpus.length >= context.gpus.length,
     ownGpu: ({ context, event }) => event.type === 'gpu.failed' && context.gpus.includes(event.gpu),
     // A release answered twice (a repeated release) counts once; a failed GPU is not also counted released.
-    allReleased: ({ context, event }) =>
-      event.type === 'gpu.released' &&
-      event.epoch === context.gpuEpoch &&
-      !context.releasedGpus.includes(event.gpu) &&
-      !context.failedGpus.includes(event.gpu) &&
-      context.released + 1 + context.failedGpus.length >= context.gpus.length,
     releasedOne: ({ context, event }) =>
       event.type === 'gpu.released' &&
       event.epoch === context.gpuEpoch &&
       !context.releasedGpus.includes(event.gpu) &&
       !context.failedGpus.includes(event.gpu),
-    allReleasedAfterFault: ({ context, event }) =>
-      event.type === 'gpu.failed' &&
-      context.gpus.includes(event.gpu) &&
-      !context.failedGpus.includes(event.gpu) &&
-      !context.releasedGpus.includes(event.gpu) &&
-      context.released + context.failedGpus.length + 1 >= context.gpus.length,
   },
 }).createMachine({
   id: 'replica',
@@ -205,6 +219,7 @@ export const replicaMachine = setup({
   initial: 'placing',
   states: {
     placing: {
+      tags: ['live'],
       on: {
         'replica.start': 'loading',
         'replica.stop': 'stopped',
@@ -213,30 +228,29 @@ export const replicaMachine = setup({
       },
     },
     loading: {
-      tags: ['holdsGpu'],
+      tags: ['live', 'loading', 'holdsGpu'],
       entry: 'assignGpus',
+      // Assignments (or their answers) can be lost in a partition: repeat them, to the GPUs still silent, until
+      // every GPU has reported loaded.
+      after: { assignRetry: { target: 'loading', reenter: true } },
+      always: { guard: 'allLoaded', target: 'ready' },
       on: {
-        'gpu.loaded': [
-          { guard: 'allLoaded', target: 'ready', actions: 'countLoaded' },
-          { guard: 'loadedOne', actions: 'countLoaded' },
-        ],
+        'gpu.loaded': { guard: 'loadedOne', actions: 'countLoaded' },
         'replica.drain': 'unloading',
         'replica.stop': 'unloading',
       },
     },
     ready: {
-      tags: ['holdsGpu'],
+      tags: ['live', 'ready', 'serving', 'holdsGpu'],
       entry: 'tellReady',
       initial: 'idle',
+      // The last rank's report applies the step and dispatches the next one in the same macrostep: one actor
+      // event per rank per step, no state re-entry on the hot path.
+      always: { guard: 'stepReported', actions: ['completeStep', 'nextStep', 'dispatchStep'] },
       on: {
         'replica.drain': { target: 'draining', actions: assign({ drainDeadlineMs: ({ event }) => event.deadlineMs }) },
         'replica.stop': { target: 'draining', actions: assign({ drainDeadlineMs: 0 }) },
-        // The last rank's report applies the step and dispatches the next one in the same transition: one actor
-        // event per rank per step, no state re-entry on the hot path.
-        'step.completed': [
-          { guard: 'lastRankOfStep', actions: ['completeStep', 'nextStep', 'dispatchStep'] },
-          { guard: 'rankOfStep', actions: 'countRank' },
-        ],
+        'step.completed': { guard: 'rankOfStep', actions: 'countRank' },
       },
       states: {
         idle: {
@@ -261,7 +275,7 @@ export const replicaMachine = setup({
       },
     },
     draining: {
-      tags: ['holdsGpu'],
+      tags: ['serving', 'holdsGpu'],
       initial: 'settling',
       after: {
         drainDeadline: { target: 'unloading', actions: ['abortStep', 'interruptAll'] },
@@ -273,11 +287,9 @@ export const replicaMachine = setup({
         // Finishes what it holds: steps continue until the batcher is empty (or the deadline passes).
         stepping: {
           tags: ['stepping'],
+          always: { guard: 'stepReported', actions: ['completeStep', 'nextStep', 'dispatchStep'] },
           on: {
-            'step.completed': [
-              { guard: 'lastRankOfStep', actions: ['completeStep', 'nextStep', 'dispatchStep'] },
-              { guard: 'rankOfStep', actions: 'countRank' },
-            ],
+            'step.completed': { guard: 'rankOfStep', actions: 'countRank' },
             'step.empty': { guard: 'currentEmpty', target: '#replica.unloading' },
           },
         },
@@ -286,27 +298,20 @@ export const replicaMachine = setup({
     unloading: {
       tags: ['holdsGpu'],
       entry: [assign({ stepping: false, pendingRanks: 0 }), 'releaseGpus'],
+      // Releases (or their answers) can be lost in a partition: repeat them until every GPU is accounted for.
+      after: { releaseRetry: { target: 'unloading', reenter: true } },
+      always: { guard: 'allAccountedFor', target: 'stopped' },
       on: {
-        'gpu.released': [
-          { guard: 'allReleased', target: 'stopped', actions: 'countReleased' },
-          { guard: 'releasedOne', actions: 'countReleased' },
-        ],
-        'gpu.failed': [
-          { guard: 'allReleasedAfterFault', target: 'stopped', actions: 'addFailedGpu' },
-          { guard: 'newFailedGpu', actions: 'addFailedGpu' },
-        ],
+        'gpu.released': { guard: 'releasedOne', actions: 'countReleased' },
+        'gpu.failed': { guard: 'newFailedGpu', actions: 'addFailedGpu' },
       },
     },
+    // Entered once per failure (the transition into it aborts, interrupts, raises the epoch and tells placement);
+    // re-entered only to repeat the releases.
     failed: {
       tags: ['holdsGpu', 'failed'],
-      // The whole gang fails once: the epoch rises so late results of the dead epoch are dropped.
-      entry: [
-        'abortStep',
-        'interruptAll',
-        assign({ epoch: ({ context }) => context.epoch + 1, stepping: false, pendingRanks: 0 }),
-        'tellFailed',
-        'releaseGpus',
-      ],
+      entry: 'releaseGpus',
+      after: { releaseRetry: { target: 'failed', reenter: true } },
       always: { guard: 'allAccountedFor', target: 'stopped' },
       on: {
         'gpu.released': { guard: 'releasedOne', actions: 'countReleased' },
@@ -319,7 +324,12 @@ export const replicaMachine = setup({
     },
   },
   on: {
-    'gpu.failed': { guard: 'newFailedGpu', target: '.failed', actions: 'addFailedGpu' },
+    // The whole gang fails once: the epoch rises so late results of the dead epoch are dropped.
+    'gpu.failed': {
+      guard: 'newFailedGpu',
+      target: '.failed',
+      actions: ['addFailedGpu', 'abortStep', 'interruptAll', 'raiseEpoch', 'tellFailed'],
+    },
   },
   output: ({ context }) => ({ id: context.id, failed: context.failedGpus.length > 0, epoch: context.epoch }),
 });

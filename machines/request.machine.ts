@@ -1,6 +1,7 @@
 // One inference request: admission, queueing with a hard budget, execution, and exactly one terminal outcome.
 import { assign, emit, setup } from 'xstate';
 import type { OutEvent } from './messages.ts';
+import type { OutcomeCode } from './outcomes.ts';
 
 /** Terminal outcomes a request can end with. */
 export type RequestOutcome = 'done' | 'cancelled' | 'expired' | 'rejected' | 'failed';
@@ -25,10 +26,10 @@ export interface RequestContext {
   tokens: number;
   resumes: number;
   preemptions: number;
-  code: string | null;
+  code: OutcomeCode | null;
   message: string | null;
   /** The code a requeued request ends with if it cannot resume in time. */
-  requeueCode: string;
+  requeueCode: OutcomeCode;
   /** When the current wait ends the request (absolute ms): the queue budget, or the resume budget after an interruption. */
   deadlineAt: number;
   outcome: RequestOutcome | null;
@@ -45,26 +46,27 @@ export interface RequestInput {
   maxResumes?: number;
 }
 
-/** Events a request hears: only changes of state, never individual tokens. */
+/** Events a request hears: only changes of state (scheduled, first token, preempted, resumed, finished), never
+ * individual tokens. */
 export type RequestEvent =
   | { type: 'request.admitted'; replica: string; t: number }
-  | { type: 'request.rejected'; code: string; message: string; t: number }
-  | { type: 'request.scheduled'; replica: string; t: number; prefilling?: boolean }
-  | { type: 'request.prefillStarted'; t: number }
+  | { type: 'request.rejected'; code: OutcomeCode; message: string; t: number }
+  /** Its first prefill chunk is in the step being dispatched (a batcher schedules a request no earlier). */
+  | { type: 'request.scheduled'; replica: string; t: number }
   | { type: 'request.deadline'; at: number }
   | { type: 'request.firstToken'; t: number }
   | { type: 'request.preempted'; t: number }
-  | { type: 'request.interrupted'; code: string; message: string; tokens: number; t: number }
+  | { type: 'request.interrupted'; code: OutcomeCode; message: string; tokens: number; t: number }
   | { type: 'request.requeued'; replica: string; t: number }
   | { type: 'request.finished'; tokens: number; t: number }
-  | { type: 'request.failed'; code: string; message: string; tokens: number; t: number }
+  | { type: 'request.failed'; code: OutcomeCode; message: string; tokens: number; t: number }
   | { type: 'request.cancel'; t: number };
 
 /** What a finished request reports. */
 export interface RequestOutput {
   id: string;
   outcome: RequestOutcome;
-  code: string | null;
+  code: OutcomeCode | null;
   tokens: number;
 }
 
@@ -98,7 +100,6 @@ export const requestMachine = setup({
   guards: {
     canResume: ({ context }) => context.resumesLeft > 0,
     /** The deadline that fired is the current one (an older one may fire after the request moved on). */
-    prefillDispatched: ({ event }) => event.type === 'request.scheduled' && event.prefilling === true,
     currentDeadline: ({ context, event }) => event.type === 'request.deadline' && event.at === context.deadlineAt,
   },
 }).createMachine({
@@ -165,21 +166,11 @@ export const requestMachine = setup({
         'request.requeued': { actions: assign({ replica: ({ event }) => event.replica }) },
       },
     },
+    // Both batchers schedule a request in the step that dispatches its first prefill chunk (or its batch), so
+    // `scheduled` passes straight on to `prefilling`: there is no separate "prefill started" to hear.
     scheduled: {
       tags: ['running', 'cancellable'],
-      // A batcher that dispatches the first prefill chunk in the same step says so on `request.scheduled`.
-      always: { guard: 'prefillDispatched', target: 'prefilling' },
-      on: {
-        'request.prefillStarted': 'prefilling',
-        'request.preempted': {
-          target: 'requeued',
-          actions: assign({
-            preemptions: ({ context }) => context.preemptions + 1,
-            queuedAt: ({ event }) => event.t,
-            requeueCode: 'expired',
-          }),
-        },
-      },
+      always: 'prefilling',
     },
     prefilling: {
       tags: ['running', 'cancellable'],

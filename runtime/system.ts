@@ -1,15 +1,13 @@
 // One process's actor runtime: a registry of entities by system id, message routing, and supervision.
 import type { AnyActorRef, InspectionEvent, Subscription } from 'xstate';
+import type { Message, OutEvent } from '../machines/messages.ts';
 import type { Clock } from './clock.ts';
 import type { Rng } from './rng.ts';
 import type { IdGen } from './ids.ts';
 import { createIdGen } from './ids.ts';
 
-/** A message between entities: data with a `type`. */
-export interface Msg {
-  type: string;
-  [k: string]: unknown;
-}
+/** A message between entities: one member of the union in machines/messages.ts. */
+export type Msg = Message;
 
 /** Something that went wrong inside an actor, reported instead of crashing the process. */
 export interface ActorFault {
@@ -77,7 +75,7 @@ export function createRuntime(opts: { name: string; clock: Clock; rng: Rng; ids?
       remote = r;
     },
     supervise: (id, actor) => {
-      actor.on('out', (e: { to: string; msg: Msg }) => send(e.to, e.msg));
+      actor.on('out', (e: OutEvent) => send(e.to, e.msg));
       const entry = { actor, sub: inspector ? actor.system.inspect(inspector) : null };
       inspectable.set(id, entry);
       // The observer stays on a finished actor's system: XState reports the final snapshot after completing.

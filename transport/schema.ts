@@ -1,11 +1,21 @@
-// Dependency-free validator combinators for decoded wire messages. Checks allocate nothing on
-// success: a ValidationFailure (and its path) is only built on the way back up from the first mismatch.
+// Dependency-free schema combinators for every edge (wire messages, config files, HTTP bodies, CLI flags): checks
+// allocate nothing on success; defaults (dflt) and cross-field rules (refine) fill the value only after it conforms.
 
 // What a failed check reports: the expectation, a description of the value, path segments leaf-first.
 export interface ValidationFailure {
   expected: string;
   got: string;
   segs: string[];
+  /** A whole message that replaces "expected …, got …" (rules written with refine()). */
+  message?: string;
+}
+
+// Turns a conforming input into the value handed to callers (defaults filled, rules applied); may throw FillFailure.
+type Filler = (v: unknown) => unknown;
+
+// Thrown by a filler (a refine() rule); enclosing fillers add their path segment on the way up.
+class FillFailure {
+  constructor(readonly f: ValidationFailure) {}
 }
 
 // A compiled check: null when the value conforms, otherwise the first failure found.
@@ -28,12 +38,22 @@ export interface Schema<T> {
   readonly isOptional: boolean;
   readonly fields: Fields | null;
   readonly strict: boolean;
+  /** Builds the output value from a conforming input; null when the input is the output (no defaults below). */
+  readonly fill: Filler | null;
+  readonly hasDefault: boolean;
   readonly __type?: T;
 }
 
 // A schema whose field may be absent in an enclosing obj(); produced by optional().
 export interface OptionalSchema<T> extends Schema<T | undefined> {
   readonly isOptional: true;
+  readonly hasDefault: false;
+}
+
+// A schema whose field may be absent and then takes a default: the output type keeps the field required.
+export interface DefaultSchema<T> extends Schema<T> {
+  readonly isOptional: true;
+  readonly hasDefault: true;
 }
 
 // The field map accepted by obj().
@@ -48,7 +68,13 @@ export interface ObjSchema<F extends Fields> extends Schema<ObjType<F>> {
 export type Infer<S> = S extends Schema<infer T> ? T : never;
 
 type Simplify<T> = { [K in keyof T]: T[K] } & {};
-type OptKeys<F> = { [K in keyof F]: F[K] extends { readonly isOptional: true } ? K : never }[keyof F];
+type OptKeys<F> = {
+  [K in keyof F]: F[K] extends { readonly hasDefault: true }
+    ? never
+    : F[K] extends { readonly isOptional: true }
+      ? K
+      : never;
+}[keyof F];
 type ReqKeys<F> = Exclude<keyof F, OptKeys<F>>;
 
 // The static type of obj(F): optional() fields become optional properties.
@@ -85,14 +111,31 @@ function keySeg(key: string): string {
   return `[${JSON.stringify(shown)}]`;
 }
 
+/** A path as written in docs and errors: `$.models[0].tp`. */
 function toPath(segs: readonly string[]): string {
   let path = '$';
   for (let i = segs.length - 1; i >= 0; i--) path += segs[i];
   return path;
 }
 
-function make<T>(kind: string, check: Validator, fields: Fields | null = null, strict = false): Schema<T> {
-  return { kind, check, isOptional: false, fields, strict };
+function make<T>(
+  kind: string,
+  check: Validator,
+  fields: Fields | null = null,
+  strict = false,
+  fill: Filler | null = null,
+): Schema<T> {
+  return { kind, check, isOptional: false, fields, strict, fill, hasDefault: false };
+}
+
+// Runs a child filler, adding `seg` to the path of a failure on its way up.
+function fillAt(fill: Filler, v: unknown, seg: string): unknown {
+  try {
+    return fill(v);
+  } catch (e) {
+    if (e instanceof FillFailure) e.f.segs.push(seg);
+    throw e;
+  }
 }
 
 // Wire objects are plain: their prototype is Object.prototype (as decoded) or null.
@@ -153,11 +196,28 @@ export function validate<T>(schema: Schema<T>, value: unknown): ValidateResult<T
       },
     };
   }
-  if (f === null) return { ok: true, value: value as T };
+  if (f === null && schema.fill === null) return { ok: true, value: value as T };
+  if (f === null) {
+    try {
+      return { ok: true, value: schema.fill!(value) as T };
+    } catch (e) {
+      if (!(e instanceof FillFailure)) throw e;
+      f = e.f;
+    }
+  }
   return {
     ok: false,
-    error: { code: 'invalid_message', path: toPath(f.segs), message: `expected ${f.expected}, got ${f.got}` },
+    error: {
+      code: 'invalid_message',
+      path: toPath(f.segs),
+      message: f.message ?? `expected ${f.expected}, got ${f.got}`,
+    },
   };
+}
+
+/** A path such as `$.models[0].tp` without the leading `$.` (`(root)` for the root), as config errors show it. */
+export function fieldPath(path: string): string {
+  return path.replace(/^\$\.?/, '') || '(root)';
 }
 
 // A string, optionally bounded in UTF-16 length and matched against a pattern (flags g and y refused).
@@ -216,7 +276,10 @@ export function arr<T>(item: Schema<T>, opts: { min?: number; max?: number } = {
   const { min = 0, max = Infinity } = opts;
   const itemCheck = item.check;
   const expected = `array${lengthBounds(opts.min, opts.max)}`;
-  return make('arr', (v) => {
+  const itemFill = item.fill;
+  const fill: Filler | null =
+    itemFill === null ? null : (v) => (v as unknown[]).map((x, i) => fillAt(itemFill, x, `[${i}]`));
+  const check: Validator = (v) => {
     if (!Array.isArray(v) || v.length < min || v.length > max) return fail(expected, v);
     for (let i = 0; i < v.length; i++) {
       const f = itemCheck(v[i]);
@@ -226,7 +289,8 @@ export function arr<T>(item: Schema<T>, opts: { min?: number; max?: number } = {
       }
     }
     return null;
-  });
+  };
+  return make('arr', check, null, false, fill);
 }
 
 // A plain object with the given fields; strict (the default) refuses undeclared keys. Own keys
@@ -266,25 +330,139 @@ export function obj<const F extends Fields>(fields: F, opts: { strict?: boolean 
     }
     return null;
   };
-  return make('obj', check, fields, strict) as ObjSchema<F>;
+  return make('obj', check, fields, strict, objFiller(fields, keys, strict)) as ObjSchema<F>;
+}
+
+// The filler of obj(fields): null when no field has a default or a filler of its own; otherwise a copy in field
+// order (undeclared keys of a non-strict object kept) with defaults filled and absent optional fields left out.
+function objFiller(fields: Fields, keys: readonly string[], strict: boolean): Filler | null {
+  const schemas = keys.map((k) => fields[k] as Schema<unknown>);
+  if (schemas.every((s) => s.fill === null)) return null;
+  return (v) => {
+    const o = v as Record<string, unknown>;
+    const out: Record<string, unknown> = {};
+    for (let i = 0; i < keys.length; i++) {
+      const k = keys[i] as string;
+      const s = schemas[i] as Schema<unknown>;
+      const given = hasOwn(o, k) ? o[k] : undefined;
+      const value = s.fill === null ? given : fillAt(s.fill, given, keySeg(k));
+      if (value !== undefined) out[k] = value;
+    }
+    if (!strict) for (const k of Object.keys(o)) if (!hasOwn(fields, k)) out[k] = o[k];
+    return out;
+  };
 }
 
 // Also accepts undefined; as an obj() field, the key may be absent.
 export function optional<T>(schema: Schema<T>): OptionalSchema<T> {
   const inner = schema.check;
+  const innerFill = schema.fill;
   return {
     kind: 'optional',
     check: (v) => (v === undefined ? null : inner(v)),
     isOptional: true,
     fields: null,
     strict: false,
+    fill: innerFill === null ? null : (v) => (v === undefined ? undefined : innerFill(v)),
+    hasDefault: false,
   };
+}
+
+/** The default of a dflt() field, written as input: nested objects may leave out fields that have defaults. */
+export type DefaultInput<T> = T extends readonly unknown[]
+  ? T
+  : T extends object
+    ? { [K in keyof T]?: DefaultInput<T[K]> }
+    : T;
+
+// Also accepts undefined, and then yields `value` (filled by the schema, so `{}` gives an object of defaults).
+// The default is checked when the schema is built and copied on every use.
+export function dflt<T>(schema: Schema<T>, value: DefaultInput<T>): DefaultSchema<T> {
+  const inner = schema.check;
+  const bad = inner(value);
+  if (bad !== null) throw new TypeError(`dflt(): the default does not conform: expected ${bad.expected}`);
+  const innerFill = schema.fill;
+  const fresh = (): unknown => (typeof value === 'object' && value !== null ? structuredClone(value) : value);
+  return {
+    kind: 'default',
+    check: (v) => (v === undefined ? null : inner(v)),
+    isOptional: true,
+    hasDefault: true,
+    fields: null,
+    strict: false,
+    fill: (v) => {
+      const given = v === undefined ? fresh() : v;
+      return innerFill === null ? given : innerFill(given);
+    },
+  };
+}
+
+/** How a refine() rule refuses a value: the field (relative, e.g. `tp` or `batching.buckets`) and why. */
+export type Refuse = (field: string, message: string) => never;
+
+// A rule across fields: `rule` gets the conforming (filled) value and returns the output, or refuses naming a field
+// below this one; the failure's path continues upwards as any other.
+export function refine<T, U>(schema: Schema<T>, rule: (value: T, refuse: Refuse) => U): Schema<U> {
+  const innerFill = schema.fill;
+  const refuse: Refuse = (field, message) => {
+    const segs =
+      field === ''
+        ? []
+        : field
+            .split('.')
+            .reverse()
+            .map((p) => (p.includes('[') ? `.${p}` : keySeg(p)));
+    throw new FillFailure({ expected: '', got: '', segs, message });
+  };
+  const out: Schema<U> = {
+    kind: 'refine',
+    check: schema.check,
+    isOptional: false,
+    fields: schema.fields,
+    strict: schema.strict,
+    fill: (v) => rule((innerFill === null ? v : innerFill(v)) as T, refuse),
+    hasDefault: false,
+  };
+  return out;
 }
 
 // Also accepts null.
 export function nullable<T>(schema: Schema<T>): Schema<T | null> {
   const inner = schema.check;
-  return make('nullable', (v) => (v === null ? null : inner(v)));
+  const innerFill = schema.fill;
+  return make(
+    'nullable',
+    (v) => (v === null ? null : inner(v)),
+    null,
+    false,
+    innerFill === null ? null : (v) => (v === null ? null : innerFill(v)),
+  );
+}
+
+// The first of several schemas that the value conforms to (for values that are a string or an array, say).
+export function anyOf<const S extends readonly Schema<unknown>[]>(...schemas: S): Schema<Infer<S[number]>> {
+  if (schemas.length === 0) throw new TypeError('anyOf(): needs at least one schema');
+  const expected = schemas.map((s) => s.kind).join(' or ');
+  const pick = (v: unknown): Schema<unknown> | null => {
+    for (const s of schemas) if (s.check(v) === null) return s;
+    return null;
+  };
+  const fills = schemas.some((s) => s.fill !== null);
+  return make(
+    'anyOf',
+    (v) => {
+      if (pick(v) !== null) return null;
+      // Report the failure of the schema of the same JSON type when there is one (a deeper, more useful path).
+      for (const s of schemas) {
+        const f = s.check(v);
+        if (f !== null && f.segs.length > 0) return f;
+      }
+      return fail(expected, v);
+    },
+    null,
+    false,
+    fills ? (v) => (pick(v)!.fill ?? ((x: unknown) => x))(v) : null,
+  );
 }
 
 type RecordOpts = { max?: number };
@@ -303,7 +481,17 @@ export function record(a: Schema<unknown>, b?: Schema<unknown> | RecordOpts, c?:
   const opts = (hasKeySchema ? c : (b as RecordOpts | undefined)) ?? {};
   const max = opts.max ?? Infinity;
   const expected = opts.max === undefined ? 'plain object' : `plain object with at most ${opts.max} keys`;
-  return make('record', (v) => {
+  const valueFill = (hasKeySchema ? (b as Schema<unknown>) : a).fill;
+  const fill: Filler | null =
+    valueFill === null
+      ? null
+      : (v) => {
+          const out: Record<string, unknown> = {};
+          for (const k of Object.keys(v as object))
+            out[k] = fillAt(valueFill, (v as Record<string, unknown>)[k], keySeg(k));
+          return out;
+        };
+  const check: Validator = (v) => {
     if (!isPlainObject(v)) return fail(expected, v);
     let count = 0;
     for (const k in v) {
@@ -325,7 +513,8 @@ export function record(a: Schema<unknown>, b?: Schema<unknown> | RecordOpts, c?:
       }
     }
     return null;
-  });
+  };
+  return make('record', check, null, false, fill);
 }
 
 // A discriminated union: field `tag` names the variant; each variant is an obj() and gains `tag: lit(name)`.
@@ -336,16 +525,20 @@ export function union<const Tag extends string, const V extends { readonly [name
   const names = Object.keys(variants);
   if (names.length === 0) throw new TypeError('union(): needs at least one variant');
   const checks = new Map<string, Validator>();
+  const fills = new Map<string, Filler | null>();
   for (const name of names) {
     const variant = variants[name] as ObjSchema<Fields>;
     if (variant.kind !== 'obj') throw new TypeError(`union(): variant ${name} must be an obj() schema`);
     if (hasOwn(variant.fields, tag))
       throw new TypeError(`union(): variant ${name} must not declare the tag field ${tag}`);
-    checks.set(name, obj({ ...variant.fields, [tag]: lit(name) }, { strict: variant.strict }).check);
+    const full = obj({ ...variant.fields, [tag]: lit(name) }, { strict: variant.strict });
+    checks.set(name, full.check);
+    fills.set(name, full.fill);
   }
+  const anyFill = [...fills.values()].some((f) => f !== null);
   const expectedTag = `one of ${names.map((x) => JSON.stringify(x)).join(' | ')}`;
   const tagSeg = keySeg(tag);
-  return make('union', (v) => {
+  const check: Validator = (v) => {
     if (!isPlainObject(v)) return fail('plain object', v);
     const t = hasOwn(v, tag) ? v[tag] : undefined;
     const variantCheck = typeof t === 'string' ? checks.get(t) : undefined;
@@ -355,7 +548,14 @@ export function union<const Tag extends string, const V extends { readonly [name
       return f;
     }
     return variantCheck(v);
-  });
+  };
+  const fill: Filler | null = anyFill
+    ? (v) => {
+        const f = fills.get((v as Record<string, string>)[tag] as string) ?? null;
+        return f === null ? v : f(v);
+      }
+    : null;
+  return make('union', check, null, false, fill);
 }
 
 // A Uint8Array (Buffer included), optionally bounded in byte length.

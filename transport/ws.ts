@@ -3,6 +3,7 @@
 import type { IncomingMessage, Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { createHash, timingSafeEqual } from 'node:crypto';
+import { BlockList, isIPv4, isIPv6 } from 'node:net';
 import { WebSocket, WebSocketServer, type RawData } from 'ws';
 import type { Clock, TimerId } from '../runtime/clock.ts';
 
@@ -83,6 +84,16 @@ export interface WsRoute {
   protocols?: readonly string[];
   /** Called for every authenticated connection. */
   onConnection(peer: WsPeer, req: IncomingMessage): void;
+  /** Extra check before the upgrade completes (tokens carried elsewhere, Origin): a refusal, or null to go on. */
+  authorize?(req: IncomingMessage): Refusal | null;
+  /** Slots of this route's own, outside the shared cap and the per-address caps (workers always get in). */
+  ownSlots?: number;
+}
+
+/** Why an upgrade (or a request) is refused: the HTTP status and a short text. */
+export interface Refusal {
+  status: number;
+  text: string;
 }
 
 /** Options of a WebSocket server. */
@@ -93,6 +104,12 @@ export interface WsServerOptions extends WsLimits {
   checkOrigin?(origin: string | undefined, req: IncomingMessage): boolean;
   /** Most concurrent sockets across routes; more get 503 at the upgrade. */
   maxConnections?: number;
+  /** Most concurrent sockets from one remote address (routes with own slots aside). Default 256. */
+  maxPerAddress?: number;
+  /** Most concurrent sockets presenting one bearer token (routes with own slots aside). Default 1024. */
+  maxPerToken?: number;
+  /** A check of every upgrade before its route's (Host allow-list, shutting down): a refusal, or null. */
+  admit?(req: IncomingMessage, path: string): Refusal | null;
 }
 
 /** A WebSocket server attached to an HTTP server. */
@@ -140,9 +157,28 @@ export function bearerToken(req: IncomingMessage): string | null {
   return m ? m[1]! : null;
 }
 
-/** True for addresses that only this host can reach. */
+/** True for addresses that only this host can reach: `localhost`, 127.0.0.0/8 and ::1 (IPv4-mapped too), parsed. */
 export function isLoopback(host: string): boolean {
-  return host === 'localhost' || host === '::1' || host.startsWith('127.') || host === '::ffff:127.0.0.1';
+  const h = host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
+  if (h.toLowerCase() === 'localhost') return true;
+  if (isIPv4(h)) return h.split('.')[0] === '127';
+  if (!isIPv6(h)) return false;
+  const list = new BlockList();
+  list.addAddress('::1', 'ipv6');
+  list.addSubnet('::ffff:127.0.0.0', 104, 'ipv6');
+  return list.check(h, 'ipv6');
+}
+
+/** The path of a request target, or null when it cannot be parsed (never throws: `//`, `http://[`, `%zz` included). */
+export function requestPath(url: string | undefined): string | null {
+  const target = url ?? '/';
+  // Origin-form targets only ("/a/b?q"); the base keeps "//x" a path instead of a host.
+  if (!target.startsWith('/')) return null;
+  try {
+    return new URL(`http://x${target}`).pathname;
+  } catch {
+    return null;
+  }
 }
 
 const toBytes = (data: RawData): Uint8Array => {
@@ -304,20 +340,31 @@ export function attachWsServer(server: Server, opts: WsServerOptions): WsServer 
   };
   const stopBeat = startHeartbeat(opts.clock, opts.heartbeatMs ?? DEFAULT_HEARTBEAT_MS, live, opts.log);
   let count = 0;
+  const own = new Map<string, number>();
+  const perAddress = new Map<string, number>();
+  const perToken = new Map<string, number>();
+  const maxPerAddress = opts.maxPerAddress ?? 256;
+  const maxPerToken = opts.maxPerToken ?? 1024;
+  const bump = (m: Map<string, number>, k: string, d: number): void => {
+    const n = (m.get(k) ?? 0) + d;
+    if (n <= 0) m.delete(k);
+    else m.set(k, n);
+  };
 
   const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
     socket.on('error', () => socket.destroy());
-    let path: string;
-    try {
-      path = new URL(req.url ?? '/', 'http://x').pathname;
-    } catch {
-      return refuse(socket, 400, 'Bad Request');
-    }
+    const path = requestPath(req.url);
+    if (path === null) return refuse(socket, 400, 'Bad Request');
     const route = Object.hasOwn(opts.routes, path) ? opts.routes[path] : undefined;
     if (!route) return refuse(socket, 404, 'Not Found');
+    const gate = opts.admit?.(req, path) ?? null;
+    if (gate) return refuse(socket, gate.status, gate.text, gate.status === 503 ? 'Retry-After: 1\r\n' : '');
     if (opts.checkOrigin && !opts.checkOrigin(req.headers.origin, req)) return refuse(socket, 403, 'Forbidden');
     if (route.tokens && !route.tokens.has(bearerToken(req)))
       return refuse(socket, 401, 'Unauthorized', 'WWW-Authenticate: Bearer\r\n');
+    // Checked before the upgrade completes: nothing is spent on a socket that will be refused.
+    const denied = route.authorize?.(req) ?? null;
+    if (denied) return refuse(socket, denied.status, denied.text);
     if (route.protocols && route.protocols.length > 0) {
       const asked = String(req.headers['sec-websocket-protocol'] ?? '')
         .split(',')
@@ -326,13 +373,44 @@ export function attachWsServer(server: Server, opts: WsServerOptions): WsServer 
         return refuse(socket, 400, `Bad Request: ask for one of the subprotocols ${route.protocols.join(', ')}`);
       }
     }
-    if (opts.maxConnections !== undefined && count >= opts.maxConnections)
-      return refuse(socket, 503, 'Service Unavailable', 'Retry-After: 1\r\n');
-    wssFor(path, route).handleUpgrade(req, socket, head, (ws) => {
+    const address = req.socket.remoteAddress ?? '?';
+    const token = bearerToken(req);
+    const tokenKey = token === null ? null : digest(token).toString('base64');
+    if (route.ownSlots !== undefined) {
+      if ((own.get(path) ?? 0) >= route.ownSlots)
+        return refuse(socket, 503, 'Service Unavailable', 'Retry-After: 1\r\n');
+    } else {
+      if (opts.maxConnections !== undefined && count >= opts.maxConnections)
+        return refuse(socket, 503, 'Service Unavailable', 'Retry-After: 1\r\n');
+      if (
+        (perAddress.get(address) ?? 0) >= maxPerAddress ||
+        (tokenKey !== null && (perToken.get(tokenKey) ?? 0) >= maxPerToken)
+      )
+        return refuse(socket, 429, 'Too Many Requests', 'Retry-After: 1\r\n');
+    }
+    // Counted from here, so that upgrades still completing hold their slot too.
+    const release = ((): (() => void) => {
+      if (route.ownSlots !== undefined) {
+        bump(own, path, 1);
+        return () => bump(own, path, -1);
+      }
       count++;
-      ws.on('close', () => {
+      bump(perAddress, address, 1);
+      if (tokenKey !== null) bump(perToken, tokenKey, 1);
+      return () => {
         count--;
-      });
+        bump(perAddress, address, -1);
+        if (tokenKey !== null) bump(perToken, tokenKey, -1);
+      };
+    })();
+    let released = false;
+    const releaseOnce = (): void => {
+      if (!released) release();
+      released = true;
+    };
+    socket.once('close', releaseOnce);
+    wssFor(path, route).handleUpgrade(req, socket, head, (ws) => {
+      ws.on('close', releaseOnce);
       const peer = wrap(ws, `${req.socket.remoteAddress ?? '?'}:${req.socket.remotePort ?? 0}`, limits, live);
       route.onConnection(peer, req);
     });
@@ -340,7 +418,7 @@ export function attachWsServer(server: Server, opts: WsServerOptions): WsServer 
   server.on('upgrade', onUpgrade);
 
   return {
-    connections: () => count,
+    connections: () => count + [...own.values()].reduce((a, b) => a + b, 0),
     close: () => {
       stopBeat();
       server.off('upgrade', onUpgrade);

@@ -45,7 +45,7 @@ export function createHeldQueue(runtime: Runtime, changed: (model: string) => vo
 
   runtime.register(HELD_ADDRESS, (msg) => {
     if (msg.type !== 'request.withdraw') return;
-    const id = msg['id'] as string;
+    const id = msg.id;
     // The withdraw is emitted after the request reported its outcome (emits are deferred), so the caller's table
     // may have dropped it already: look in every queue.
     for (const q of held.values()) {

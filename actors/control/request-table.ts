@@ -83,7 +83,6 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
         type: 'request.scheduled',
         replica: l.actor.getSnapshot().context.replica ?? 'router',
         t,
-        prefilling: true,
       });
     },
     preempted: (seq, t) => {

@@ -2,6 +2,7 @@
 // what its client already has), or waits in the hold. Held requests are dispatched as soon as a compatible replica
 // can take them: when one becomes ready and whenever one completes a step, never onto the replica that is failing.
 import type { Sequence } from '../batcher/sequence.ts';
+import type { OutcomeCode } from '../../machines/outcomes.ts';
 import type { ReplicaHandle } from '../replica.ts';
 import type { Router } from '../router/router.ts';
 import type { Clock } from '../../runtime/clock.ts';
@@ -31,7 +32,7 @@ export interface ResumeDeps {
 /** Resuming and dispatching held requests. */
 export interface Resumer {
   /** Requests a failed or drained replica gave up: resume each elsewhere, or hold it. */
-  interrupted(seqs: Sequence[], reason: string): void;
+  interrupted(seqs: Sequence[], reason: OutcomeCode): void;
   /** Dispatches the held requests of `r`'s model@version now that `r` is ready. */
   replicaReady(r: ReplicaHandle): void;
   /** Dispatches held requests of `r`'s model@version after `r` completed a step (work conservation). */

@@ -1,7 +1,6 @@
 // Stateless models on the control plane's side: a request becomes one member of its replica's dynamic batch, the
 // batch's result its one response; requests go to the replica whose batcher holds the fewest.
 import type { StatelessBatcher, StatelessItem } from '../batcher/stateless.ts';
-import type { ModelConfig } from '../config.ts';
 import type { ReplicaHandle } from '../replica.ts';
 import type { Clock } from '../../runtime/clock.ts';
 import type { Live } from './types.ts';
@@ -9,7 +8,6 @@ import type { Live } from './types.ts';
 /** What stateless dispatch needs. */
 export interface StatelessDeps {
   clock: Clock;
-  model(name: string): ModelConfig | undefined;
   replicas(): Iterable<ReplicaHandle>;
   ejected(id: string): string | null;
   markScheduled(l: Live, t: number): void;
@@ -17,7 +15,7 @@ export interface StatelessDeps {
 
 /** Stateless dispatch. */
 export interface StatelessDispatch {
-  /** The stateless batcher of `r`, made on first use from the model's batching settings and profile. */
+  /** The stateless batcher of `r` (a stateless model's replica is created with one). */
   batcherOf(r: ReplicaHandle): StatelessBatcher;
   /** Among the ready replicas of `r`'s model@version, the one whose stateless batcher holds the fewest requests. */
   leastQueued(r: ReplicaHandle): ReplicaHandle;
@@ -28,21 +26,8 @@ export interface StatelessDispatch {
 /** Creates stateless dispatch. */
 export function createStatelessDispatch(deps: StatelessDeps): StatelessDispatch {
   const batcherOf = (r: ReplicaHandle): StatelessBatcher => {
-    if (r.stateless) return r.stateless;
-    const m = deps.model(r.model)!;
-    const b = m.batching.stateless;
-    const mp = r.cost.model;
-    // Activations per padded token, as the cost model reserves them (bf16, per GPU of the tensor-parallel gang).
-    const bytesPerToken = (3 * (mp.ffn / r.cost.tp) + 4 * mp.hidden) * 2;
-    return r.useStateless({
-      maxSize: b.maxBatch,
-      maxTokens: b.maxBatchTokens,
-      maxMemoryBytes: Math.max(mp.maxContext, b.buckets[b.buckets.length - 1]!) * bytesPerToken,
-      maxDelayMs: b.maxDelayMs,
-      buckets: b.buckets,
-      bytesPerToken,
-      maxQueued: m.classes.reduce((n, c) => n + c.maxQueued, 0),
-    });
+    if (!r.stateless) throw new Error(`replica ${r.id} of a stateless model was created without a stateless batcher`);
+    return r.stateless;
   };
   return {
     batcherOf,
@@ -50,13 +35,7 @@ export function createStatelessDispatch(deps: StatelessDeps): StatelessDispatch 
       let best = r;
       let bestQueued = r.stateless?.stats().queued ?? 0;
       for (const x of deps.replicas()) {
-        if (
-          x.model !== r.model ||
-          x.version !== r.version ||
-          !x.actor.getSnapshot().matches('ready') ||
-          deps.ejected(x.id)
-        )
-          continue;
+        if (x.model !== r.model || x.version !== r.version || !x.ready() || deps.ejected(x.id)) continue;
         const q = x.stateless?.stats().queued ?? 0;
         if (q < bestQueued) {
           best = x;
@@ -76,7 +55,7 @@ export function createStatelessDispatch(deps: StatelessDeps): StatelessDispatch 
       receivedAt: l.receivedAt,
       started: (t) => {
         deps.markScheduled(l, t);
-        l.actor.send({ type: 'request.scheduled', replica: r.id, t, prefilling: true });
+        l.actor.send({ type: 'request.scheduled', replica: r.id, t });
       },
       reply: (o) => {
         const t = deps.clock.now();

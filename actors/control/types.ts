@@ -1,10 +1,10 @@
 // The shapes the control plane's parts share: a request as a client submits it, what the client hears, and the
 // live record of an admitted request.
 import type { ActorRefFrom } from 'xstate';
-import type { requestMachine } from '../../machines/request.machine.ts';
+import type { requestMachine, RequestOutcome } from '../../machines/request.machine.ts';
 import type { Sequence } from '../batcher/sequence.ts';
 import type { DecisionTrace } from '../router/router.ts';
-import type { Failure } from '../../machines/outcomes.ts';
+import type { Failure, OutcomeCode } from '../../machines/outcomes.ts';
 
 /** A request as a client submits it. */
 export interface SubmitSpec {
@@ -33,8 +33,9 @@ export interface ClientListener {
 
 /** The one terminal outcome of a request. */
 export interface TerminalOutcome {
-  outcome: 'done' | 'cancelled' | 'expired' | 'rejected' | 'failed';
-  code: string | null;
+  outcome: RequestOutcome;
+  /** The typed outcome code, from the request machine to the edge unchanged (null when done). */
+  code: OutcomeCode | null;
   message: string | null;
   tokens: number;
   retryAfterMs?: number;

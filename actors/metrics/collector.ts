@@ -1,5 +1,6 @@
 // Collects what happened to every request and token, and turns it into the report's latency summaries.
 import { createLogHistogram, summarize, type LogHistogram, type Summary } from './histogram.ts';
+import type { OutcomeCode } from '../../machines/outcomes.ts';
 
 /** What a finished request contributes to the report. */
 export interface RequestRecord {
@@ -7,7 +8,7 @@ export interface RequestRecord {
   model: string;
   priority: string;
   outcome: string;
-  code: string | null;
+  code: OutcomeCode | null;
   receivedAt: number;
   firstScheduledAt: number;
   firstTokenAt: number;

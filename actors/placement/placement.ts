@@ -5,7 +5,6 @@
 import type { PlacementMode } from '../../machines/placement.machine.ts';
 import type { ReplicaHandle } from '../replica.ts';
 import type { Msg, Runtime } from '../../runtime/system.ts';
-import type { NodeMessage } from '../../transport/protocol.ts';
 import type { Scenario } from '../config.ts';
 import { failure, type Failure } from '../../machines/outcomes.ts';
 import { loadMsOf, UNLOAD_MS } from './layout.ts';
@@ -99,33 +98,39 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
     gpuRepaired: (gpu) => modes.actor.send({ type: 'gpu.repaired', gpu }),
   });
 
-  runtime.register('placement', (msg: Msg) => {
-    if (!watchdog.handle(msg as NodeMessage)) onReplicaMessage(msg);
+  runtime.register('placement', (msg) => {
+    if (!watchdog.handle(msg)) onReplicaMessage(msg);
     notify();
   });
   const onReplicaMessage = (msg: Msg): void => {
-    const id = msg['replica'] as string;
-    if (msg.type === 'replica.ready') {
-      const r = replicas.get(id);
-      if (!r) return;
-      timeline.log({ kind: 'replica.ready', replica: r.id, model: r.model, gpus: [...r.gpus] });
-      timeline.publish({ kind: 'replica.ready', t: now(), replica: r.id, model: r.model });
-      reconciler.ready(r);
-    } else if (msg.type === 'replica.failed') {
-      const failed = (msg['failedGpus'] as number[] | undefined) ?? [];
-      const detail = `gpu ${failed.map((d) => d % ledger.n).join(',')} failed`;
-      timeline.log({ kind: 'replica.failed', replica: id, detail });
-      timeline.publish({ kind: 'replica.failed', t: now(), replica: id, reason: detail });
-    } else if (msg.type === 'replica.stopped') {
-      const r = replicas.get(id);
-      if (r) {
-        for (const d of r.gpus) if (ledger.holderOf(d) === id) ledger.setHolder(d, null);
-        replicas.delete(id);
-        runtime.unregister(id);
+    switch (msg.type) {
+      case 'replica.ready': {
+        const r = replicas.get(msg.replica);
+        if (!r) return;
+        timeline.log({ kind: 'replica.ready', replica: r.id, model: r.model, gpus: [...r.gpus] });
+        timeline.publish({ kind: 'replica.ready', t: now(), replica: r.id, model: r.model });
+        reconciler.ready(r);
+        return;
       }
-      timeline.log({ kind: 'replica.stopped', replica: id });
-      timeline.publish({ kind: 'replica.removed', t: now(), replica: id });
-      schedule();
+      case 'replica.failed': {
+        const detail = `gpu ${msg.failedGpus.map((d) => d % ledger.n).join(',')} failed`;
+        timeline.log({ kind: 'replica.failed', replica: msg.replica, detail });
+        timeline.publish({ kind: 'replica.failed', t: now(), replica: msg.replica, reason: detail });
+        return;
+      }
+      case 'replica.stopped': {
+        const id = msg.replica;
+        const r = replicas.get(id);
+        if (r) {
+          for (const d of r.gpus) if (ledger.holderOf(d) === id) ledger.setHolder(d, null);
+          replicas.delete(id);
+          runtime.unregister(id);
+        }
+        timeline.log({ kind: 'replica.stopped', replica: id });
+        timeline.publish({ kind: 'replica.removed', t: now(), replica: id });
+        schedule();
+        return;
+      }
     }
   };
   runtime.supervise('placement', modes.actor);
@@ -154,7 +159,7 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
       const want = modes.desired();
       const ids = new Set(want.map((e) => e.id));
       for (const r of replicas.values()) if (!ids.has(r.id)) return false;
-      return want.every((e) => replicas.get(e.id)?.state().startsWith('ready') === true);
+      return want.every((e) => replicas.get(e.id)?.ready() === true);
     },
     demand: (model, rejected = false, retryAfterMs = 0) => reconciler.demand(model, rejected, retryAfterMs),
     watch: (fn) => {
@@ -217,9 +222,9 @@ function etaOf(
   let best: number | null = null;
   for (const r of replicas.values()) {
     if (r.model !== model || r.version !== version) continue;
-    const st = r.state();
-    if (st.startsWith('ready')) return 0;
-    if (st === 'placing' || st === 'loading') {
+    if (r.ready()) return 0;
+    // Placed or loading: ready once its load is done.
+    if (r.hasTag('live')) {
       const left = Math.max(0, (reconciler.createdAt(r.id) ?? now) + r.cost.loadS() * 1000 - now);
       if (best === null || left < best) best = left;
     }
@@ -250,8 +255,7 @@ function ownershipViolations(
   const out: string[] = [];
   const seen = new Map<number, string>();
   for (const r of replicas.values()) {
-    const st = r.state();
-    if (st === 'stopped') continue;
+    if (r.actor.getSnapshot().status === 'done') continue;
     const m = scenario.models.find((x) => x.name === r.model);
     if (m && r.gpus.length !== m.tp) out.push(`${r.id} holds ${r.gpus.length} GPUs, its model needs a gang of ${m.tp}`);
     if (new Set(r.gpus).size !== r.gpus.length) out.push(`${r.id} lists a GPU twice`);
@@ -259,7 +263,7 @@ function ownershipViolations(
       const other = seen.get(d);
       if (other) out.push(`device ${d} belongs to ${other} and ${r.id}`);
       seen.set(d, r.id);
-      if (ledger.holderOf(d) !== r.id && !r.state().startsWith('failed'))
+      if (ledger.holderOf(d) !== r.id && !r.hasTag('failed'))
         out.push(`device ${d} is held by ${r.id} but placement records ${ledger.holderOf(d)}`);
     }
   }

@@ -1,7 +1,8 @@
 // Placement's reconciler: on every turn it compares the replicas that exist with the layout the node is heading for,
 // drains the ones in the way and creates the missing ones on free GPUs, moves the placement machine on (demand,
 // drained, loaded), records when a model becomes unavailable or available again, and hands ready replicas on.
-import { createReplica, type ReplicaHandle, type ReplicaOptions } from '../replica.ts';
+import { createReplica, statelessLimits, type ReplicaHandle, type ReplicaOptions } from '../replica.ts';
+import type { OutcomeCode } from '../../machines/outcomes.ts';
 import type { Runtime } from '../../runtime/system.ts';
 import type { Scenario } from '../config.ts';
 import type { Sequence } from '../batcher/sequence.ts';
@@ -15,7 +16,7 @@ import type { Timeline } from './timeline.ts';
 
 /** Hooks placement calls into the rest of the control plane. */
 export interface PlacementHooks {
-  onInterrupted(seqs: Sequence[], reason: string): void;
+  onInterrupted(seqs: Sequence[], reason: OutcomeCode): void;
   onReplicaReady(r: ReplicaHandle): void;
   onStep?(r: ReplicaHandle, plan: StepPlan): void;
   /** Requests of `model` held because no replica of it is ready. */
@@ -82,6 +83,8 @@ export function replicaOptions(
       blocksTotal: blocks,
     },
     ...(e.slowdown > 1 ? { slowdown: e.slowdown } : {}),
+    // The replica's kind is fixed here, as it is created: a stateless model's replica batches dynamically.
+    ...(m.kind === 'stateless' ? { stateless: statelessLimits(m, cost) } : {}),
     ...callbacks,
   };
 }
@@ -106,8 +109,7 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
   };
 
   const drain = (r: ReplicaHandle, deadlineMs: number): void => {
-    const st = r.state();
-    if (st !== 'placing' && st !== 'loading' && !st.startsWith('ready')) return;
+    if (!r.hasTag('live')) return;
     timeline.log({
       kind: 'drain.started',
       replica: r.id,
@@ -115,7 +117,7 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
       gpus: [...r.gpus],
       detail: `deadline ${Math.round(deadlineMs)} ms`,
     });
-    if (st === 'placing') r.actor.send({ type: 'replica.stop' });
+    if (!r.hasTag('holdsGpu')) r.actor.send({ type: 'replica.stop' });
     else r.actor.send({ type: 'replica.drain', deadlineMs });
   };
 
@@ -162,8 +164,7 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
       if ([...replicas.keys()].every((id) => keep.has(id))) modes.actor.send({ type: 'replicas.drained' });
     } else if (st === 'switching') {
       const want = modes.layout(c.target);
-      if (want.every((e) => replicas.get(e.id)?.state().startsWith('ready')))
-        modes.actor.send({ type: 'replicas.loaded', t: now() });
+      if (want.every((e) => replicas.get(e.id)?.ready())) modes.actor.send({ type: 'replicas.loaded', t: now() });
     }
   };
 
@@ -240,7 +241,7 @@ function createDemand(
     const c = modes.actor.getSnapshot().context;
     for (const r of replicas.values()) {
       if (!modes.places(c.mode, r.model)) continue;
-      if (r.batcher.hasWork() || !r.state().startsWith('ready')) return false;
+      if (r.batcher.hasWork() || !r.ready()) return false;
       if ((hooks.held?.(r.model) ?? 0) > 0) return false;
     }
     return true;

@@ -1,8 +1,7 @@
 // Placement's detection wiring: GPUs coming up, reported faults, node heartbeats and the detector's findings become
 // GPU ledger changes, `gpu.failed` for the replicas holding them, and fences for the node (repeated on heartbeats until
 // the node confirms them, since a fence may be lost in a partition); suspected GPUs; stalls of the whole node.
-import type { NodeMessage } from '../../transport/protocol.ts';
-import type { Runtime } from '../../runtime/system.ts';
+import type { Msg, Runtime } from '../../runtime/system.ts';
 import type { Scenario } from '../config.ts';
 import type { ReplicaHandle } from '../replica.ts';
 import { createDetector, type Detected, type DetectionPath, type InflightStep } from './detection.ts';
@@ -28,7 +27,7 @@ export interface WatchdogDeps {
 /** The watchdog of one placement actor. */
 export interface Watchdog {
   /** Handles a node message addressed to placement (`gpu.ready`, `gpu.failed`, `node.heartbeat`); false if not one. */
-  handle(msg: NodeMessage): boolean;
+  handle(msg: Msg): boolean;
   /** Milliseconds each detection path may take at most (for a step predicted at stepMs). */
   bounds(stepMs: number): Record<DetectionPath, number>;
 }
@@ -79,12 +78,11 @@ export function createWatchdog(d: WatchdogDeps): Watchdog {
     inflight: function* (): Generator<InflightStep> {
       for (const r of replicas.values()) {
         const f = r.inflight();
-        const st = r.state();
-        if (f && (st.startsWith('ready') || st.startsWith('draining'))) yield { replica: r.id, devices: r.gpus, ...f };
+        if (f && r.hasTag('serving')) yield { replica: r.id, devices: r.gpus, ...f };
       }
     },
     loading: function* () {
-      for (const r of replicas.values()) if (r.state() === 'loading') yield { replica: r.id, devices: r.gpus };
+      for (const r of replicas.values()) if (r.hasTag('loading')) yield { replica: r.id, devices: r.gpus };
     },
     onDetected: (found) => {
       // Several GPUs at once (a lost node): all of them fail before any interrupted request is resumed elsewhere.
@@ -132,7 +130,7 @@ export function createWatchdog(d: WatchdogDeps): Watchdog {
           return true;
         case 'gpu.failed':
           fencing.delete(msg.gpu % ledger.n);
-          failGpu({ gpu: msg.gpu % ledger.n, code: String(msg.code), path: 'reported' });
+          failGpu({ gpu: msg.gpu % ledger.n, code: msg.code, path: 'reported' });
           d.schedule();
           return true;
         case 'node.heartbeat':

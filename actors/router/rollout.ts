@@ -52,8 +52,7 @@ export function startRollout(deps: RolloutDeps, spec: RolloutSpec): Rollout {
   const log = (what: string): void => void events.push({ t: deps.clock.now(), what });
   const of = (version: string): ReplicaHandle[] =>
     [...deps.placement.replicas.values()].filter((r) => r.model === spec.model && r.version === version);
-  const live = (version: string): ReplicaHandle[] =>
-    of(version).filter((r) => !/^(draining|unloading|stopped|failed)/.test(r.state()));
+  const live = (version: string): ReplicaHandle[] => of(version).filter((r) => r.hasTag('live'));
 
   let fromTarget = live(spec.from).length;
   let toTarget = live(spec.to).length;

@@ -20,9 +20,10 @@ export interface ReplicaView {
   waiting(rank: number): { count: number; tokens: number };
 }
 
-/** Only `ready` replicas (idle, busy or saturated) take new work; placing, loading, draining and failed ones do not. */
+/** Only `ready` replicas (idle, busy or saturated) take new work; placing, loading, draining and failed ones do not.
+ * The replica's own predicate (its `ready` tag), as a function to filter with. */
 export function isReady(r: ReplicaHandle): boolean {
-  return r.actor.getSnapshot().matches('ready');
+  return r.ready();
 }
 
 const views = new WeakMap<ReplicaHandle, ReplicaView>();

@@ -4,7 +4,8 @@
 import { createHash } from 'node:crypto';
 import { createVirtualClock } from '../../runtime/clock.ts';
 import { createRng, type Rng } from '../../runtime/rng.ts';
-import { createRuntime, type Msg, type Runtime } from '../../runtime/system.ts';
+import { createRuntime, type Runtime } from '../../runtime/system.ts';
+import type { InjectedFault } from '../../machines/messages.ts';
 import { createCostModelExecutor } from '../gpu/executor.ts';
 import { startNodeAgent, type NodeAgent } from '../worker/agent.ts';
 import {
@@ -308,8 +309,8 @@ function scheduleFaults(sys: DstSystem, clients: DstClients, faults: DstFault[],
     lastFaultEnd = Math.max(lastFaultEnd, t);
     clock.at(t, fn);
   };
-  const inject = (gpu: number, fault: string, factor?: number): void =>
-    nodeRt.send('node', { type: 'gpu.inject', gpu, fault, ...(factor ? { factor } : {}) } as Msg);
+  const inject = (gpu: number, fault: InjectedFault, factor?: number): void =>
+    nodeRt.send('node', { type: 'gpu.inject', gpu, fault, ...(factor ? { factor } : {}) });
   for (const f of faults) {
     const end = 'repairAt' in f ? f.repairAt : 'until' in f ? f.until : 'restartAt' in f ? f.restartAt : f.at;
     windows.push([origin + f.at * 1000, end === undefined ? Infinity : origin + end * 1000]);

@@ -5,10 +5,8 @@ import type { CostModel, StepShape } from '../gpu/cost-model.ts';
 import { costModelFor } from '../gpu/profile-cost-model.ts';
 import type { Executor } from '../gpu/executor.ts';
 import type { Msg, Runtime } from '../../runtime/system.ts';
-import type { NodeMessage } from '../../transport/protocol.ts';
+import type { InjectedFault, MessageOf } from '../../machines/messages.ts';
 import type { TimerId } from '../../runtime/clock.ts';
-
-type NodeFault = Extract<NodeMessage, { type: 'gpu.inject' }>['fault'];
 
 /** Per-GPU execution state the node keeps beside the GPU actor. */
 interface GpuSlot {
@@ -46,7 +44,7 @@ export interface NodeAgentOptions {
   lanes?: number;
 }
 
-const shapeOf = (m: Extract<NodeMessage, { type: 'step.execute' }>): StepShape => ({
+const shapeOf = (m: MessageOf<'step.execute'>): StepShape => ({
   prefill: m.shape.prefill.map(([tokens, cached]) => ({ tokens: tokens ?? 0, cached: cached ?? 0 })),
   decodeBatch: m.shape.decodeBatch,
   decodeContext: m.shape.decodeContext,
@@ -86,7 +84,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   const onGpuMessage = (g: number, msg: Msg): void => {
     const slot = slots.get(g);
     if (!slot) return;
-    const m = msg as NodeMessage;
+    const m = msg;
     if (m.type === 'gpu.assign') {
       const key = `${m.model}|${m.gpuType}|${m.tp}`;
       let cost = costs.get(key);
@@ -125,10 +123,10 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     });
   };
 
-  const inject = (g: number, fault: NodeFault, factor?: number): void => {
+  const inject = (g: number, fault: InjectedFault, factor?: number): void => {
     for (const d of lanesOf(g)) injectDevice(d, fault, factor);
   };
-  const injectDevice = (g: number, fault: NodeFault, factor?: number): void => {
+  const injectDevice = (g: number, fault: InjectedFault, factor?: number): void => {
     const slot = slots.get(g);
     if (!slot) return;
     if (fault === 'fault') slot.actor.send({ type: 'gpu.fault', code: 'xid_79' });
@@ -176,7 +174,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   };
 
   runtime.register(id, (msg) => {
-    const m = msg as NodeMessage;
+    const m = msg;
     if (m.type === 'step.execute') {
       const shape = shapeOf(m);
       for (const g of m.gpus) startStep(g, m.replica, m.epoch, m.step, shape);

@@ -5,15 +5,31 @@ import { failure } from '../../machines/outcomes.ts';
 import type { RoutingPolicy } from '../../actors/router/router.ts';
 import type { ControlPlane } from '../../actors/control-plane.ts';
 import type { NodeLink } from '../../actors/node-link.ts';
-import { readJson, sendFailure, sendJson } from './io.ts';
+import { readBody, sendFailure, sendJson } from './io.ts';
+import { num, obj, oneOf, optional } from '../../transport/schema.ts';
 
-const ROUTING: readonly RoutingPolicy[] = ['cost', 'round-robin', 'least-requests', 'power-of-two'];
-const PLACEMENT = ['exclusive', 'switch', 'share'] as const;
+/** Body of POST /admin/replicas/<id>/drain. */
+const drainBody = obj({ deadlineMs: optional(num({ min: 0, max: 3_600_000 })) });
+/** Body of POST /admin/routing. */
+const routingBody = obj({ policy: oneOf<RoutingPolicy[]>('cost', 'round-robin', 'least-requests', 'power-of-two') });
+/** Body of POST /admin/placement. */
+const placementBody = obj({ policy: oneOf('exclusive', 'switch', 'share') });
+
+/** A path segment decoded; null for a malformed `%` escape (a 400, not a thrown URIError). */
+function decodeSegment(s: string): string | null {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return null;
+  }
+}
 
 /** What the admin API acts on. */
 export interface AdminDeps {
   cp: ControlPlane;
   node: NodeLink;
+  /** The policies in force; a policy change here updates them. */
+  live: { placement: string };
   /** Extra status fields (the worker supervisor's pid and restarts). */
   status?(): Record<string, unknown>;
 }
@@ -36,7 +52,7 @@ export async function handleAdmin(
   if (method === 'GET' && path === '/admin/status') {
     return sendJson(res, 200, {
       node: node.status(),
-      placement: { policy: cp.scenario.placement.policy, events: cp.placement.events.slice(-50) },
+      placement: { policy: deps.live.placement, events: cp.placement.events.slice(-50) },
       routing: { policy: cp.router.policy },
       gpus: [...cp.placement.gpus.values()],
       replicas: [...cp.placement.replicas.values()].map((r) => ({
@@ -55,13 +71,11 @@ export async function handleAdmin(
   if (method !== 'POST')
     return sendFailure(res, failure('invalid_request', `${method} ${path} is not an admin action`), 405);
   if ((m = /^\/admin\/replicas\/([^/]+)\/drain$/.exec(path))) {
-    const id = decodeURIComponent(m[1]!);
-    const body = await readJson(req);
-    const deadline =
-      body.ok && typeof body.value === 'object' && body.value !== null
-        ? (body.value as { deadlineMs?: unknown }).deadlineMs
-        : undefined;
-    const ok = cp.placement.drain(id, typeof deadline === 'number' && deadline >= 0 ? deadline : undefined);
+    const id = decodeSegment(m[1]!);
+    if (id === null) return sendFailure(res, failure('invalid_request', 'malformed % escape in the replica id'), 400);
+    const body = await readBody(req, drainBody);
+    if (!body.ok) return sendFailure(res, body.failure, body.status);
+    const ok = cp.placement.drain(id, body.value.deadlineMs);
     if (!ok)
       return sendFailure(
         res,
@@ -80,18 +94,15 @@ export async function handleAdmin(
     return sendJson(res, 202, { gpu, action: m[2] });
   }
   if (path === '/admin/placement' || path === '/admin/routing') {
-    const body = await readJson(req);
-    if (!body.ok) return sendFailure(res, body.failure, body.status);
-    const policy =
-      typeof body.value === 'object' && body.value !== null ? (body.value as { policy?: unknown }).policy : undefined;
     if (path === '/admin/routing') {
-      if (!ROUTING.includes(policy as RoutingPolicy))
-        return sendFailure(res, failure('invalid_request', `policy must be one of ${ROUTING.join(', ')}`));
-      cp.router.setPolicy(policy as RoutingPolicy);
-      return sendJson(res, 200, { routing: policy });
+      const body = await readBody(req, routingBody);
+      if (!body.ok) return sendFailure(res, body.failure, body.status);
+      cp.router.setPolicy(body.value.policy);
+      return sendJson(res, 200, { routing: body.value.policy });
     }
-    if (!PLACEMENT.includes(policy as (typeof PLACEMENT)[number]))
-      return sendFailure(res, failure('invalid_request', `policy must be one of ${PLACEMENT.join(', ')}`));
+    const body = await readBody(req, placementBody);
+    if (!body.ok) return sendFailure(res, body.failure, body.status);
+    const { policy } = body.value;
     const p = cp.placement as unknown as PolicySwitchable;
     if (typeof p.setPolicy !== 'function') {
       return sendFailure(
@@ -100,8 +111,9 @@ export async function handleAdmin(
         501,
       );
     }
-    const result = p.setPolicy(policy as string);
+    const result = p.setPolicy(policy);
     if (result && typeof result === 'object' && 'code' in result) return sendFailure(res, result as never);
+    deps.live.placement = policy;
     return sendJson(res, 200, { placement: policy });
   }
   return sendFailure(res, failure('invalid_request', `no admin action ${method} ${path}`), 404);

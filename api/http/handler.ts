@@ -6,7 +6,8 @@ import type { ControlPlane } from '../../actors/control-plane.ts';
 import type { NodeLink } from '../../actors/node-link.ts';
 import type { ServerMetrics } from '../metrics.ts';
 import type { Serving } from '../serving.ts';
-import { bearerToken, type TokenSet } from '../../transport/ws.ts';
+import { bearerToken, requestPath, type TokenSet } from '../../transport/ws.ts';
+import { hasBody, hostAllowed, isJsonContent, originAllowed, type EdgePolicy } from './edge.ts';
 import { handleAdmin } from './admin.ts';
 import { sendFailure, sendJson } from './io.ts';
 import { handleCompletion, handleModels } from './openai.ts';
@@ -22,26 +23,43 @@ export interface HttpDeps {
   adminTokens: TokenSet;
   /** Extra fields for /admin/status. */
   status?(): Record<string, unknown>;
+  /** Host and Origin rules; absent accepts any (tests of the routes alone). */
+  edge?: EdgePolicy;
+  /** True once the server is stopping: not ready, no new requests. */
+  draining?(): boolean;
 }
+
+/** The policies in force now (the admin API may have changed them since start). */
+export interface LivePolicies {
+  placement: string;
+}
+
+const PROBES = new Set(['/healthz', '/readyz', '/metrics']);
 
 /** Creates the request handler of the HTTP server. */
 export function createHttpHandler(deps: HttpDeps): (req: IncomingMessage, res: ServerResponse) => void {
+  const live: LivePolicies = { placement: deps.cp.scenario.placement.policy };
+  const draining = deps.draining ?? (() => false);
   const route = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    let path: string;
-    try {
-      path = new URL(req.url ?? '/', 'http://x').pathname;
-    } catch {
-      return sendFailure(res, failure('invalid_request', 'bad URL'));
-    }
+    const path = requestPath(req.url);
+    if (path === null) return sendFailure(res, failure('invalid_request', 'bad request target'), 400);
     const method = req.method ?? 'GET';
+    const refused = edgeRefusal(deps, req, path);
+    if (refused) {
+      deps.metrics.refused(refused.metric);
+      return sendFailure(res, failure('invalid_request', refused.message), refused.status);
+    }
     if (path === '/healthz') return sendJson(res, 200, { status: 'ok' });
     if (path === '/readyz') {
       const models = deps.serving.readiness();
-      const ready = Object.values(models).every((m) => m.ready);
+      const stopping = draining();
+      const ready = !stopping && Object.values(models).every((m) => m.ready);
       const st = deps.node.status();
       return sendJson(res, ready ? 200 : 503, {
         ready,
+        ...(stopping ? { draining: true } : {}),
         node: { connected: st.connected, epoch: st.epoch, registrations: st.registrations },
+        policies: { placement: live.placement, routing: deps.cp.router.policy },
         models,
       });
     }
@@ -60,7 +78,7 @@ export function createHttpHandler(deps: HttpDeps): (req: IncomingMessage, res: S
         );
       }
       return handleAdmin(
-        { cp: deps.cp, node: deps.node, ...(deps.status ? { status: deps.status } : {}) },
+        { cp: deps.cp, node: deps.node, live, ...(deps.status ? { status: deps.status } : {}) },
         req,
         res,
         path,
@@ -74,15 +92,48 @@ export function createHttpHandler(deps: HttpDeps): (req: IncomingMessage, res: S
           failure('unauthorized', 'missing or wrong client token (Authorization: Bearer <token>)'),
         );
       }
+      if (method === 'POST' && draining()) {
+        deps.metrics.refused('draining');
+        return sendFailure(res, { ...failure('model_unavailable', 'the server is shutting down'), retryAfterMs: 1000 });
+      }
       if (path === '/v1/models' && method === 'GET') return handleModels(deps.serving, res);
       if (path === '/v1/completions' && method === 'POST') return handleCompletion(deps.serving, req, res, false);
       if (path === '/v1/chat/completions' && method === 'POST') return handleCompletion(deps.serving, req, res, true);
     }
     return sendFailure(res, failure('invalid_request', `no route ${method} ${path}`), 404);
   };
-  return (req, res) => {
-    route(req, res).catch((e: unknown) => {
-      sendFailure(res, failure('internal', `handler failed: ${e instanceof Error ? e.message : String(e)}`));
-    });
+  // A handler that fails answers 500 on its own request and is counted; the process and other requests go on.
+  const failed = (res: ServerResponse, e: unknown): void => {
+    deps.metrics.handlerFailed();
+    if (res.headersSent) res.destroy();
+    else sendFailure(res, failure('internal', `handler failed: ${e instanceof Error ? e.name : typeof e}`));
   };
+  return (req, res) => {
+    try {
+      route(req, res).catch((e: unknown) => failed(res, e));
+    } catch (e) {
+      failed(res, e);
+    }
+  };
+}
+
+/** A request refused before any route: a Host not allowed, a page from another site, a POST body not JSON. */
+function edgeRefusal(
+  deps: HttpDeps,
+  req: IncomingMessage,
+  path: string,
+): { status: number; message: string; metric: string } | null {
+  if (PROBES.has(path)) return null;
+  if (deps.edge && !hostAllowed(req, deps.edge))
+    return { status: 403, message: 'Host is not allowed (see --allowed-host)', metric: 'forbidden_host' };
+  if (deps.edge && !originAllowed(req, deps.edge))
+    return { status: 403, message: 'Origin is not allowed (see --allowed-origin)', metric: 'forbidden_origin' };
+  // A JSON content type cannot be sent cross-site without a CORS preflight, which this server never grants.
+  if (req.method === 'POST' && hasBody(req) && !isJsonContent(req))
+    return {
+      status: 415,
+      message: 'POST bodies must be JSON (Content-Type: application/json)',
+      metric: 'unsupported_media_type',
+    };
+  return null;
 }

@@ -1,7 +1,8 @@
 // HTTP plumbing shared by the routes: bounded JSON bodies, JSON replies, and failures mapped to status codes in the
 // OpenAI error shape (429 carries Retry-After, 503 the reason).
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { OUTCOME_CODES, type Failure } from '../../machines/outcomes.ts';
+import { OUTCOME_CODES, failure, type Failure } from '../../machines/outcomes.ts';
+import { fieldPath, validate, type Schema } from '../../transport/schema.ts';
 
 /** Largest request body accepted (bytes). */
 export const MAX_BODY_BYTES = 1024 * 1024;
@@ -41,6 +42,23 @@ export function readJson(
       }
     });
   });
+}
+
+/** Reads a JSON body and checks it against `schema` (an empty body is `{}`); failures name the field. */
+export async function readBody<T>(
+  req: IncomingMessage,
+  schema: Schema<T>,
+  limit = MAX_BODY_BYTES,
+): Promise<{ ok: true; value: T } | { ok: false; failure: Failure; status: number }> {
+  const body = await readJson(req, limit);
+  if (!body.ok) return body;
+  const v = validate(schema, body.value);
+  if (v.ok) return v;
+  return {
+    ok: false,
+    status: 400,
+    failure: failure('invalid_request', `${fieldPath(v.error.path)}: ${v.error.message}`),
+  };
 }
 
 /** Sends a JSON reply. */

@@ -7,6 +7,23 @@ import { failure, type Failure } from '../../machines/outcomes.ts';
 import type { DoneInfo, Serving, StreamSink } from '../serving.ts';
 import { estimateTokens } from '../pseudo-text.ts';
 import { errorBody, readJson, sendFailure, sendJson } from './io.ts';
+import {
+  anyOf,
+  arr,
+  bool,
+  fieldPath,
+  int,
+  lit,
+  nullable,
+  num,
+  obj,
+  optional,
+  refine,
+  str,
+  validate,
+  type Infer,
+  type Schema,
+} from '../../transport/schema.ts';
 
 /** Default max_tokens of /v1/completions (OpenAI's own default). */
 export const DEFAULT_COMPLETION_TOKENS = 16;
@@ -27,70 +44,92 @@ interface Parsed {
 }
 
 const bad = (message: string): Failure => failure('invalid_request', message);
-const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-function common(body: Record<string, unknown>, dflt: number): Failure | Omit<Parsed, 'prompt' | 'promptTokens'> {
-  const { model, stream, n } = body;
-  if (typeof model !== 'string' || model.length === 0 || model.length > 100)
-    return bad('model must be a non-empty string');
-  const max = body['max_completion_tokens'] ?? body['max_tokens'] ?? dflt;
-  if (typeof max !== 'number' || !Number.isSafeInteger(max) || max < 1 || max > 1_000_000)
-    return bad('max_tokens must be an integer >= 1');
-  if (stream !== undefined && typeof stream !== 'boolean') return bad('stream must be a boolean');
-  if (n !== undefined && n !== null && n !== 1) return bad('only n = 1 is supported');
-  const so = body['stream_options'];
-  const priority = body['priority'];
-  if (priority !== undefined && (typeof priority !== 'string' || priority.length > 50))
-    return bad('priority must be a class name');
-  const deadline = body['deadline_ms'];
-  if (deadline !== undefined && (typeof deadline !== 'number' || !(deadline >= 0)))
-    return bad('deadline_ms must be a number >= 0');
+/** Fields both endpoints read; any other OpenAI field is accepted and ignored. */
+const commonFields = {
+  model: str({ min: 1, max: 100 }),
+  max_tokens: optional(nullable(int({ min: 1, max: 1_000_000 }))),
+  max_completion_tokens: optional(nullable(int({ min: 1, max: 1_000_000 }))),
+  stream: optional(nullable(bool())),
+  n: optional(nullable(lit(1))),
+  stream_options: optional(nullable(obj({ include_usage: optional(nullable(bool())) }, { strict: false }))),
+  priority: optional(str({ min: 1, max: 50 })),
+  deadline_ms: optional(num({ min: 0, max: 1e9 })),
+};
+const commonSchema = obj(commonFields, { strict: false });
+type Common = Infer<typeof commonSchema>;
+
+/** The request fields of a parsed body, with the endpoint's default max_tokens. */
+function common(b: Common, dflt: number): Omit<Parsed, 'prompt' | 'promptTokens'> {
   return {
-    model,
-    maxTokens: max,
-    stream: stream === true,
-    includeUsage: isObj(so) && so['include_usage'] === true,
-    ...(typeof priority === 'string' ? { priority } : {}),
-    ...(typeof deadline === 'number' ? { deadlineMs: deadline } : {}),
+    model: b.model,
+    maxTokens: b.max_completion_tokens ?? b.max_tokens ?? dflt,
+    stream: b.stream === true,
+    includeUsage: b.stream_options?.include_usage === true,
+    ...(b.priority !== undefined ? { priority: b.priority } : {}),
+    ...(b.deadline_ms !== undefined ? { deadlineMs: b.deadline_ms } : {}),
   };
+}
+
+const MAX_PROMPT_CHARS = 1_000_000;
+
+/** Schema of a /v1/completions body. */
+export const completionBody = refine(
+  obj(
+    {
+      ...commonSchema.fields,
+      prompt: optional(anyOf(str({ max: MAX_PROMPT_CHARS }), arr(str({ max: MAX_PROMPT_CHARS }), { min: 1, max: 1 }))),
+    },
+    { strict: false },
+  ),
+  (b): Parsed => {
+    const prompt = typeof b.prompt === 'string' ? b.prompt : (b.prompt?.[0] ?? '');
+    return { ...common(b, DEFAULT_COMPLETION_TOKENS), prompt, promptTokens: estimateTokens(prompt) };
+  },
+);
+
+const part = obj(
+  { type: optional(str({ max: 50 })), text: optional(str({ max: MAX_PROMPT_CHARS })) },
+  { strict: false },
+);
+const message = obj(
+  {
+    role: str({ min: 1, max: 50 }),
+    content: optional(nullable(anyOf(str({ max: MAX_PROMPT_CHARS }), arr(part, { max: 10_000 })))),
+  },
+  { strict: false },
+);
+
+/** Schema of a /v1/chat/completions body; prompt tokens are the estimate of every message's text plus 3 each. */
+export const chatBody = refine(
+  obj({ ...commonSchema.fields, messages: arr(message, { min: 1, max: 10_000 }) }, { strict: false }),
+  (b, refuse): Parsed => {
+    let prompt = '';
+    for (const m of b.messages) {
+      const c = m.content;
+      const text = typeof c === 'string' ? c : (c ?? []).map((p) => p.text ?? '').join('');
+      prompt += `${m.role}: ${text}\n`;
+      if (prompt.length > MAX_PROMPT_CHARS) refuse('messages', 'are too long');
+    }
+    const base = common(b, DEFAULT_CHAT_TOKENS);
+    return { ...base, prompt, promptTokens: estimateTokens(prompt) + 3 * b.messages.length };
+  },
+);
+
+/** Checks a body against its schema; a failure names the field. */
+function parseWith(schema: Schema<Parsed>, body: unknown): Parsed | Failure {
+  const v = validate(schema, body);
+  return v.ok ? v.value : bad(`${fieldPath(v.error.path)}: ${v.error.message}`);
 }
 
 /** Parses a /v1/completions body. */
 export function parseCompletion(body: unknown): Parsed | Failure {
-  if (!isObj(body)) return bad('body must be a JSON object');
-  const c = common(body, DEFAULT_COMPLETION_TOKENS);
-  if ('code' in c) return c;
-  let prompt = body['prompt'] ?? '';
-  if (Array.isArray(prompt)) {
-    if (prompt.length !== 1) return bad('prompt arrays must hold exactly one prompt');
-    prompt = prompt[0];
-  }
-  if (typeof prompt !== 'string' || prompt.length > 1_000_000) return bad('prompt must be a string');
-  return { ...c, prompt, promptTokens: estimateTokens(prompt) };
+  return parseWith(completionBody, body);
 }
 
-/** Parses a /v1/chat/completions body; prompt tokens are the estimate of every message's text plus 3 per message. */
+/** Parses a /v1/chat/completions body. */
 export function parseChat(body: unknown): Parsed | Failure {
-  if (!isObj(body)) return bad('body must be a JSON object');
-  const c = common(body, DEFAULT_CHAT_TOKENS);
-  if ('code' in c) return c;
-  const messages = body['messages'];
-  if (!Array.isArray(messages) || messages.length === 0 || messages.length > 10_000)
-    return bad('messages must be a non-empty array');
-  let prompt = '';
-  for (const [i, m] of messages.entries()) {
-    if (!isObj(m) || typeof m['role'] !== 'string') return bad(`messages[${i}] must have a role`);
-    const content = m['content'];
-    let text = '';
-    if (typeof content === 'string') text = content;
-    else if (Array.isArray(content)) {
-      for (const part of content) if (isObj(part) && typeof part['text'] === 'string') text += part['text'];
-    } else if (content !== null && content !== undefined)
-      return bad(`messages[${i}].content must be a string or an array of parts`);
-    prompt += `${m['role']}: ${text}\n`;
-  }
-  if (prompt.length > 1_000_000) return bad('messages are too long');
-  return { ...c, prompt, promptTokens: estimateTokens(prompt) + 3 * messages.length };
+  return parseWith(chatBody, body);
 }
 
 const usageOf = (d: DoneInfo): { prompt_tokens: number; completion_tokens: number; total_tokens: number } => ({

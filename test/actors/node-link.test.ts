@@ -138,8 +138,8 @@ describe('node link', () => {
     expect(f.placement).toEqual([]);
     expect(f.node.status().pendingFailure).toHaveLength(8);
     await until(() => f.placement.length === 8);
-    expect(f.placement.every((m) => m.type === 'gpu.failed' && m['code'] === 'node_lost')).toBe(true);
-    expect(f.placement.map((m) => m['gpu'])).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+    expect(f.placement.every((m) => m.type === 'gpu.failed' && m.code === 'node_lost')).toBe(true);
+    expect(f.placement.map((m) => (m.type === 'gpu.failed' ? m.gpu : -1))).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
   });
 
   it('fails the old incarnation’s GPUs at once when a worker registers again within the grace period', async () => {

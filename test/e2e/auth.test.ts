@@ -14,7 +14,7 @@ models:
 describe('serve with client tokens', () => {
   let s: Served;
   beforeAll(async () => {
-    s = await serve(['--config', CONFIG, '--time-scale', '0.01', '--client-token', 'client-secret']);
+    s = await serve(['--config', CONFIG, '--time-scale', '0.01', '--client-token', 'client-secret-0123456789']);
     await s.waitReady('llama-3-8b');
   });
   afterAll(async () => {
@@ -28,7 +28,7 @@ describe('serve with client tokens', () => {
   it('refuses an unauthenticated or wrongly authenticated client on /v1/ws at the upgrade', async () => {
     await expect(connectClient(s.wsUrl)).rejects.toMatchObject({ code: 'unauthorized' });
     await expect(connectClient(s.wsUrl, { token: 'wrong' })).rejects.toMatchObject({ code: 'unauthorized' });
-    const c = await connectClient(s.wsUrl, { token: 'client-secret' });
+    const c = await connectClient(s.wsUrl, { token: 'client-secret-0123456789' });
     const st = c.stream({ model: 'llama-3-8b', prompt: 'hi', maxTokens: 3 });
     let n = 0;
     for await (const ch of st) n += ch.n;
@@ -40,14 +40,14 @@ describe('serve with client tokens', () => {
     expect((await s.get('/v1/models')).status).toBe(401);
     const bad = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'wrong', maxRetries: 0 });
     await expect(bad.models.list()).rejects.toMatchObject({ status: 401 });
-    const good = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'client-secret' });
+    const good = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'client-secret-0123456789' });
     const r = await good.completions.create({ model: 'llama-3-8b', prompt: 'x', max_tokens: 2 });
     expect(r.usage?.completion_tokens).toBe(2);
   });
 
   it('keeps the probes open and the admin API on its own token', async () => {
     expect((await s.get('/healthz')).status).toBe(200);
-    expect((await s.get('/admin/status', 'client-secret')).status).toBe(401);
+    expect((await s.get('/admin/status', 'client-secret-0123456789')).status).toBe(401);
     expect((await s.get('/admin/status', s.adminToken)).status).toBe(200);
   });
 });

@@ -71,8 +71,8 @@ describe('the inspector on the serving control plane', () => {
     });
 
     it('refuses a page from another site, and accepts its own', async () => {
-      const other = await open(server, { origin: 'http://evil.example' });
-      expect(other.closed).toEqual({ code: 1008, reason: 'origin not allowed' });
+      // Refused before the upgrade completes: no socket, no slot.
+      await expect(open(server, { origin: 'http://evil.example' })).rejects.toThrow('HTTP 403');
       const own = await open(server, { origin: server.url });
       expect(own.first?.frames[0]?.k).toBe('hello');
       own.ws.close();
@@ -101,11 +101,10 @@ describe('the inspector on the serving control plane', () => {
       await server?.close();
     });
 
-    it('closes the stream before any frame without a client token', async () => {
-      const { first, closed } = await open(server);
-      expect(first).toBeNull();
-      expect(closed).toEqual({ code: 1008, reason: 'unauthorized' });
-      expect((await open(server, { headers: { authorization: 'Bearer wrong' } })).closed?.code).toBe(1008);
+    it('refuses the upgrade itself without a client token, before any socket or slot is spent', async () => {
+      await expect(open(server)).rejects.toThrow('HTTP 401');
+      await expect(open(server, { headers: { authorization: 'Bearer wrong' } })).rejects.toThrow('HTTP 401');
+      expect(server.inspector.readers()).toBe(0);
     });
 
     it('accepts the client token as a bearer header or, from a browser, as a subprotocol', async () => {

@@ -106,8 +106,6 @@ export function requestSpec(machine: AnyStateMachine = requestMachine): ExploreS
         { type: 'request.admitted', replica: 'replica.a', t: 0 },
         { type: 'request.rejected', code: 'overloaded', message: 'queue full', t: 0 },
         { type: 'request.scheduled', replica: 'replica.a', t: 0 },
-        { type: 'request.scheduled', replica: 'replica.a', t: 0, prefilling: true },
-        { type: 'request.prefillStarted', t: 0 },
         { type: 'request.firstToken', t: 0 },
         { type: 'request.preempted', t: 0 },
         { type: 'request.interrupted', code: 'replica_failed', message: 'gpu fault', tokens: 3, t: 0 },

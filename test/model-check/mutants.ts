@@ -3,7 +3,7 @@ import { createMachine, type AnyStateMachine } from 'xstate';
 import { gpuMachine } from '../../machines/gpu.machine.ts';
 import { replicaMachine } from '../../machines/replica.machine.ts';
 
-type StateConfig = { on?: Record<string, unknown>; entry?: unknown; [k: string]: unknown };
+type StateConfig = { on?: Record<string, unknown>; entry?: unknown; after?: unknown; [k: string]: unknown };
 type States = Record<string, StateConfig>;
 
 // A copy of a machine with some of its top-level states replaced; named guards, actions and delays are kept.
@@ -14,6 +14,24 @@ function withStates(machine: AnyStateMachine, edit: (states: States) => States):
     machine.implementations as never,
   );
 }
+
+// A copy of a machine with its root-level transitions replaced.
+function withRootOn(
+  machine: AnyStateMachine,
+  edit: (on: Record<string, unknown>) => Record<string, unknown>,
+): AnyStateMachine {
+  const config = machine.config as { on?: Record<string, unknown> };
+  return createMachine({ ...machine.config, on: edit({ ...config.on }) } as never, machine.implementations as never);
+}
+
+// The root transition into `failed` as the replica machine declares it.
+const failTransition = (): { guard: string; target: string; actions: string[] } => {
+  const on = (replicaMachine.config as { on: Record<string, { guard: string; target: string; actions: string[] }> }).on;
+  const t = on['gpu.failed'];
+  if (!t || !Array.isArray(t.actions))
+    throw new Error('the replica has no root gpu.failed transition: update the mutant');
+  return t;
+};
 
 const state = (states: States, name: string): StateConfig => {
   const s = states[name];
@@ -33,10 +51,9 @@ export const replicaSkippingDraining = (): AnyStateMachine =>
 
 /** A replica that fails without handing its sequences back to the router. */
 export const replicaFailingWithoutInterrupting = (): AnyStateMachine =>
-  withStates(replicaMachine, (states) => {
-    const failed = state(states, 'failed');
-    const entry = (failed.entry as unknown[]).filter((a) => a !== 'interruptAll');
-    return { ...states, failed: { ...failed, entry } };
+  withRootOn(replicaMachine, (on) => {
+    const t = failTransition();
+    return { ...on, 'gpu.failed': { ...t, actions: t.actions.filter((a) => a !== 'interruptAll') } };
   });
 
 /** A replica that fails again (a new epoch, a new `replica.failed`) for every further fault in its gang. */
@@ -47,10 +64,7 @@ export const replicaFailingPerFault = (): AnyStateMachine =>
       ...states,
       failed: {
         ...failed,
-        on: {
-          ...failed.on,
-          'gpu.failed': { guard: 'newFailedGpu', target: 'failed', reenter: true, actions: 'addFailedGpu' },
-        },
+        on: { ...failed.on, 'gpu.failed': { ...failTransition(), target: 'failed', reenter: true } },
       },
     };
   });
@@ -61,12 +75,22 @@ export const replicaCountingReleasedFaults = (): AnyStateMachine =>
     guards: {
       newFailedGpu: ({ context, event }) =>
         event.type === 'gpu.failed' && context.gpus.includes(event.gpu) && !context.failedGpus.includes(event.gpu),
-      allReleasedAfterFault: ({ context, event }) =>
-        event.type === 'gpu.failed' &&
-        context.gpus.includes(event.gpu) &&
-        !context.failedGpus.includes(event.gpu) &&
-        context.released + context.failedGpus.length + 1 >= context.gpus.length,
     },
+  });
+
+/** A replica that never repeats a release: one lost `gpu.release` or `gpu.released` leaves it unloading forever. */
+export const replicaNeverRepeatingReleases = (): AnyStateMachine =>
+  withStates(replicaMachine, (states) => {
+    const { after: _u, ...unloading } = state(states, 'unloading');
+    const { after: _f, ...failed } = state(states, 'failed');
+    return { ...states, unloading, failed };
+  });
+
+/** A replica that never repeats an assignment: one lost `gpu.assign` or `gpu.loaded` leaves it loading forever. */
+export const replicaNeverRepeatingAssignments = (): AnyStateMachine =>
+  withStates(replicaMachine, (states) => {
+    const { after: _l, ...loading } = state(states, 'loading');
+    return { ...states, loading };
   });
 
 /** A GPU that can never be repaired once failed. */

@@ -7,6 +7,8 @@ import {
   replicaCountingReleasedFaults,
   replicaFailingPerFault,
   replicaFailingWithoutInterrupting,
+  replicaNeverRepeatingAssignments,
+  replicaNeverRepeatingReleases,
   replicaSkippingDraining,
 } from './mutants.ts';
 import { checkTensorParallel, orderDependent } from './tp-composition.ts';
@@ -61,6 +63,45 @@ describe('regression: a GPU that faults after it released the replica', () => {
     const r = checkTensorParallel({ gpus: 3, faults: 1, arrivals: 0 });
     expect(r.violations).toEqual([]);
     expect(orderDependent(r)).toEqual([]);
+  });
+});
+
+describe('a replica that never repeats a release', () => {
+  it('is caught stuck unloading, holding a GPU, once one release answer is lost', () => {
+    const r = checkTensorParallel({
+      gpus: 2,
+      faults: 0,
+      arrivals: 0,
+      losses: 1,
+      replica: replicaNeverRepeatingReleases(),
+    });
+    expect(properties(r)).toContain('the replica stops');
+    const v = r.violations.find((x) => x.property === 'the replica stops')!;
+    expect(v.detail).toContain('unloading');
+    expect(v.path).toContain('gpu.released from gpu.1 is lost');
+  });
+
+  it('is not caught without a lost message, and the real replica is not caught with one', () => {
+    expect(
+      checkTensorParallel({ gpus: 2, faults: 0, arrivals: 0, replica: replicaNeverRepeatingReleases() }).violations,
+    ).toEqual([]);
+    expect(checkTensorParallel({ gpus: 2, faults: 0, arrivals: 0, losses: 1 }).violations).toEqual([]);
+  });
+});
+
+describe('a replica that never repeats an assignment', () => {
+  it('is caught stuck loading once one answer is lost', () => {
+    const r = checkTensorParallel({
+      gpus: 2,
+      faults: 0,
+      arrivals: 0,
+      drain: false,
+      losses: 1,
+      replica: replicaNeverRepeatingAssignments(),
+    });
+    expect(properties(r)).toContain('the replica stops');
+    expect(r.violations.find((x) => x.property === 'the replica stops')!.detail).toContain('loading');
+    expect(checkTensorParallel({ gpus: 2, faults: 0, arrivals: 0, drain: false, losses: 1 }).violations).toEqual([]);
   });
 });
 

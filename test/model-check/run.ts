@@ -11,11 +11,15 @@ interface Run {
   options: TpOptions;
 }
 
+// One lost message and one early retry, with a fault and a unit of work.
+const LOSS = { faults: 1, arrivals: 1, losses: 1, retries: 1 } as const;
+
 const runs: Run[] = quick
   ? [
       { name: 'tp4', options: { gpus: 4, faults: 2, arrivals: 2 } },
       { name: 'tp2-full', options: { gpus: 2, faults: 2, arrivals: 2, downlink: 'fifo', pruneDeadReports: false } },
       { name: 'tp2', options: { gpus: 2, faults: 2, arrivals: 2 } },
+      { name: 'tp2-loss-fifo', options: { ...LOSS, gpus: 2, downlink: 'fifo', pruneDeadReports: false } },
     ]
   : [
       // The check `npm test` runs: eight ranks, two faults, a drain and three units of work (reaching saturation).
@@ -26,6 +30,9 @@ const runs: Run[] = quick
       // Four ranks with neither abstraction (per-GPU FIFO commands, every report delivered) against both.
       { name: 'tp4-full', options: { gpus: 4, faults: 2, arrivals: 2, downlink: 'fifo', pruneDeadReports: false } },
       { name: 'tp4', options: { gpus: 4, faults: 2, arrivals: 2 } },
+      // A lost assignment, release or answer, made up for by the replica's retries (one may fire at any point).
+      { name: 'tp4-loss', options: { ...LOSS, gpus: 4 } },
+      { name: 'tp2-loss-fifo', options: { ...LOSS, gpus: 2, downlink: 'fifo', pruneDeadReports: false } },
     ];
 
 // Pairs of runs that must reach the same outcomes: the abstraction against the plain model.
@@ -62,7 +69,7 @@ for (const [name, spec] of Object.entries(machineSpecs)) {
 }
 
 console.log(
-  '\nrun              gpus faults arrivals downlink prune    states  transitions  at-rest scenarios violations order-dep       ms',
+  '\nrun              gpus faults arrivals losses downlink prune    states  transitions  at-rest scenarios violations order-dep       ms',
 );
 const results: Record<string, TpReport> = {};
 const rows: Record<string, unknown>[] = [];
@@ -75,7 +82,7 @@ for (const { name, options } of runs) {
   problems += r.violations.length + dependent;
   const downlink = options.downlink ?? 'eager';
   console.log(
-    `${name.padEnd(16)} ${pad(options.gpus, 4)} ${pad(options.faults, 6)} ${pad(options.arrivals, 8)} ${downlink.padEnd(8)} ${((options.pruneDeadReports ?? true) ? 'yes' : 'no').padEnd(5)} ${pad(r.states, 9)} ` +
+    `${name.padEnd(16)} ${pad(options.gpus, 4)} ${pad(options.faults, 6)} ${pad(options.arrivals, 8)} ${pad(options.losses ?? 0, 6)} ${downlink.padEnd(8)} ${((options.pruneDeadReports ?? true) ? 'yes' : 'no').padEnd(5)} ${pad(r.states, 9)} ` +
       `${pad(r.transitions, 12)} ${pad(r.quiescent, 8)} ${pad(r.scenarios, 9)} ${pad(r.violations.length, 10)} ${pad(dependent, 9)} ${pad(ms, 8)}`,
   );
   for (const v of r.violations) console.log(`  ${v.property}: ${v.detail}\n    ${v.path.join(' → ')}`);

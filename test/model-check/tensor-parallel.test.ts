@@ -86,3 +86,34 @@ describe('the abstractions of the check', () => {
     expect(abstract.deadReportsDropped).toBeGreaterThan(0);
   });
 });
+
+describe('a tensor-parallel replica whose GPU commands or their answers are lost', () => {
+  it('repeats them until every GPU has answered, in every interleaving of a loss, a retry, a fault and a drain', () => {
+    const r = checkTensorParallel({ gpus: 3, faults: 1, arrivals: 1, losses: 1, retries: 1 });
+    console.log(
+      `TP-3 with a lost message: ${r.states} states, ${r.lossesExplored} losses, ${r.retriesExplored} retries`,
+    );
+    expect(describeViolations(r)).toEqual([]);
+    expect(orderDependent(r)).toEqual([]);
+    expect(r.lossesExplored).toBeGreaterThan(0);
+    expect(r.retriesExplored).toBeGreaterThan(0);
+    for (const [k, set] of r.outcomes) {
+      const s = JSON.parse(k) as { ownedFaults: number };
+      expect(JSON.parse([...set][0]!)).toMatchObject({ replica: 'stopped', failed: s.ownedFaults > 0 });
+    }
+  });
+
+  it('also recovers a lost assignment or release on per-GPU FIFO command links', () => {
+    const r = checkTensorParallel({
+      gpus: 2,
+      faults: 1,
+      arrivals: 1,
+      losses: 1,
+      retries: 1,
+      downlink: 'fifo',
+      pruneDeadReports: false,
+    });
+    expect(describeViolations(r)).toEqual([]);
+    expect(orderDependent(r)).toEqual([]);
+  });
+});

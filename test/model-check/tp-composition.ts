@@ -8,6 +8,11 @@
 //   so it commutes with everything but that GPU's own timers and fault, which in turn commute with the send;
 // - dead reports (`pruneDeadReports`): a report no reachable replica state handles is dropped on arrival in the link.
 // Both are cross-checked against the plain model (per-GPU FIFO commands, every report delivered) by the tests.
+//
+// The replica's retries (`after` transitions that repeat unanswered assignments and releases) are explored too: a
+// retry may fire at any point `retries` times, and after that whenever nothing but the environment (a fault, a loss)
+// can act, which is what a retry period longer than any message round trip means. The environment may lose
+// `losses` assignments, releases or their answers, so a replica that does not repeat them is caught stuck.
 import {
   initialTransition,
   transition,
@@ -17,7 +22,7 @@ import {
 } from 'xstate';
 import { gpuMachine } from '../../machines/gpu.machine.ts';
 import { replicaMachine } from '../../machines/replica.machine.ts';
-import { liveEventTypes, pendingTimers, pureStepper, type Action } from './pure.ts';
+import { liveEventTypes, pendingTimers, pureStepper } from './pure.ts';
 import { worldKeys, type Gpu, type Msg, type World } from './tp-world.ts';
 
 /** The size of the composition and the machines under test. */
@@ -32,6 +37,13 @@ export interface TpOptions {
   saturateAt?: number;
   /** Whether a drain may be requested at any point (default true). */
   drain?: boolean;
+  /**
+   * Messages the environment may lose (default 0): a `gpu.loaded` or `gpu.released` on its way back, or (with FIFO
+   * commands) a `gpu.assign` or `gpu.release` on its way down. The retries must make up for each one.
+   */
+  losses?: number;
+  /** Times a replica retry may fire at any point (default 0); beyond that it fires only when nothing else can act. */
+  retries?: number;
   /**
    * `eager` (default): a command from the replica reaches its GPU at once; `fifo`: it waits in a per-GPU FIFO until
    * the checker delivers it. Both ways every GPU's reports to the control plane wait in their own FIFO.
@@ -77,9 +89,19 @@ export interface TpReport {
   deadReportsDropped: number;
   /** The replica states the composition visited (dotted paths). */
   replicaStates: string[];
+  /** Explored steps in which the environment lost a message, and in which a replica retry fired. */
+  lossesExplored: number;
+  retriesExplored: number;
 }
 
 const REPLICA_ID = 'replica.big@v1#0';
+
+/** Messages the environment may lose: the ones the replica's retries repeat (or whose answers they ask again). */
+const LOSABLE = new Set(['gpu.assign', 'gpu.release', 'gpu.loaded', 'gpu.released']);
+/** A replica timer that repeats unanswered commands (`assignRetry`, `releaseRetry`). */
+const isRetry = (timer: string): boolean => timer.split('.')[2]!.endsWith('Retry');
+/** A step of the environment rather than of the system: a fault or a lost message. */
+const environment = (label: string): boolean => label.endsWith(' faults') || label.endsWith(' is lost');
 
 /** Runs the exhaustive exploration and checks every property along the way. */
 export function checkTensorParallel(o: TpOptions): TpReport {
@@ -91,6 +113,8 @@ export function checkTensorParallel(o: TpOptions): TpReport {
   const pruneDead = o.pruneDeadReports ?? true;
   const maxStates = o.maxStates ?? 5_000_000;
   const maxViolations = o.maxViolations ?? 5;
+  const losses = o.losses ?? 0;
+  const retries = o.retries ?? 0;
   const replicaInput = {
     id: REPLICA_ID,
     model: 'big',
@@ -104,6 +128,8 @@ export function checkTensorParallel(o: TpOptions): TpReport {
   const seenProperties = new Set<string>();
   let staleResultsDelivered = 0;
   let deadReportsDropped = 0;
+  let lossesExplored = 0;
+  let retriesExplored = 0;
 
   // Cached pure transitions of both machines (every GPU runs as the same canonical GPU, index 0).
   const replicaSteps = pureStepper(rm, replicaInput);
@@ -118,7 +144,16 @@ export function checkTensorParallel(o: TpOptions): TpReport {
     let [g] = initialTransition(gm, { index: 0 });
     [g] = transition(gm, g, { type: 'gpu.register' });
     [g] = transition(gm, g, { type: 'gpu.probed' });
-    gpus0.push({ snap: g, exec: null, down: [], up: [], owner: true, ownedFault: false, freeFault: false });
+    gpus0.push({
+      snap: g,
+      exec: null,
+      down: [],
+      up: [],
+      owner: true,
+      ownedFault: false,
+      freeFault: false,
+      releaseHeard: false,
+    });
   }
 
   const clone = (w: World): World => ({ ...w, gpus: [...w.gpus], failedEpochs: [...w.failedEpochs] });
@@ -241,19 +276,21 @@ export function checkTensorParallel(o: TpOptions): TpReport {
             if (ev.to === 'placement') toPlacement(w, ev.msg);
             break;
           }
+          // The factory's commands: to the GPUs that have not answered (loaded; released or failed) yet.
           case 'assignGpus':
             for (const i of gang)
-              sendDown(w, i, {
-                type: 'gpu.assign',
-                replica: REPLICA_ID,
-                epoch: c['gpuEpoch'],
-                loadMs: 100,
-                unloadMs: 50,
-              });
+              if (!(c['loadedGpus'] as number[]).includes(i))
+                sendDown(w, i, {
+                  type: 'gpu.assign',
+                  replica: REPLICA_ID,
+                  epoch: c['gpuEpoch'],
+                  loadMs: 100,
+                  unloadMs: 50,
+                });
             break;
           case 'releaseGpus':
             for (const i of gang)
-              if (!(c['failedGpus'] as number[]).includes(i))
+              if (!(c['failedGpus'] as number[]).includes(i) && !(c['releasedGpus'] as number[]).includes(i))
                 sendDown(w, i, { type: 'gpu.release', replica: REPLICA_ID, epoch: c['gpuEpoch'] });
             break;
           case 'dispatchStep':
@@ -305,7 +342,10 @@ export function checkTensorParallel(o: TpOptions): TpReport {
     setGpu(w, i, { up: rest });
     if (to === 'placement') {
       if (m.type === 'gpu.failed' && w.gpus[i]!.owner) toReplica(w, { type: 'gpu.failed', gpu: i, code: m['code'] });
-    } else if (to === REPLICA_ID) toReplica(w, m);
+    } else if (to === REPLICA_ID) {
+      if (m.type === 'gpu.released') setGpu(w, i, { releaseHeard: true });
+      toReplica(w, m);
+    }
   };
 
   // Dead reports: a report whose event type no state the replica can still reach handles (by the machine's declared
@@ -369,7 +409,9 @@ export function checkTensorParallel(o: TpOptions): TpReport {
       if (w.faults < o.faults && !g.snap.matches('failed'))
         branch(`gpu.${i} faults`, (x) => {
           x.faults++;
-          const owned = g.snap.hasTag('holdsGpu') || g.down.some((d) => d.type === 'gpu.assign');
+          // Held, or about to be, or released without the replica having heard it (nor about to: the answer is queued).
+          const unanswered = g.owner && !g.releaseHeard && !g.up.some(([, m]) => m.type === 'gpu.released');
+          const owned = g.snap.hasTag('holdsGpu') || g.down.some((d) => d.type === 'gpu.assign') || unanswered;
           setGpu(x, i, owned ? { ownedFault: true } : { freeFault: true });
           gpuEvent(x, i, { type: 'gpu.fault', code: 'xid_79' });
         });
@@ -385,9 +427,41 @@ export function checkTensorParallel(o: TpOptions): TpReport {
         x.work++;
         toReplica(x, { type: 'work.available' });
       });
-    if (w.registered)
-      for (const t of pendingTimers(w.replica))
-        branch(`replica ${t.split('.')[2]} elapses`, (x) => toReplica(x, { type: t }));
+    for (let i = 0; i < n && w.lost < losses; i++) {
+      const g = w.gpus[i]!;
+      const up = g.up[0]?.[1];
+      if (up && LOSABLE.has(up.type))
+        branch(`${up.type} from gpu.${i} is lost`, (x) => {
+          x.lost++;
+          lossesExplored++;
+          const rest = g.up.slice(1);
+          // A fault reported behind the lost answer now reaches a replica that still counts the GPU as its own.
+          const next = rest.find(([, m]) => m.type === 'gpu.released' || m.type === 'gpu.failed')?.[1];
+          const reclassify =
+            up.type === 'gpu.released' && g.freeFault && !g.releaseHeard && next?.type === 'gpu.failed';
+          setGpu(x, i, { up: rest, ...(reclassify ? { freeFault: false, ownedFault: true } : {}) });
+        });
+      const down = g.down[0];
+      if (down && LOSABLE.has(down.type))
+        branch(`${down.type} to gpu.${i} is lost`, (x) => {
+          x.lost++;
+          lossesExplored++;
+          setGpu(x, i, { down: g.down.slice(1) });
+        });
+    }
+    if (!w.registered) return out;
+    const timers = pendingTimers(w.replica);
+    for (const t of timers.filter((t) => !isRetry(t)))
+      branch(`replica ${t.split('.')[2]} elapses`, (x) => toReplica(x, { type: t }));
+    // A retry fires early while the budget lasts, and otherwise once nothing but the environment can act.
+    const early = w.retried < retries;
+    if (early || out.every(([l]) => environment(l)))
+      for (const t of timers.filter(isRetry))
+        branch(`replica ${t.split('.')[2]} elapses`, (x) => {
+          if (early) x.retried++;
+          retriesExplored++;
+          toReplica(x, { type: t });
+        });
     return out;
   };
 
@@ -454,6 +528,8 @@ export function checkTensorParallel(o: TpOptions): TpReport {
     drained: false,
     failedEpochs: [],
     faultWhileServing: false,
+    lost: 0,
+    retried: 0,
   };
   const first = clone(start);
   toReplica(first, { type: 'replica.start' });
@@ -481,7 +557,7 @@ export function checkTensorParallel(o: TpOptions): TpReport {
     for (const [key, w, sigs] of frontier) {
       currentPath = () => pathOf(key, branchLabel);
       const succ = successors(w, sigs);
-      if (succ.every(([l]) => l.endsWith(' faults'))) {
+      if (succ.every(([l]) => environment(l))) {
         branchLabel = '(at rest)';
         quiescent++;
         atRest(w);
@@ -510,6 +586,8 @@ export function checkTensorParallel(o: TpOptions): TpReport {
     staleResultsDelivered,
     deadReportsDropped,
     replicaStates: [...replicaStates].sort(),
+    lossesExplored,
+    retriesExplored,
   };
 }
 

@@ -19,6 +19,9 @@ export interface Gpu {
   ownedFault: boolean;
   /** It faulted after it had released the replica. */
   freeFault: boolean;
+  /** Its answer to a release reached the replica. Until one does (an answer can be lost), the replica still counts
+   * the GPU as its own, so a fault in the meantime is a fault of the replica's GPU. */
+  releaseHeard: boolean;
 }
 
 /** One state of the composition. */
@@ -39,6 +42,10 @@ export interface World {
   failedEpochs: number[];
   /** A fault reached the replica while it was loading, ready or draining (so it must fail). */
   faultWhileServing: boolean;
+  /** Messages the environment lost so far. */
+  lost: number;
+  /** Replica retries fired while other things could still happen. */
+  retried: number;
 }
 
 const ctx = (s: AnyMachineSnapshot): Record<string, unknown> => s.context as Record<string, unknown>;
@@ -76,7 +83,9 @@ export function worldKeys(): { signatures(w: World): number[]; worldKey(w: World
       const exec = g.exec ? `${g.exec.epoch}.${g.exec.step}` : '-';
       const down = g.down.map(msgId).join(' ');
       const up = g.up.map(([to, m]) => `${to}>${msgId(m)}`).join(' ');
-      sig = name(`${gpuSnapId(g.snap)}|${exec}|${down}|${up}|${+g.owner}${+g.ownedFault}${+g.freeFault}`);
+      sig = name(
+        `${gpuSnapId(g.snap)}|${exec}|${down}|${up}|${+g.owner}${+g.ownedFault}${+g.freeFault}${+g.releaseHeard}`,
+      );
       gpuSigs.set(g, sig);
     }
     return sig;
@@ -102,7 +111,9 @@ export function worldKeys(): { signatures(w: World): number[]; worldKey(w: World
       replicaCanon.set(w.replica, (rk = name(JSON.stringify(['replica', w.replica.value, w.replica.status, rc]))));
     }
     const flags = `${+w.registered}${+w.inflight}${+w.saturated}${+w.drained}${+w.faultWhileServing}`;
-    const counts = `${w.work},${w.arrived},${w.completed},${w.interrupted},${w.faults},${w.failedEpochs.join('/')}`;
+    const counts =
+      `${w.work},${w.arrived},${w.completed},${w.interrupted},${w.faults},${w.lost},${w.retried},` +
+      w.failedEpochs.join('/');
     return `${rk}:${flags}:${counts}:${[...sigs].sort((a, b) => a - b).join(',')}`;
   };
 

@@ -139,7 +139,7 @@ function driveReplica(
     onInterrupted: (seqs: Sequence[]) => interrupted.push(...seqs.map((s) => s.id)),
   });
   r.actor.send({ type: 'replica.start' });
-  for (const g of GANG) runtime.send(r.id, { type: 'gpu.loaded', gpu: g, epoch: 1 });
+  for (const g of GANG) runtime.send(r.id, { type: 'gpu.loaded', gpu: g, replica: r.id, epoch: 1 });
   const listener = {
     scheduled: () => {},
     preempted: () => {},
@@ -161,9 +161,13 @@ function driveReplica(
     );
   }
   const step = r.actor.getSnapshot().context.step;
-  const results = GANG.filter((g) => failedReports || g !== FAILED).map(
-    (g) => ({ type: 'step.completed', gpu: g, epoch: 1, step }) as Msg,
-  );
+  const results = GANG.filter((g) => failedReports || g !== FAILED).map((g): Msg => ({
+    type: 'step.completed',
+    gpu: g,
+    replica: r.id,
+    epoch: 1,
+    step,
+  }));
   const order: Msg[] = [...results];
   order.splice(Math.min(pos, order.length), 0, { type: 'gpu.failed', gpu: FAILED, code: 'xid_79' });
   for (const m of order) runtime.send(r.id, m);

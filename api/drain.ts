@@ -1,0 +1,70 @@
+// Graceful stop at the edge: once draining, new requests are refused (model_unavailable, retry later) while the
+// ones already accepted run on until a deadline; then each one still open is cancelled, so it gets exactly one
+// terminal event, and the drain resolves when the control plane holds none.
+import { failure } from '../machines/outcomes.ts';
+import type { Clock } from '../runtime/clock.ts';
+import type { Accepted, Serving } from './serving.ts';
+
+/** How often the drain looks at what is left (ms). */
+const POLL_MS = 25;
+/** Longest wait for cancelled requests to reach their terminal event after the deadline (ms). */
+const SETTLE_MS = 2_000;
+
+/** A Serving that can be drained. */
+export interface DrainGate {
+  /** The wrapped Serving: refuses new requests once draining, tracks accepted ones. */
+  readonly serving: Serving;
+  draining(): boolean;
+  /** Starts draining; resolves when `live()` is 0 (cancelling what is left at the deadline). */
+  drain(deadlineMs: number, live: () => number): Promise<void>;
+}
+
+/** Wraps `inner` so that it can be drained. */
+export function createDrainGate(inner: Serving, clock: Clock): DrainGate {
+  let draining = false;
+  const open = new Map<string, Accepted>();
+  const serving: Serving = {
+    ...inner,
+    submit: (req, sink) => {
+      if (draining) {
+        return {
+          ok: false,
+          failure: { ...failure('model_unavailable', 'the server is shutting down'), retryAfterMs: 1000 },
+        };
+      }
+      let id = '';
+      let ended = false;
+      const forget = (): void => {
+        ended = true;
+        open.delete(id);
+      };
+      const r = inner.submit(req, {
+        tokens: (seq, n, text) => sink.tokens(seq, n, text),
+        done: (d) => {
+          forget();
+          sink.done(d);
+        },
+        failed: (f) => {
+          forget();
+          sink.failed(f);
+        },
+      });
+      if (r.ok && !ended) {
+        id = r.request;
+        open.set(id, r);
+      }
+      return r;
+    },
+  };
+  const wait = (ms: number): Promise<void> => new Promise((resolve) => clock.setTimeout(resolve, ms));
+  const drain = async (deadlineMs: number, live: () => number): Promise<void> => {
+    draining = true;
+    const until = clock.now() + deadlineMs;
+    while (live() > 0 && clock.now() < until) await wait(POLL_MS);
+    // Past the deadline: whatever is still open is cancelled, which ends it with one typed terminal event.
+    for (const a of [...open.values()]) a.cancel();
+    const settleBy = clock.now() + SETTLE_MS;
+    while ((live() > 0 || open.size > 0) && clock.now() < settleBy) await wait(POLL_MS);
+  };
+  return { serving, draining: () => draining, drain };
+}
