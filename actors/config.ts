@@ -1,5 +1,6 @@
 // The deployment and scenario file: validated at load, every error naming its field, defaults filled in one place.
 import { readFileSync, statSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { parse } from 'yaml';
 import {
   arr,
@@ -21,6 +22,7 @@ import {
 import { GPU_PROFILES, MODEL_PROFILES } from './gpu/profiles.ts';
 import { DEFAULT_EJECTION } from './router/health.ts';
 import type { ClassLimits } from './router/router.ts';
+import { engineFields, engineOf, prepareModelFiles } from './engine-config.ts';
 import { checkPlacementSections, detectionSchema, placementSchema, plannerSchema } from './placement/config.ts';
 
 /** Largest scenario file read (bytes): checked before it is read or parsed. */
@@ -80,6 +82,7 @@ const modelFields = obj({
   classes: optional(record(classSchema, { max: 8 })),
   resume: dflt(obj({ maxResumes: dflt(int({ min: 0, max: 10 }), 1), budgetMs: dflt(pos, 30_000) }), {}),
   estimate: dflt(oneOf('maxTokens', 'oracle'), 'maxTokens'),
+  ...engineFields,
 });
 
 /** A model: everything that can be known from its own entry is checked here (versions, tp against the profile). */
@@ -114,7 +117,9 @@ const modelSchema = refine(modelFields, (m, refuse) => {
       shedAt: given.shedAt ?? (rank === 0 ? 1 : 0.5),
     };
   });
-  const b = m.batching;
+  const real = engineOf(m, m.batching, refuse);
+  // A llama.cpp engine's real cache bounds the ledger: slots, cells per sequence, one batch.
+  const b = real ? { ...m.batching, ...real.limits } : m.batching;
   const maxContext = b.maxContext ?? profile.maxContext;
   return {
     name: m.name,
@@ -138,6 +143,7 @@ const modelSchema = refine(modelFields, (m, refuse) => {
     classes,
     resume: m.resume,
     estimate: m.estimate,
+    ...(real ? { engine: real.engine, ...(m.generate ? { generate: m.generate } : {}) } : {}),
   };
 });
 
@@ -331,5 +337,9 @@ export function loadScenario(path: string): Scenario {
   } catch (e) {
     throw new ConfigError('(yaml)', (e as Error).message);
   }
-  return normalizeScenario(raw);
+  const scenario = normalizeScenario(raw);
+  // Engine files are resolved against the config's folder and checked before anything starts.
+  const bad = prepareModelFiles(scenario.models, dirname(resolve(path)));
+  if (bad) throw new ConfigError(bad[0], bad[1]);
+  return scenario;
 }
