@@ -146,9 +146,12 @@ export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: Co
     onInterrupted: (seqs, reason) => (mutations.dropInterrupted ? undefined : resumer.interrupted(seqs, reason)),
     onReplicaReady: (r) => resumer.replicaReady(r),
     held: (model) => held.count(model),
+    // The engine's cache or tokens disagree with the ledger: a broken invariant, live or simulated.
+    onEngineMismatch: (r, problem) => invariants.violations.push(`${r.id}: ${problem}`),
     onStep: (r, plan) => {
       collector.estimate('stepMs', plan.predictedMs, clock.now() - plan.dispatchedAt);
-      health.step(r.id, plan.predictedMs, clock.now() - plan.dispatchedAt);
+      // A real engine's steps are not judged against the roofline (uncalibrated, it is not the engine's time).
+      if (!r.engine) health.step(r.id, plan.predictedMs, clock.now() - plan.dispatchedAt);
       invariants.step(r, plan, clock.now());
       cp.onStep?.(r, plan);
       resumer.stepCompleted(r);

@@ -5,6 +5,8 @@ import { stateName } from '../machines/state-name.ts';
 import { replicaMachine, type ReplicaContext, type ReplicaTag } from '../machines/replica.machine.ts';
 import { failure, type OutcomeCode } from '../machines/outcomes.ts';
 import type { Runtime } from '../runtime/system.ts';
+import type { MessageOf, WireEngineSpec } from '../machines/messages.ts';
+import { createEngineSteps, type EngineSteps } from './replica-engine.ts';
 import {
   createContinuousBatcher,
   type ContinuousBatcher,
@@ -39,6 +41,8 @@ export interface ReplicaHandle {
   readonly gpus: readonly number[];
   readonly epoch: number;
   readonly cost: CostModel;
+  /** The real engine its steps run on, or null under the cost model. */
+  readonly engine: WireEngineSpec | null;
   /** The KV block and slot ledger; for a stateless replica it stays empty beside the dynamic batcher. */
   readonly batcher: ContinuousBatcher;
   readonly actor: ActorRefFrom<typeof replicaMachine>;
@@ -80,6 +84,10 @@ export interface ReplicaOptions {
   onInterrupted(seqs: Sequence[], reason: OutcomeCode): void;
   /** Called after each applied step (invariant checks, metrics). */
   onStep?(replica: ReplicaHandle, plan: StepPlan): void;
+  /** A real engine runs the replica's steps (one host over all its GPUs); absent: the node's cost model. */
+  engine?: WireEngineSpec;
+  /** The engine's report disagrees with the ledger (a token missing, a cache smaller than the limits). */
+  onEngineMismatch?(replica: ReplicaHandle, problem: string): void;
 }
 
 /** How often a replica repeats GPU releases that have not been answered (assignments: at least the load time). */
@@ -134,7 +142,10 @@ function planStateless(stateless: StatelessBatcher, ledger: StepLedger, now: num
 
 /** The replica's GPU commands: assignments and releases to the GPUs that have not answered yet. */
 function gpuCommands(runtime: Runtime, o: ReplicaOptions, loadMs: number, unloadMs: number) {
-  const extra = o.slowdown && o.slowdown > 1 ? { slowdown: o.slowdown } : {};
+  const extra = {
+    ...(o.slowdown && o.slowdown > 1 ? { slowdown: o.slowdown } : {}),
+    ...(o.engine ? { engine: o.engine } : {}),
+  };
   return {
     assign: (c: ReplicaContext): void => {
       for (const g of c.gpus) {
@@ -163,6 +174,23 @@ function gpuCommands(runtime: Runtime, o: ReplicaOptions, loadMs: number, unload
   };
 }
 
+/** An engine's one report for all ranks: its sampled tokens go on the sequences, then every rank counts as done. */
+function engineCompleted(
+  msg: MessageOf<'step.completed'>,
+  ledger: StepLedger,
+  engine: EngineSteps | null,
+  send: (e: MessageOf<'step.completed'>) => void,
+  mismatch: (problem: string) => void,
+): void {
+  if (msg.step !== ledger.step || msg.epoch !== ledger.epoch || !ledger.plan || !engine) return;
+  const problem = engine.apply(ledger.plan, msg);
+  if (problem) mismatch(problem);
+  for (const g of msg.ranks ?? []) {
+    ledger.reported.push(g);
+    send({ type: 'step.completed', gpu: g, replica: msg.replica, epoch: msg.epoch, step: msg.step });
+  }
+}
+
 /** Creates and starts a replica actor registered as its system id. */
 export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandle {
   const { clock } = runtime;
@@ -181,6 +209,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
   const loadMs = o.cost.loadS() * 1000;
   const unloadMs = 1000;
   const gpu = gpuCommands(runtime, o, loadMs, unloadMs);
+  const engine: EngineSteps | null = o.engine ? createEngineSteps(o.id, o.limits) : null;
   const stats: StepStats = { count: 0, batchSizeSum: 0, tokens: 0, predictedMs: 0, busyMs: 0 };
   const ledger: StepLedger = { plan: null, batch: null, step: -1, epoch: -1, reported: [], saturated: false, stats };
 
@@ -210,7 +239,10 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
         const prefill = plan.shape.prefill.map((c) => [c.tokens, c.cached]);
         const shape = { prefill, decodeBatch: plan.shape.decodeBatch, decodeContext: plan.shape.decodeContext };
         const { id, epoch, step, gpus } = context;
-        runtime.send('node', { type: 'step.execute', replica: id, epoch, step, gpus: [...gpus], shape });
+        const wire = engine?.wire(plan, batcher.runningList());
+        if (wire?.free.length) runtime.send('node', { type: 'seq.free', replica: id, epoch, seqs: wire.free });
+        const items = wire ? { open: wire.open, items: wire.items } : {};
+        runtime.send('node', { type: 'step.execute', replica: id, epoch, step, gpus: [...gpus], shape, ...items });
       },
       completeStep: () => {
         const { plan, batch } = ledger;
@@ -237,6 +269,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
         ledger.batch = null;
       },
       interruptAll: () => {
+        engine?.reset();
         stateless?.abortAll(failure('replica_failed', `replica ${o.id} failed with the batch in flight`));
         const seqs = batcher.evictAll();
         if (seqs.length > 0) o.onInterrupted(seqs, 'replica_failed');
@@ -262,6 +295,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
       return actor.getSnapshot().context.epoch;
     },
     cost: o.cost,
+    engine: o.engine ?? null,
     batcher,
     actor,
     state: () => stateName(actor.getSnapshot().value),
@@ -282,8 +316,17 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
     },
   };
   runtime.register(o.id, (msg) => {
+    const { epoch } = actor.getSnapshot().context;
     switch (msg.type) {
       case 'step.completed':
+        if (msg.ranks)
+          return engineCompleted(
+            msg,
+            ledger,
+            engine,
+            (e) => actor.send(e),
+            (p) => o.onEngineMismatch?.(handle, p),
+          );
         if (msg.step === ledger.step && msg.epoch === ledger.epoch) ledger.reported.push(msg.gpu);
         return actor.send(msg);
       case 'gpu.loaded':
@@ -293,6 +336,8 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
       // A request leaving (cancelled, expired) is the batcher's business, not a change of the replica's state.
       case 'request.withdraw':
         if (!batcher.withdraw(msg.id)) stateless?.cancel(msg.id);
+        // The engine frees the cancelled sequence's cells at once (after the step it may be running in).
+        if (engine?.withdrawn(msg.id)) runtime.send('node', { type: 'seq.free', replica: o.id, epoch, seqs: [msg.id] });
         return;
     }
   });

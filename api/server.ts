@@ -13,7 +13,7 @@ import { createBoundedCollector } from './bounded-collector.ts';
 import { DEFAULT_MAX_BUFFERED, attachWsServer, isLoopback, tokenSet, type WsServer } from '../transport/ws.ts';
 import { createServerMetrics, type ServerMetrics } from './metrics.ts';
 import { startNodeLink, type NodeLink } from '../actors/node-link.ts';
-import { createServing, type Serving } from './serving.ts';
+import { createServing, type PromptTokenizer, type Serving } from './serving.ts';
 import { createStreamApi, type StreamApi } from './stream-api.ts';
 import { createInspectorRoutes, type InspectorRoutes } from '../inspector/server.ts';
 import { LOOPBACK_HOSTS, hostAllowed, hostName, originAllowed, type EdgePolicy } from './http/edge.ts';
@@ -62,6 +62,8 @@ export interface ServerOptions {
   minTokenLength?: number;
   clock?: Clock;
   log?(line: string): void;
+  /** The tokenizers of models served by a real engine, by model name (serve loads them before it starts). */
+  tokenizers?: ReadonlyMap<string, PromptTokenizer>;
   /** Extra fields for /admin/status. */
   status?(): Record<string, unknown>;
 }
@@ -144,7 +146,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   });
   const metrics = createServerMetrics(cp, node);
   cp.onStep = (r, plan) => metrics.step(r.model, plan.entries.length);
-  const gate = createDrainGate(createServing(cp, node, metrics), clock);
+  const gate = createDrainGate(createServing(cp, node, metrics, opts.tokenizers), clock);
   const serving = gate.serving;
   const maxBufferedBytes = opts.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED;
   const streams = createStreamApi(serving, metrics, {

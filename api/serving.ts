@@ -18,6 +18,37 @@ export interface ServeRequest {
   deadlineMs?: number;
   /** Whether token events carry text. */
   text: boolean;
+  /** OpenAI sampling parameters; they reach a real engine (the cost model ignores them). */
+  sampling?: SamplingRequest;
+}
+
+/** Sampling a client asks for: temperature (0 = greedy, the default), top_p, seed, stop strings. */
+export interface SamplingRequest {
+  temperature?: number;
+  topP?: number;
+  seed?: number;
+  stop?: readonly string[];
+}
+
+/** A model's own tokenizer (a real engine's): prompt text to token ids. */
+export interface PromptTokenizer {
+  tokenize(text: string): number[];
+}
+
+/** The prompt as a real engine's model tokenizes it, or null for a cost-model model (counted by estimate). */
+function engineInput(
+  tokenizer: PromptTokenizer | undefined,
+  req: ServeRequest,
+): { prompt: number[]; sampling: SamplingRequest } | null {
+  if (!tokenizer) return null;
+  const s = req.sampling ?? {};
+  const sampling = {
+    ...(s.temperature !== undefined ? { temperature: s.temperature } : {}),
+    ...(s.topP !== undefined ? { topP: s.topP } : {}),
+    ...(s.seed !== undefined ? { seed: s.seed } : {}),
+    ...(s.stop !== undefined && s.stop.length > 0 ? { stop: [...s.stop] } : {}),
+  };
+  return { prompt: tokenizer.tokenize(req.prompt ?? ''), sampling };
 }
 
 /** How a request ended well. */
@@ -63,9 +94,16 @@ export interface Serving {
 const finite = (x: number): number => (Number.isFinite(x) && x >= 0 ? Math.round(x * 1000) / 1000 : 0);
 
 /** Wraps a control plane for client APIs; every outcome also feeds the metrics. */
-export function createServing(cp: ControlPlane, node: NodeLink, metrics: ServerMetrics): Serving {
+export function createServing(
+  cp: ControlPlane,
+  node: NodeLink,
+  metrics: ServerMetrics,
+  tokenizers: ReadonlyMap<string, PromptTokenizer> = new Map(),
+): Serving {
   const submit = (req: ServeRequest, sink: StreamSink): Accepted | { ok: false; failure: Failure } => {
-    const promptTokens = req.promptTokens ?? estimateTokens(req.prompt ?? '');
+    // A real engine's prompt is counted by its own tokenizer (routing, admission, usage); else it is estimated.
+    const engine = engineInput(tokenizers.get(req.model), req);
+    const promptTokens = engine ? engine.prompt.length : (req.promptTokens ?? estimateTokens(req.prompt ?? ''));
     const seed = textSeed(`${req.model}\u0000${req.prompt ?? String(promptTokens)}`);
     let accepted = false;
     let firstSchedule = -1;
@@ -77,15 +115,18 @@ export function createServing(cp: ControlPlane, node: NodeLink, metrics: ServerM
         promptTokens,
         maxTokens: req.maxTokens,
         outputTokens: req.maxTokens,
+        ...(engine ? { engine } : {}),
         ...(req.deadlineMs !== undefined ? { deadlineMs: req.deadlineMs } : {}),
       },
       {
         accepted: () => {
           accepted = true;
         },
-        tokens: (_id, seq, n, t) => {
+        tokens: (_id, seq, n, t, text) => {
           if (firstSchedule < 0) firstSchedule = t;
-          sink.tokens(seq, n, req.text ? textRange(seed, seq, n) : undefined);
+          // A real engine's text as it sampled it; the cost model's words otherwise.
+          const words = engine ? (text ?? '') : textRange(seed, seq, n);
+          sink.tokens(seq, n, req.text ? words : undefined);
         },
         terminal: (_id, o) => {
           metrics.outcome(req.model, o);

@@ -3,6 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { ConfigError, loadScenario, type Scenario } from '../actors/config.ts';
+import type { PromptTokenizer } from '../api/serving.ts';
 import { createWallClock } from '../runtime/clock.ts';
 import { MIN_TOKEN_LENGTH, ServeError, startServer, type RunningServer } from '../api/server.ts';
 import { superviseWorker, type WorkerSupervisor } from '../actors/worker-supervisor.ts';
@@ -63,6 +64,24 @@ function takeEnv(name: string): string | undefined {
   return v === '' ? undefined : v;
 }
 
+/** The tokenizers of the models a real engine serves (node-llama-cpp is imported only when there are some). */
+async function loadTokenizers(
+  scenario: Scenario,
+): Promise<{ ok: true; map: Map<string, PromptTokenizer> } | { ok: false; message: string }> {
+  const map = new Map<string, PromptTokenizer>();
+  const engines = scenario.models.filter((m) => m.engine);
+  if (engines.length === 0) return { ok: true, map };
+  const { loadTokenizer } = await import('../actors/engine/tokenizer.ts');
+  for (const m of engines) {
+    try {
+      map.set(m.name, await loadTokenizer(m.engine!.file));
+    } catch (e) {
+      return { ok: false, message: `model ${m.name}: ${(e as Error).message}` };
+    }
+  }
+  return { ok: true, map };
+}
+
 /** Runs `serve` until SIGINT/SIGTERM; resolves with the exit code. */
 export async function runServeCommand(argv: string[]): Promise<number> {
   const args = parseOrUsage('serve', USAGE, argv, FLAGS, { maxPositionals: 0 });
@@ -82,6 +101,11 @@ export async function runServeCommand(argv: string[]): Promise<number> {
       return 2;
     }
     throw e;
+  }
+  const tokenizers = await loadTokenizers(scenario);
+  if (!tokenizers.ok) {
+    process.stderr.write(`switchyard serve: ${tokenizers.message}\n`);
+    return 2;
   }
   const { executor } = f;
   const timeScale = f['time-scale'];
@@ -112,6 +136,7 @@ export async function runServeCommand(argv: string[]): Promise<number> {
       ...(f['request-timeout-ms'] !== undefined ? { requestTimeoutMs: f['request-timeout-ms'] } : {}),
       clock,
       log,
+      tokenizers: tokenizers.map,
       status: () => ({
         worker: {
           pid: supervisor?.pid() ?? null,
@@ -199,6 +224,8 @@ function printBanner(
   out(
     `  backend        simulated (${o.executor} executor${o.executor === 'cost-model' ? `, time scale ${o.timeScale}` : ''}; text is deterministic pseudo-text)`,
   );
+  for (const m of scenario.models.filter((x) => x.engine))
+    out(`  engine         ${m.name}: llama.cpp on ${m.engine!.file} (real tokens; one engine host per replica)`);
   out(`  OpenAI HTTP    ${server.url}/v1  (POST /v1/chat/completions, /v1/completions, GET /v1/models)`);
   out(`  streaming      ${server.wsUrl}  (subprotocols switchyard.v1.msgpack, switchyard.v1.json)`);
   out(`  metrics        ${server.url}/metrics    health ${server.url}/healthz    ready ${server.url}/readyz`);

@@ -30,7 +30,9 @@ export type GpuEvent =
   | { type: 'gpu.assign'; replica: string; epoch: number; loadMs: number; unloadMs: number }
   | { type: 'gpu.release'; replica: string; epoch: number }
   | { type: 'gpu.fault'; code: string }
-  | { type: 'gpu.repair' };
+  | { type: 'gpu.repair' }
+  /** A real engine's host over this GPU finished loading (its health probe answered): loading ends now. */
+  | { type: 'gpu.engineLoaded' };
 
 /** A GPU has no output: it lives as long as its node agent. */
 export type GpuOutput = never;
@@ -154,6 +156,7 @@ export const gpuMachine = setup({
       },
       states: {
         loading: {
+          on: { 'gpu.engineLoaded': { target: 'serving', actions: 'reportLoaded' } },
           after: {
             loadTime: {
               target: 'serving',

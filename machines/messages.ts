@@ -9,6 +9,43 @@ export interface WireStepShape {
   decodeContext: number;
 }
 
+/** A real engine a replica runs on (llama.cpp): the worker starts one host over all of the replica's GPUs. */
+export interface WireEngineSpec {
+  kind: 'llama.cpp';
+  file: string;
+  contextTokens: number;
+  sequences: number;
+  threads: number;
+  batchTokens?: number;
+}
+
+/** A sequence opening on an engine: its token ids so far, the output tokens it may still make, and its sampling. */
+export interface WireEngineOpen {
+  seq: string;
+  tokens: number[];
+  left: number;
+  temperature?: number;
+  topP?: number;
+  seed?: number;
+  stop?: string[];
+}
+
+/** One item of an engine step: prefill tokens [from, from + n) of the sequence, or a decode when n = 0. */
+export interface WireEngineItem {
+  seq: string;
+  from: number;
+  n: number;
+  sample: boolean;
+}
+
+/** What an engine step sampled for one sequence, and why the sequence ended, if it did. */
+export interface WireEngineSampled {
+  seq: string;
+  token: number;
+  text: string;
+  finish?: 'eos' | 'stop' | 'length';
+}
+
 /** Faults an operator or a test can inject into a GPU of the node. */
 export type InjectedFault = 'fault' | 'hang' | 'straggle' | 'repair' | 'silent';
 
@@ -30,6 +67,7 @@ export type NodeProtocolMessage =
       loadMs: number;
       unloadMs: number;
       slowdown?: number;
+      engine?: WireEngineSpec;
     }
   | { type: 'gpu.release'; gpu: number; replica: string; epoch: number }
   | { type: 'gpu.loaded'; gpu: number; replica: string; epoch: number }
@@ -40,8 +78,30 @@ export type NodeProtocolMessage =
   | { type: 'gpu.inject'; gpu: number; fault: InjectedFault; factor?: number }
   /** The control plane declares a device failed: the node takes it out of service. */
   | { type: 'gpu.fence'; gpu: number; code: string }
-  | { type: 'step.execute'; replica: string; epoch: number; step: number; gpus: number[]; shape: WireStepShape }
-  | { type: 'step.completed'; gpu: number; replica: string; epoch: number; step: number; busyMs?: number };
+  | {
+      type: 'step.execute';
+      replica: string;
+      epoch: number;
+      step: number;
+      gpus: number[];
+      shape: WireStepShape;
+      open?: WireEngineOpen[];
+      items?: WireEngineItem[];
+    }
+  /** An engine replica reports once for all its ranks (`ranks`), with the sampled tokens and its cache. */
+  | {
+      type: 'step.completed';
+      gpu: number;
+      replica: string;
+      epoch: number;
+      step: number;
+      busyMs?: number;
+      ranks?: number[];
+      sampled?: WireEngineSampled[];
+      cache?: { sequences: number; cellsPerSequence: number };
+    }
+  /** Frees sequences' cells in an engine replica (cancelled, preempted). */
+  | { type: 'seq.free'; replica: string; epoch: number; seqs: string[] };
 
 /** Messages inside the control plane: replicas report to placement, a request leaves the queue that holds it. */
 export type ControlMessage =

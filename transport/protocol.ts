@@ -1,5 +1,5 @@
 // The wire protocol between the control plane and node agents: one discriminated union, one version, one schema.
-import { arr, int, nullable, num, obj, oneOf, optional, str, union, type Infer } from './schema.ts';
+import { arr, bool, int, nullable, num, obj, oneOf, optional, str, union, type Infer } from './schema.ts';
 
 /** Protocol version carried by every registration; a peer with another version is refused. */
 export const PROTOCOL_VERSION = 1;
@@ -15,6 +15,45 @@ const stepShape = obj({
   prefill: arr(arr(count, { min: 2, max: 2 }), { max: 4096 }),
   decodeBatch: count,
   decodeContext: count,
+});
+
+/** Most sequences or items of one engine step, and most token ids a sequence opens with. */
+export const ENGINE_WIRE_BOUNDS = Object.freeze({ maxItems: 4096, maxTokens: 1 << 20, maxText: 64 * 1024 });
+
+const seqId = str({ min: 1, max: 200 });
+const tokenId = int({ min: 0, max: 2 ** 31 - 1 });
+const text = str({ max: ENGINE_WIRE_BOUNDS.maxText });
+
+/** A llama.cpp replica's engine, as `gpu.assign` carries it: the worker runs one host over the replica's GPUs. */
+const engineSpec = obj({
+  kind: oneOf('llama.cpp'),
+  file: str({ min: 1, max: 4096 }),
+  contextTokens: int({ min: 2, max: 10_000_000 }),
+  sequences: int({ min: 1, max: 4096 }),
+  threads: int({ min: 1, max: 256 }),
+  batchTokens: optional(int({ min: 1, max: 10_000_000 })),
+});
+
+/** A sequence opening on an engine (once per residency): its tokens so far, sampling, and tokens it may still make. */
+const engineOpen = obj({
+  seq: seqId,
+  tokens: arr(tokenId, { min: 1, max: ENGINE_WIRE_BOUNDS.maxTokens }),
+  left: int({ min: 1, max: 10_000_000 }),
+  temperature: optional(num({ min: 0, max: 100 })),
+  topP: optional(num({ min: 0, max: 1 })),
+  seed: optional(int({ min: 0, max: 2 ** 32 - 1 })),
+  stop: optional(arr(str({ min: 1, max: 1024 }), { max: 16 })),
+});
+
+/** One item of an engine step: prefill tokens [from, from + n) of the sequence's tokens, or a decode (n = 0). */
+const engineItem = obj({ seq: seqId, from: count, n: count, sample: bool() });
+
+/** What an engine step sampled for one sequence: the token, its whole-character text, and why it ended, if it did. */
+const engineSampled = obj({
+  seq: seqId,
+  token: tokenId,
+  text,
+  finish: optional(oneOf('eos', 'stop', 'length')),
 });
 
 /** Every message that crosses between the control plane and a node agent. */
@@ -40,6 +79,7 @@ export const nodeMessageSchema = union('type', {
     loadMs: ms,
     unloadMs: ms,
     slowdown: optional(num({ min: 1, max: 100 })),
+    engine: optional(engineSpec),
   }),
   'gpu.release': obj({ gpu, replica: id, epoch }),
   'gpu.loaded': obj({ gpu, replica: id, epoch }),
@@ -55,8 +95,29 @@ export const nodeMessageSchema = union('type', {
   }),
   // The control plane declares a device failed (missed heartbeats, a hung rank): the node takes it out of service.
   'gpu.fence': obj({ gpu, code: id }),
-  'step.execute': obj({ replica: id, epoch, step: count, gpus: arr(gpu, { min: 1, max: 64 }), shape: stepShape }),
-  'step.completed': obj({ gpu, replica: id, epoch, step: count, busyMs: optional(ms) }),
+  // An engine replica's step also carries its items and the sequences it opens (see engineItem, engineOpen).
+  'step.execute': obj({
+    replica: id,
+    epoch,
+    step: count,
+    gpus: arr(gpu, { min: 1, max: 64 }),
+    shape: stepShape,
+    open: optional(arr(engineOpen, { max: ENGINE_WIRE_BOUNDS.maxItems })),
+    items: optional(arr(engineItem, { max: ENGINE_WIRE_BOUNDS.maxItems })),
+  }),
+  // An engine replica answers once per step for all its ranks (`ranks`), with the sampled tokens and its cache.
+  'step.completed': obj({
+    gpu,
+    replica: id,
+    epoch,
+    step: count,
+    busyMs: optional(ms),
+    ranks: optional(arr(gpu, { min: 1, max: 64 })),
+    sampled: optional(arr(engineSampled, { max: ENGINE_WIRE_BOUNDS.maxItems })),
+    cache: optional(obj({ sequences: count, cellsPerSequence: count })),
+  }),
+  // Frees sequences' cells in an engine replica (cancelled, preempted); their tokens are forgotten.
+  'seq.free': obj({ replica: id, epoch, seqs: arr(seqId, { min: 1, max: ENGINE_WIRE_BOUNDS.maxItems }) }),
 });
 
 /** A message between the control plane and a node agent. */

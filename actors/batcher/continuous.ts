@@ -392,7 +392,8 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       if (s.firstTokenAt < 0) s.firstTokenAt = now;
       s.listener.tokens(s, 1, now);
       s.lastTokenAt = now;
-      if (s.generated >= s.outputTokens) finish(s, now);
+      // A real engine may end a sequence early (its end token or a stop string); the cost model stops at outputTokens.
+      if (s.generated >= s.outputTokens || (s.tokens !== undefined && s.tokens.finish !== null)) finish(s, now);
     }
   };
 

@@ -9,6 +9,24 @@ export interface SequenceListener {
   finished(seq: Sequence, t: number): void;
 }
 
+/** Why a real engine ended a sequence by itself (the model's end token, a stop string, or its max tokens). */
+export type EngineFinish = 'eos' | 'stop' | 'length';
+
+/**
+ * A sequence served by a real engine: its token ids and sampling, shared by every residency of the request (a resume
+ * re-prefills `prompt` + `out`). The replica appends each sampled token and its text before the batcher counts it.
+ */
+export interface SequenceTokens {
+  readonly prompt: readonly number[];
+  /** Token ids generated so far (as many as the sequence's `generated`). */
+  readonly out: number[];
+  /** Text of the latest generated token (whole characters; may be empty). */
+  lastText: string;
+  /** Set when the engine ended the sequence; the batcher finishes it after counting the token. */
+  finish: EngineFinish | null;
+  readonly sampling: { temperature?: number; topP?: number; seed?: number; stop?: readonly string[] };
+}
+
 /** One sequence in a replica's continuous batch. */
 export interface Sequence {
   readonly id: string;
@@ -40,6 +58,8 @@ export interface Sequence {
   readonly listener: SequenceListener;
   /** Free-form caller data (request actor, stream). */
   readonly tag: unknown;
+  /** Token ids and sampling when a real engine serves it; absent under the cost model. */
+  readonly tokens?: SequenceTokens;
 }
 
 /** Fields a caller gives to create a sequence. */
@@ -56,6 +76,7 @@ export interface SequenceSpec {
   generated?: number;
   listener: SequenceListener;
   tag?: unknown;
+  tokens?: SequenceTokens;
 }
 
 /** Creates a waiting sequence from its spec. */
@@ -80,6 +101,7 @@ export function createSequence(spec: SequenceSpec): Sequence {
     gone: false,
     listener: spec.listener,
     tag: spec.tag,
+    ...(spec.tokens ? { tokens: spec.tokens } : {}),
   };
 }
 

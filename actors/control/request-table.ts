@@ -96,7 +96,7 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       } else if (seq.lastTokenAt >= 0) {
         deps.collector.tbt(l.model, t - seq.lastTokenAt);
       }
-      l.listener?.tokens?.(l.id, l.streamed, n, t);
+      l.listener?.tokens?.(l.id, l.streamed, n, t, seq.tokens?.lastText);
       l.streamed += n;
     },
     finished: (seq, t) => {
@@ -117,6 +117,7 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       generated,
       listener,
       tag: l,
+      ...(l.tokens ? { tokens: l.tokens } : {}),
     });
     l.seq = seq;
     return seq;

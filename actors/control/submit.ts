@@ -65,6 +65,17 @@ export function createSubmit(deps: SubmitDeps): (spec: SubmitSpec, listener?: Cl
         listener: clientListener,
         traces: [adm.trace],
         heldSince: -1,
+        ...(spec.engine
+          ? {
+              tokens: {
+                prompt: spec.engine.prompt,
+                out: [],
+                lastText: '',
+                finish: null,
+                sampling: spec.engine.sampling,
+              },
+            }
+          : {}),
         ...(adm.ok ? {} : adm.failure.retryAfterMs !== undefined ? { retryAfterMs: adm.failure.retryAfterMs } : {}),
       },
       { budgetMs: m?.resume.budgetMs ?? 30_000, maxResumes: m?.resume.maxResumes ?? 1 },

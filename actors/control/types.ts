@@ -2,7 +2,7 @@
 // live record of an admitted request.
 import type { ActorRefFrom } from 'xstate';
 import type { requestMachine, RequestOutcome } from '../../machines/request.machine.ts';
-import type { Sequence } from '../batcher/sequence.ts';
+import type { Sequence, SequenceTokens } from '../batcher/sequence.ts';
 import type { DecisionTrace } from '../router/router.ts';
 import type { Failure, OutcomeCode } from '../../machines/outcomes.ts';
 
@@ -21,13 +21,15 @@ export interface SubmitSpec {
   dtype?: string;
   adapter?: string | null;
   options?: Readonly<Record<string, string | number | boolean>>;
+  /** For a model served by a real engine: the prompt's token ids (promptTokens is their count) and sampling. */
+  engine?: { prompt: readonly number[]; sampling: SequenceTokens['sampling'] };
 }
 
 /** What a client hears about its request. */
 export interface ClientListener {
   accepted?(id: string): void;
-  /** `n` tokens; `seq` is the sequence number of the first of them (contiguous from 0). */
-  tokens?(id: string, seq: number, n: number, t: number): void;
+  /** `n` tokens; `seq` is the sequence number of the first of them (contiguous from 0); `text` from a real engine. */
+  tokens?(id: string, seq: number, n: number, t: number, text?: string): void;
   terminal?(id: string, outcome: TerminalOutcome): void;
 }
 
@@ -64,6 +66,8 @@ export interface Live {
   /** Tokens the client has been sent. */
   streamed: number;
   seq: Sequence | null;
+  /** A real engine's token ids for this request, shared by every residency (absent under the cost model). */
+  tokens?: SequenceTokens;
   listener: ClientListener | undefined;
   traces: DecisionTrace[];
   retryAfterMs?: number;

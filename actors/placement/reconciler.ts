@@ -8,6 +8,7 @@ import type { Scenario } from '../config.ts';
 import type { Sequence } from '../batcher/sequence.ts';
 import type { StepPlan } from '../batcher/continuous.ts';
 import { costOf, type LayoutEntry } from './layout.ts';
+import { costModelKey } from '../gpu/profile-cost-model.ts';
 import { decideSwitch } from './policy.ts';
 import type { GpuLedger } from './ledger.ts';
 import type { Modes } from './modes.ts';
@@ -18,6 +19,8 @@ export interface PlacementHooks {
   onInterrupted(seqs: Sequence[], reason: OutcomeCode): void;
   onReplicaReady(r: ReplicaHandle): void;
   onStep?(r: ReplicaHandle, plan: StepPlan): void;
+  /** A real engine's report disagrees with its replica's ledger. */
+  onEngineMismatch?(r: ReplicaHandle, problem: string): void;
   /** Requests of `model` held because no replica of it is ready. */
   held?(model: string): number;
 }
@@ -57,7 +60,7 @@ export function replicaOptions(
   scenario: Scenario,
   e: LayoutEntry,
   epoch: number,
-  callbacks: Pick<ReplicaOptions, 'onInterrupted' | 'onStep'>,
+  callbacks: Pick<ReplicaOptions, 'onInterrupted' | 'onStep' | 'onEngineMismatch'>,
 ): ReplicaOptions {
   const m = e.model;
   const cost = costOf(scenario, m);
@@ -70,7 +73,7 @@ export function replicaOptions(
     gpus: e.devices,
     epoch,
     gpuType: scenario.node.gpu,
-    modelProfile: m.profile,
+    modelProfile: costModelKey(m),
     cost,
     limits: {
       policy: b.policy,
@@ -84,6 +87,8 @@ export function replicaOptions(
     ...(e.slowdown > 1 ? { slowdown: e.slowdown } : {}),
     // The replica's kind is fixed here, as it is created: a stateless model's replica batches dynamically.
     ...(m.kind === 'stateless' ? { stateless: statelessLimits(m, cost) } : {}),
+    // A llama.cpp model's replica runs on one engine host over its GPUs.
+    ...(m.engine ? { engine: m.engine } : {}),
     ...callbacks,
   };
 }
@@ -136,6 +141,7 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
         if (modes.policy() === 'switch' && !pc.largeWaitReservation && demand.waiting() && !r.batcher.hasWork())
           schedule();
       },
+      onEngineMismatch: (r, problem) => hooks.onEngineMismatch?.(r, problem),
     });
     for (const dev of e.devices) ledger.setHolder(dev, e.id);
     const r = createReplica(runtime, opts);

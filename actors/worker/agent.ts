@@ -1,12 +1,13 @@
 // A node agent: the worker process that owns GPUs, runs their actors, and executes steps with an executor.
 import { createActor, type ActorRefFrom } from 'xstate';
 import { gpuMachine } from '../../machines/gpu.machine.ts';
-import { createCostModel, type CostModel, type StepShape } from '../gpu/cost-model.ts';
-import { gpuProfile, modelProfile } from '../gpu/profiles.ts';
+import type { CostModel, StepShape } from '../gpu/cost-model.ts';
+import { costModelFor } from '../gpu/profile-cost-model.ts';
 import type { Executor } from '../gpu/executor.ts';
 import type { Msg, Runtime } from '../../runtime/system.ts';
 import type { InjectedFault, MessageOf } from '../../machines/messages.ts';
 import type { TimerId } from '../../runtime/clock.ts';
+import { createEngineManager, type EngineManager, type EngineManagerOptions } from './engines.ts';
 
 /** Per-GPU execution state the node keeps beside the GPU actor. */
 interface GpuSlot {
@@ -42,13 +43,76 @@ export interface NodeAgentOptions {
   heartbeatMs?: number;
   /** Co-location lanes per GPU: lane l of GPU g is device g + l * (max GPU + 1), sharing g's fate (default 1). */
   lanes?: number;
+  /** How engine hosts (replicas assigned with a real engine) are started and bounded. */
+  engines?: Omit<EngineManagerOptions, 'ready' | 'failed'>;
 }
+
+/** A GPU of an engine replica stays `loading` until the host is ready; this only backs up the host's own bound. */
+const ENGINE_LOAD_BOUND_MS = 600_000;
 
 const shapeOf = (m: MessageOf<'step.execute'>): StepShape => ({
   prefill: m.shape.prefill.map(([tokens, cached]) => ({ tokens: tokens ?? 0, cached: cached ?? 0 })),
   decodeBatch: m.shape.decodeBatch,
   decodeContext: m.shape.decodeContext,
 });
+
+/** Hands an assignment to the GPU actor: a cost-model replica loads for its modelled time, an engine replica's GPU
+ * stays loading until its host is ready. */
+function assignGpu(slot: GpuSlot, m: MessageOf<'gpu.assign'>, costs: Map<string, CostModel>, scale: number): void {
+  let loadMs = ENGINE_LOAD_BOUND_MS;
+  slot.cost = null;
+  slot.slowdown = 1;
+  if (!m.engine) {
+    const key = `${m.model}|${m.gpuType}|${m.tp}`;
+    let cost = costs.get(key);
+    if (!cost) {
+      cost = costModelFor(m.model, m.gpuType, m.tp);
+      costs.set(key, cost);
+    }
+    slot.cost = cost;
+    slot.slowdown = m.slowdown ?? 1;
+    loadMs = m.loadMs * scale;
+  }
+  slot.actor.send({ type: 'gpu.assign', replica: m.replica, epoch: m.epoch, loadMs, unloadMs: m.unloadMs * scale });
+}
+
+/** An agent's engine hosts wired to its GPU actors: host ready = GPUs loaded, host failed = GPUs fenced. */
+function wireEngines(
+  slots: ReadonlyMap<number, GpuSlot>,
+  send: Runtime['send'],
+  fence: (g: number, code: string) => void,
+  options: NodeAgentOptions['engines'],
+): { engines: EngineManager; engineStep(m: MessageOf<'step.execute'>): void } {
+  const engines: EngineManager = createEngineManager({
+    ...options,
+    ready: (replica, epoch, gpus) => {
+      for (const g of gpus) {
+        const snap = slots.get(g)?.actor.getSnapshot();
+        if (snap?.context.replica === replica && snap.context.epoch === epoch)
+          slots.get(g)!.actor.send({ type: 'gpu.engineLoaded' });
+      }
+    },
+    // The host died or stopped progressing: its GPUs leave service (reported as failed, then reset and probed).
+    failed: (_replica, _epoch, gpus) => {
+      for (const g of gpus) fence(g, 'engine_failed');
+    },
+  });
+  /** Runs an engine replica's step on its host when every rank serves it; one report covers all ranks. */
+  const engineStep = (m: MessageOf<'step.execute'>): void => {
+    for (const g of m.gpus) {
+      const slot = slots.get(g);
+      const snap = slot?.actor.getSnapshot();
+      if (!slot || slot.hung || !snap?.hasTag('serving') || snap.context.replica !== m.replica) return;
+      if (snap.context.epoch !== m.epoch) return;
+    }
+    const { replica, epoch, step, gpus } = m;
+    engines.step(m, (r) =>
+      send(replica, { type: 'step.completed', gpu: gpus[0]!, ranks: [...gpus], replica, epoch, step, ...r }),
+    );
+  };
+
+  return { engines, engineStep };
+}
 
 /** Starts a node agent on `runtime`: one GPU actor per device, registered as `gpu.<n>`, and the `node` inbox. */
 export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAgent {
@@ -76,6 +140,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     runtime.supervise(`gpu.${g}`, actor);
     return actor;
   };
+  const { engines, engineStep } = wireEngines(slots, send, (g, code) => fence(g, code), opts.engines);
   for (const g of devices) {
     slots.set(g, { actor: spawnGpu(g), cost: null, slowdown: 1, hung: false, silent: false, inflight: null });
     runtime.register(`gpu.${g}`, (msg) => onGpuMessage(g, msg));
@@ -86,22 +151,10 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     if (!slot) return;
     const m = msg;
     if (m.type === 'gpu.assign') {
-      const key = `${m.model}|${m.gpuType}|${m.tp}`;
-      let cost = costs.get(key);
-      if (!cost) {
-        cost = createCostModel(modelProfile(m.model), gpuProfile(m.gpuType), m.tp);
-        costs.set(key, cost);
-      }
-      slot.cost = cost;
-      slot.slowdown = m.slowdown ?? 1;
-      slot.actor.send({
-        type: 'gpu.assign',
-        replica: m.replica,
-        epoch: m.epoch,
-        loadMs: m.loadMs * scale,
-        unloadMs: m.unloadMs * scale,
-      });
+      assignGpu(slot, m, costs, scale);
+      if (m.engine) engines.assign({ ...m, engine: m.engine });
     } else if (m.type === 'gpu.release') {
+      engines.release(m.replica, m.epoch);
       slot.actor.send({ type: 'gpu.release', replica: m.replica, epoch: m.epoch });
     } else if (m.type === 'gpu.inject') {
       inject(g, m.fault, m.factor);
@@ -129,6 +182,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   const injectDevice = (g: number, fault: InjectedFault, factor?: number): void => {
     const slot = slots.get(g);
     if (!slot) return;
+    if (fault === 'fault') engines.gpuFault(g);
     if (fault === 'fault') slot.actor.send({ type: 'gpu.fault', code: 'xid_79' });
     else if (fault === 'hang') slot.hung = true;
     else if (fault === 'silent') {
@@ -147,6 +201,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     for (const d of lanesOf(g)) {
       const slot = slots.get(d);
       if (!slot) continue;
+      engines.gpuFault(d);
       slot.inflight = null;
       slot.actor.send({ type: 'gpu.fault', code });
       // A device that is not itself broken (fenced because its node stalled or was cut off, or on a suspicion) is
@@ -175,7 +230,11 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
 
   runtime.register(id, (msg) => {
     const m = msg;
-    if (m.type === 'step.execute') {
+    if (m.type === 'step.execute' && engines.owns(m.replica, m.epoch)) {
+      engineStep(m);
+    } else if (m.type === 'seq.free') {
+      engines.free(m.replica, m.epoch, m.seqs);
+    } else if (m.type === 'step.execute') {
       const shape = shapeOf(m);
       for (const g of m.gpus) startStep(g, m.replica, m.epoch, m.step, shape);
     } else if (m.type === 'gpu.inject') {
@@ -195,6 +254,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     gpuState: (g) => JSON.stringify(slots.get(g)?.actor.getSnapshot().value ?? 'unknown'),
     busyMs: (g) => opts.executor.busyMs(g),
     stop: () => {
+      engines.stopAll();
       if (heartbeat !== null) clock.clearTimeout(heartbeat);
       heartbeat = null;
       for (const [g, { actor }] of slots) {

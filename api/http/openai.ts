@@ -4,7 +4,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { unixTimeMs } from '../../runtime/clock.ts';
 import { failure, type Failure } from '../../machines/outcomes.ts';
-import type { DoneInfo, Serving, StreamSink } from '../serving.ts';
+import type { DoneInfo, SamplingRequest, Serving, StreamSink } from '../serving.ts';
 import { estimateTokens } from '../pseudo-text.ts';
 import { errorBody, readJson, sendFailure, sendJson } from './io.ts';
 import {
@@ -41,6 +41,7 @@ interface Parsed {
   includeUsage: boolean;
   priority?: string;
   deadlineMs?: number;
+  sampling: SamplingRequest;
 }
 
 const bad = (message: string): Failure => failure('invalid_request', message);
@@ -55,6 +56,11 @@ const commonFields = {
   stream_options: optional(nullable(obj({ include_usage: optional(nullable(bool())) }, { strict: false }))),
   priority: optional(str({ min: 1, max: 50 })),
   deadline_ms: optional(num({ min: 0, max: 1e9 })),
+  // Sampling: these reach a real engine (the cost model ignores them).
+  temperature: optional(nullable(num({ min: 0, max: 2 }))),
+  top_p: optional(nullable(num({ min: 0, max: 1 }))),
+  seed: optional(nullable(int({ min: 0, max: 2 ** 32 - 1 }))),
+  stop: optional(nullable(anyOf(str({ min: 1, max: 1024 }), arr(str({ min: 1, max: 1024 }), { max: 4 })))),
 };
 const commonSchema = obj(commonFields, { strict: false });
 type Common = Infer<typeof commonSchema>;
@@ -68,6 +74,12 @@ function common(b: Common, dflt: number): Omit<Parsed, 'prompt' | 'promptTokens'
     includeUsage: b.stream_options?.include_usage === true,
     ...(b.priority !== undefined ? { priority: b.priority } : {}),
     ...(b.deadline_ms !== undefined ? { deadlineMs: b.deadline_ms } : {}),
+    sampling: {
+      ...(b.temperature != null ? { temperature: b.temperature } : {}),
+      ...(b.top_p != null ? { topP: b.top_p } : {}),
+      ...(b.seed != null ? { seed: b.seed } : {}),
+      ...(b.stop != null ? { stop: typeof b.stop === 'string' ? [b.stop] : b.stop } : {}),
+    },
   };
 }
 
@@ -236,6 +248,7 @@ export async function handleCompletion(
       promptTokens: p.promptTokens,
       maxTokens: p.maxTokens,
       text: true,
+      sampling: p.sampling,
       ...(p.priority !== undefined ? { priority: p.priority } : {}),
       ...(p.deadlineMs !== undefined ? { deadlineMs: p.deadlineMs } : {}),
     },

@@ -20,6 +20,7 @@ const samples: { [T in NodeProtocolMessage['type']]: Extract<NodeProtocolMessage
     loadMs: 100,
     unloadMs: 50,
     slowdown: 1.5,
+    engine: { kind: 'llama.cpp', file: '/models/tiny.gguf', contextTokens: 512, sequences: 4, threads: 1 },
   },
   'gpu.release': { type: 'gpu.release', gpu: 0, replica: 'replica.m@v#0', epoch: 1 },
   'gpu.loaded': { type: 'gpu.loaded', gpu: 0, replica: 'replica.m@v#0', epoch: 1 },
@@ -35,8 +36,24 @@ const samples: { [T in NodeProtocolMessage['type']]: Extract<NodeProtocolMessage
     step: 7,
     gpus: [0],
     shape: { prefill: [[128, 0]], decodeBatch: 4, decodeContext: 900 },
+    open: [{ seq: 'req.1', tokens: [256, 72, 105], left: 16, temperature: 0.7, topP: 0.9, seed: 3, stop: ['\n'] }],
+    items: [
+      { seq: 'req.1', from: 0, n: 3, sample: true },
+      { seq: 'req.0', from: 9, n: 0, sample: true },
+    ],
   },
-  'step.completed': { type: 'step.completed', gpu: 0, replica: 'replica.m@v#0', epoch: 1, step: 7, busyMs: 12 },
+  'step.completed': {
+    type: 'step.completed',
+    gpu: 0,
+    replica: 'replica.m@v#0',
+    epoch: 1,
+    step: 7,
+    busyMs: 12,
+    ranks: [0],
+    sampled: [{ seq: 'req.1', token: 72, text: 'H', finish: 'eos' }],
+    cache: { sequences: 4, cellsPerSequence: 511 },
+  },
+  'seq.free': { type: 'seq.free', replica: 'replica.m@v#0', epoch: 1, seqs: ['req.1'] },
 };
 
 describe('the message union', () => {

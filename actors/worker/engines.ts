@@ -1,0 +1,272 @@
+// The worker's engine hosts: one llama.cpp host process per engine replica, over all of the replica's GPUs.
+//
+// A replica's `gpu.assign`s are collected until every rank has one (the TP-8 replica is one host over eight GPUs);
+// then its host is spawned. Its life reaches the GPU actors through the callbacks: ready = the GPUs are loaded,
+// failed (exit, crash, no progress) = the GPUs are fenced by the agent. A release, an unload or a fault of any of
+// its GPUs kills the host on purpose (that is not reported as a failure). Steps run one at a time per host: the
+// worker keeps each open sequence's tokens (prompt plus generated) so that items name only ranges of them.
+import type { EngineFailure, SamplingParams, StepItem } from '../engine/engine.ts';
+import { nodeHostTimers, spawnEngineHost, type EngineHost, type EngineHostOptions } from '../engine/host-client.ts';
+import type { NodeMessage } from '../../transport/protocol.ts';
+
+type Assign = Extract<NodeMessage, { type: 'gpu.assign' }>;
+type Execute = Extract<NodeMessage, { type: 'step.execute' }>;
+type Completed = Extract<NodeMessage, { type: 'step.completed' }>;
+/** The engine a `gpu.assign` names. */
+export type EngineSpec = NonNullable<Assign['engine']>;
+type Open = NonNullable<Execute['open']>[number];
+type Sampled = NonNullable<Completed['sampled']>[number];
+
+/** What the agent hears from its engine hosts. */
+export interface EngineEvents {
+  /** The host answered its health probe: the replica's GPUs are loaded. */
+  ready(replica: string, epoch: number, gpus: readonly number[]): void;
+  /** The host failed by itself (exit, crash, invalid message, no progress): fence the replica's GPUs. */
+  failed(replica: string, epoch: number, gpus: readonly number[], failure: EngineFailure | undefined): void;
+  log?(line: string): void;
+}
+
+/** Options of the engine manager. */
+export interface EngineManagerOptions extends EngineEvents {
+  /** Starts a host (tests inject one); default spawnEngineHost. */
+  spawn?(opts: EngineHostOptions): EngineHost;
+  /** Bounds and timers passed to every host. */
+  host?: Pick<EngineHostOptions, 'loadTimeoutMs' | 'stepTimeoutMs' | 'probeTimeoutMs' | 'timers'>;
+  /** Time a host gets to unload before it is killed (ms). */
+  unloadGraceMs?: number;
+}
+
+/** A step's outcome for the agent to report: the sampled tokens and the engine's cache, or nothing (failed). */
+export interface EngineStepDone {
+  busyMs: number;
+  sampled: Sampled[];
+  cache: { sequences: number; cellsPerSequence: number };
+}
+
+/** The engine hosts of one worker. */
+export interface EngineManager {
+  /** Records one rank's assignment; spawns the host once every rank of (replica, epoch) is assigned. */
+  assign(m: Assign & { engine: EngineSpec }): void;
+  /** True when `replica` is an engine replica with a host at `epoch`. */
+  owns(replica: string, epoch?: number): boolean;
+  /** Runs a step; `done` is called once with the result, or never when the host failed or the step was refused. */
+  step(m: Execute, done: (r: EngineStepDone) => void): void;
+  /** Frees sequences' cells (cancel, preemption) and forgets their tokens. */
+  free(replica: string, epoch: number, seqs: readonly string[]): void;
+  /** Unloads the replica's host (release): killed if it does not exit within the grace. */
+  release(replica: string, epoch: number): void;
+  /** A fault of GPU g: the host over it is killed at once. */
+  gpuFault(g: number): void;
+  /** The host process of a replica, for tests and views. */
+  pid(replica: string): number | undefined;
+  /** Kills every host (the worker is going away). */
+  stopAll(): void;
+}
+
+/** One open sequence on a host: every token it holds or will prefill, its sampling, and its output left. */
+interface OpenSeq {
+  tokens: number[];
+  sampling: SamplingParams;
+  left: number;
+}
+
+/** One host and what the worker keeps beside it. */
+interface Hosted {
+  host: EngineHost;
+  replica: string;
+  epoch: number;
+  gpus: number[];
+  /** Killed or unloaded on purpose: its exit is not a failure. */
+  ending: boolean;
+  seqs: Map<string, OpenSeq>;
+  /** Steps and frees run one after another, in the order they arrived. */
+  tail: Promise<unknown>;
+}
+
+const samplingOf = (o: Open): SamplingParams => ({
+  ...(o.temperature !== undefined ? { temperature: o.temperature } : {}),
+  ...(o.topP !== undefined ? { topP: o.topP } : {}),
+  ...(o.seed !== undefined ? { seed: o.seed } : {}),
+  ...(o.stop !== undefined ? { stop: o.stop } : {}),
+});
+
+/** Turns wire items into engine items over the sequences' tokens; opens new sequences first. */
+function planOf(h: Hosted, m: Execute): StepItem[] {
+  for (const o of m.open ?? []) h.seqs.set(o.seq, { tokens: [...o.tokens], sampling: samplingOf(o), left: o.left });
+  const opened = new Set((m.open ?? []).map((o) => o.seq));
+  return (m.items ?? []).map((it): StepItem => {
+    const s = h.seqs.get(it.seq);
+    if (!s) throw new Error(`step ${m.step} of ${m.replica} names sequence ${it.seq}, which is not open`);
+    if (it.n === 0) return { seq: it.seq, kind: 'decode' };
+    const tokens = s.tokens.slice(it.from, it.from + it.n);
+    if (tokens.length !== it.n)
+      throw new Error(`prefill of ${it.seq} asks for tokens past the ${s.tokens.length} held`);
+    return {
+      seq: it.seq,
+      kind: 'prefill',
+      tokens,
+      sample: it.sample,
+      ...(opened.has(it.seq) && it.from === 0 ? { sampling: s.sampling } : {}),
+    };
+  });
+}
+
+/** Records sampled tokens; a sequence that ended (eos, stop, its output left) is freed, its held text appended. */
+async function settle(h: Hosted, sampled: readonly Sampled[]): Promise<Sampled[]> {
+  const out: Sampled[] = [];
+  for (const t of sampled) {
+    const s = h.seqs.get(t.seq);
+    const r: Sampled = { ...t };
+    if (s) {
+      s.tokens.push(t.token);
+      s.left -= 1;
+      if (!r.finish && s.left <= 0) r.finish = 'length';
+    }
+    if (r.finish) {
+      h.seqs.delete(t.seq);
+      const { text } = await h.host.free(t.seq);
+      if (r.finish === 'length') r.text += text;
+    }
+    out.push(r);
+  }
+  return out;
+}
+
+/** Creates the engine manager of a worker. */
+export function createEngineManager(opts: EngineManagerOptions): EngineManager {
+  const spawn = opts.spawn ?? spawnEngineHost;
+  const log = opts.log ?? (() => undefined);
+  // A worker runs on the wall clock: the hosts' own timers unless a test injects others.
+  const timers = opts.host?.timers ?? nodeHostTimers;
+  const hosts = new Map<string, Hosted>();
+  const gathering = new Map<string, { epoch: number; gpus: Set<number> }>();
+
+  const start = (m: Assign & { engine: EngineSpec }, gpus: number[]): void => {
+    const e = m.engine;
+    const host = spawn({
+      ...opts.host,
+      id: m.replica,
+      file: e.file,
+      gpus,
+      load: {
+        contextTokens: e.contextTokens,
+        sequences: e.sequences,
+        threads: e.threads,
+        ...(e.batchTokens !== undefined ? { batchTokens: e.batchTokens } : {}),
+      },
+    });
+    const h: Hosted = {
+      host,
+      replica: m.replica,
+      epoch: m.epoch,
+      gpus,
+      ending: false,
+      seqs: new Map(),
+      tail: host.ready(),
+    };
+    h.tail = h.tail.catch(() => undefined);
+    hosts.set(m.replica, h);
+    log(`engine host ${m.replica}@${m.epoch} pid ${host.pid} on GPUs ${gpus.join(',')} loading ${e.file}`);
+    host.subscribe((ev) => {
+      if (hosts.get(m.replica) !== h) return;
+      if (ev.to === 'ready') opts.ready(h.replica, h.epoch, h.gpus);
+      if (ev.to === 'failed' || ev.to === 'stopped') {
+        hosts.delete(h.replica);
+        if (!h.ending) {
+          log(`engine host ${h.replica}@${h.epoch} failed: ${ev.failure?.message ?? ev.to}`);
+          opts.failed(h.replica, h.epoch, h.gpus, ev.failure);
+        }
+      }
+    });
+  };
+
+  /** Ends a host on purpose: unload (graceful) or kill. */
+  const end = (h: Hosted, graceful: boolean): void => {
+    if (h.ending) return;
+    h.ending = true;
+    hosts.delete(h.replica);
+    if (!graceful || h.host.state === 'loading') return h.host.kill();
+    const timer = timers.set(() => h.host.kill(), opts.unloadGraceMs ?? 5_000);
+    void h.host.unload().finally(() => timers.clear(timer));
+  };
+
+  const runStep = async (h: Hosted, m: Execute, done: (r: EngineStepDone) => void): Promise<void> => {
+    let items: StepItem[];
+    try {
+      items = planOf(h, m);
+    } catch (err) {
+      log(`engine step refused by the worker: ${String(err)}; killing ${h.replica}`);
+      return failHost(h);
+    }
+    try {
+      const result = await h.host.step({ items });
+      const sampled = await settle(h, result.sampled);
+      const cap = h.host.capacity();
+      done({
+        busyMs: result.ms,
+        sampled,
+        cache: { sequences: cap?.sequences ?? 0, cellsPerSequence: cap?.cellsPerSequence ?? 0 },
+      });
+    } catch (err) {
+      // A failed host is reported by its own state change; a refused plan means the ledgers disagree: fail it.
+      if (h.host.state !== 'failed' && h.host.state !== 'stopped') {
+        log(`engine step of ${h.replica} failed: ${String(err)}; killing the host`);
+        failHost(h);
+      }
+    }
+  };
+  // Kill without marking the end as intended: the exit is reported as a failure and the GPUs are fenced.
+  const failHost = (h: Hosted): void => h.host.kill();
+
+  const queue = (h: Hosted, work: () => Promise<void>): void => {
+    h.tail = h.tail.then(work).catch((err: unknown) => log(`engine work of ${h.replica} failed: ${String(err)}`));
+  };
+
+  return {
+    assign: (m) => {
+      const live = hosts.get(m.replica);
+      if (live && live.epoch === m.epoch) return; // a repeated assignment: the host is already there
+      if (live) end(live, false);
+      let g = gathering.get(m.replica);
+      if (!g || g.epoch !== m.epoch) gathering.set(m.replica, (g = { epoch: m.epoch, gpus: new Set() }));
+      g.gpus.add(m.gpu);
+      if (g.gpus.size < m.tp) return;
+      gathering.delete(m.replica);
+      start(
+        m,
+        [...g.gpus].sort((a, b) => a - b),
+      );
+    },
+    owns: (replica, epoch) => {
+      const h = hosts.get(replica);
+      return h !== undefined && (epoch === undefined || h.epoch === epoch);
+    },
+    step: (m, done) => {
+      const h = hosts.get(m.replica);
+      if (!h || h.epoch !== m.epoch) return;
+      queue(h, () => runStep(h, m, done));
+    },
+    free: (replica, epoch, seqs) => {
+      const h = hosts.get(replica);
+      if (!h || h.epoch !== epoch) return;
+      for (const s of seqs) h.seqs.delete(s);
+      queue(h, async () => {
+        for (const s of seqs) await h.host.free(s);
+      });
+    },
+    release: (replica, epoch) => {
+      gathering.delete(replica);
+      const h = hosts.get(replica);
+      if (h && h.epoch === epoch) end(h, true);
+    },
+    gpuFault: (g) => {
+      for (const [replica, pending] of gathering) if (pending.gpus.has(g)) gathering.delete(replica);
+      for (const h of [...hosts.values()]) if (h.gpus.includes(g)) end(h, false);
+    },
+    pid: (replica) => hosts.get(replica)?.host.pid,
+    stopAll: () => {
+      gathering.clear();
+      for (const h of [...hosts.values()]) end(h, false);
+    },
+  };
+}

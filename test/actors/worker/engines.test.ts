@@ -1,0 +1,148 @@
+// The worker's engine manager with an in-memory host: one host per replica over all its GPUs, steps over the
+// sequences' tokens, finishes by max tokens with the held text, and intended kills told apart from failures.
+import { describe, expect, it } from 'vitest';
+import type { EngineHost, EngineHostOptions, HostState, HostStateChanged } from '../../../actors/engine/host-client.ts';
+import type { StepPlan } from '../../../actors/engine/engine.ts';
+import { createEngineManager } from '../../../actors/worker/engines.ts';
+import type { MessageOf } from '../../../machines/messages.ts';
+
+interface Fake extends EngineHost {
+  opts: EngineHostOptions;
+  plans: StepPlan[];
+  freed: string[];
+  killed: boolean;
+  become(to: HostState): void;
+}
+
+function fakeHost(opts: EngineHostOptions): Fake {
+  let state: HostState = 'loading';
+  const listeners = new Set<(e: HostStateChanged) => void>();
+  const capacity = {
+    sequences: 4,
+    cellsPerSequence: 255,
+    totalCells: 1024,
+    batchTokens: 256,
+    freeSequences: 4,
+    used: {},
+  };
+  const host: Fake = {
+    opts,
+    plans: [],
+    freed: [],
+    killed: false,
+    id: opts.id,
+    pid: 4242,
+    get state() {
+      return state;
+    },
+    become(to) {
+      const from = state;
+      state = to;
+      for (const l of listeners) l({ type: 'host.state_changed', host: opts.id, from, to });
+    },
+    capacity: () => capacity,
+    subscribe: (l) => (listeners.add(l), () => listeners.delete(l)),
+    ready: () => Promise.resolve(),
+    tokenize: async () => [],
+    step: async (plan) => {
+      host.plans.push(plan);
+      return {
+        sampled: plan.items.map((i) => ({ seq: i.seq, token: 65, text: 'A' })),
+        ms: 1,
+        tokens: 1,
+        dispatches: 1,
+      };
+    },
+    free: async (seq) => {
+      host.freed.push(seq);
+      return { text: '!' };
+    },
+    probe: async () => capacity,
+    drain: () => undefined,
+    unload: async () => host.become('stopped'),
+    kill: () => {
+      host.killed = true;
+      host.become('failed');
+    },
+  };
+  return host;
+}
+
+const engine = { kind: 'llama.cpp' as const, file: '/m.gguf', contextTokens: 256, sequences: 4, threads: 1 };
+const assign = (gpu: number, tp: number, epoch = 1): MessageOf<'gpu.assign'> & { engine: typeof engine } => ({
+  type: 'gpu.assign',
+  gpu,
+  replica: 'r',
+  epoch,
+  model: 'llama-3-70b',
+  gpuType: 'H100-SXM',
+  tp,
+  loadMs: 1,
+  unloadMs: 1,
+  engine,
+});
+
+function setup() {
+  const hosts: Fake[] = [];
+  const events: string[] = [];
+  const m = createEngineManager({
+    spawn: (o) => {
+      const h = fakeHost(o);
+      hosts.push(h);
+      return h;
+    },
+    ready: (r, e, g) => events.push(`ready ${r}@${e} ${g.join(',')}`),
+    failed: (r, e, g) => events.push(`failed ${r}@${e} ${g.join(',')}`),
+  });
+  return { m, hosts, events };
+}
+
+describe('the worker engine manager', () => {
+  it('starts one host for a tensor-parallel replica once all eight ranks are assigned, over all its GPUs', () => {
+    const { m, hosts } = setup();
+    for (const g of [7, 3, 0, 1, 2, 4, 5]) m.assign(assign(g, 8));
+    expect(hosts).toHaveLength(0);
+    m.assign(assign(6, 8));
+    m.assign(assign(6, 8));
+    expect(hosts).toHaveLength(1);
+    expect(hosts[0]!.opts.gpus).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+    expect(m.owns('r', 1)).toBe(true);
+  });
+
+  it('runs steps over the opened tokens and ends a sequence at its max tokens with the held text, freed', async () => {
+    const { m, hosts } = setup();
+    m.assign(assign(0, 1));
+    const done: unknown[] = [];
+    const base = { type: 'step.execute' as const, replica: 'r', epoch: 1, gpus: [0] };
+    const shape = { prefill: [], decodeBatch: 0, decodeContext: 0 };
+    m.step(
+      {
+        ...base,
+        step: 1,
+        shape,
+        open: [{ seq: 's', tokens: [1, 2, 3], left: 2 }],
+        items: [{ seq: 's', from: 1, n: 2, sample: true }],
+      },
+      (r) => done.push(r),
+    );
+    m.step({ ...base, step: 2, shape, items: [{ seq: 's', from: 3, n: 0, sample: true }] }, (r) => done.push(r));
+    await new Promise((r) => setTimeout(r, 10));
+    expect(hosts[0]!.plans[0]!.items[0]).toMatchObject({ seq: 's', kind: 'prefill', tokens: [2, 3], sample: true });
+    expect(hosts[0]!.plans[1]!.items[0]).toEqual({ seq: 's', kind: 'decode' });
+    expect(done[0]).toMatchObject({ sampled: [{ seq: 's', token: 65, text: 'A' }], cache: { sequences: 4 } });
+    expect(done[1]).toMatchObject({ sampled: [{ seq: 's', text: 'A!', finish: 'length' }] });
+    expect(hosts[0]!.freed).toEqual(['s']);
+  });
+
+  it('kills the host on a fault of any of its GPUs without reporting a failure; a host that dies by itself is', () => {
+    const { m, hosts, events } = setup();
+    for (let g = 0; g < 8; g++) m.assign(assign(g, 8));
+    m.gpuFault(5);
+    expect(hosts[0]!.killed).toBe(true);
+    expect(events.filter((e) => e.startsWith('failed'))).toEqual([]);
+    for (let g = 0; g < 8; g++) m.assign(assign(g, 8, 2));
+    hosts[1]!.become('failed');
+    expect(events).toContain('failed r@2 0,1,2,3,4,5,6,7');
+    expect(m.owns('r')).toBe(false);
+  });
+});

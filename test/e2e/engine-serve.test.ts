@@ -1,0 +1,139 @@
+// Real inference end to end: `switchyard serve` with two llama.cpp replicas of the tiny generated model, one engine
+// host process each. Clients stream the model's own text (equal to the engine run directly), a context overflow is
+// refused before any work, cancelled sequences free their cells, a kill -9 of one host fails only its replica, and
+// a drain frees the host process.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import OpenAI from 'openai';
+import { connectClient } from '../../api/client.ts';
+import { serve, writeConfig, type Served } from './harness.ts';
+import { alive, directText, enginesOf, tinyModel, until, type HostProc } from './engine-harness.ts';
+
+interface Status {
+  replicas: { id: string; state: string; gpus: number[]; running: number }[];
+}
+
+describe('serving the tiny model on llama.cpp', () => {
+  let s: Served;
+  let file: string;
+  const hosts = (): HostProc[] => enginesOf(s.workerPids().at(-1)!);
+  const status = async (): Promise<Status> => (await s.get('/admin/status', s.adminToken)).body as Status;
+
+  beforeAll(async () => {
+    file = await tinyModel();
+    const config = writeConfig(`
+name: e2e-engine
+node: { gpu: H100-SXM, gpus: 8 }
+placement: { policy: exclusive }
+models:
+  - name: tiny
+    profile: llama-3-8b
+    replicas: 2
+    engine: llama.cpp
+    file: ${file}
+    threads: 1
+    contextTokens: 256
+    sequences: 4
+    batching: { tokenBudget: 128 }
+    resume: { maxResumes: 1, budgetMs: 60000 }
+    classes: { interactive: { maxQueueMs: 120000 } }
+`);
+    s = await serve(['--config', config]);
+    await s.waitReady('tiny', true, 60_000);
+    await until('both replicas ready', async () => (await status()).replicas.every((r) => r.state.startsWith('ready')));
+  }, 90_000);
+  afterAll(async () => {
+    await s?.stop();
+  });
+
+  it('streams the engine’s own greedy text to the official openai client, with real token counts', async () => {
+    const prompt = 'The switchyard';
+    const direct = await directText(file, prompt, 24);
+    const openai = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'unused-on-loopback' });
+    const stream = await openai.completions.create({
+      model: 'tiny',
+      prompt,
+      max_tokens: 24,
+      temperature: 0,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let text = '';
+    let usage: OpenAI.CompletionUsage | undefined;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.text ?? '';
+      usage = chunk.usage ?? usage;
+    }
+    expect(text).toBe(direct.text);
+    // Counted by the model's own tokenizer, as the engine tokenizes the prompt.
+    expect(usage?.prompt_tokens).toBe(direct.promptTokens);
+    expect(usage?.completion_tokens).toBe(direct.n);
+  });
+
+  it('streams the same text over /v1/ws', async () => {
+    const prompt = 'hello, engine';
+    const direct = await directText(file, prompt, 16);
+    const c = await connectClient(s.wsUrl);
+    const st = c.stream({ model: 'tiny', prompt, maxTokens: 16 });
+    let text = '';
+    for await (const ch of st) text += ch.text;
+    const r = await st.result;
+    c.close();
+    expect(r.ok).toBe(true);
+    expect(text).toBe(direct.text);
+  });
+
+  it('refuses a context overflow with invalid_request before any work', async () => {
+    const res = await s.post('/v1/completions', { model: 'tiny', prompt: 'x'.repeat(300), max_tokens: 8 });
+    expect(res.status).toBe(400);
+    expect((res.body as { error: { code: string } }).error.code).toBe('invalid_request');
+  });
+
+  it('frees cancelled sequences: every slot serves again afterwards, with the same hosts', async () => {
+    const before = hosts().map((h) => h.pid);
+    const c = await connectClient(s.wsUrl);
+    const streams = Array.from({ length: 8 }, (_, i) =>
+      c.stream({ model: 'tiny', prompt: `cancel ${i}`, maxTokens: 200 }),
+    );
+    await Promise.all(streams.map((st) => st[Symbol.asyncIterator]().next()));
+    for (const st of streams) st.cancel();
+    const cancelled = await Promise.all(streams.map((st) => st.result));
+    expect(cancelled.every((r) => !r.ok && r.error.code === 'cancelled')).toBe(true);
+    // Had the cells not been freed, the engines would refuse new sequences (and their hosts be killed).
+    const again = Array.from({ length: 8 }, (_, i) => c.stream({ model: 'tiny', prompt: `again ${i}`, maxTokens: 4 }));
+    const done = await Promise.all(again.map((st) => st.result));
+    c.close();
+    expect(done.every((r) => r.ok)).toBe(true);
+    expect(hosts().map((h) => h.pid)).toEqual(before);
+  });
+
+  it('fails only the killed host’s replica: each of its requests resumes or ends typed, the other serves on', async () => {
+    const [victim, other] = hosts();
+    expect(victim && other).toBeTruthy();
+    const c = await connectClient(s.wsUrl);
+    const streams = Array.from({ length: 6 }, (_, i) =>
+      c.stream({ model: 'tiny', prompt: `kill ${i}`, maxTokens: 120 }),
+    );
+    await Promise.all(streams.map((st) => st[Symbol.asyncIterator]().next()));
+    process.kill(victim!.pid, 'SIGKILL');
+    const results = await Promise.all(streams.map((st) => st.result));
+    c.close();
+    for (const r of results) {
+      if (!r.ok) expect(['replica_failed', 'model_unavailable']).toContain(r.error.code);
+    }
+    expect(results.some((r) => r.ok)).toBe(true);
+    expect(alive(other!.pid)).toBe(true);
+    // Placement replaces the failed replica with a new host on the reset GPU.
+    await until('a new host', () => hosts().length === 2 && !hosts().some((h) => h.pid === victim!.pid), 60_000);
+  }, 90_000);
+
+  it('frees the engine process when its replica is drained', async () => {
+    await until('both replicas ready', async () => (await status()).replicas.every((r) => r.state.startsWith('ready')));
+    const st = await status();
+    const replica = st.replicas[0]!;
+    const host = hosts().find((h) => h.gpus === String(replica.gpus[0]));
+    expect(host).toBeDefined();
+    const res = await s.post(`/admin/replicas/${encodeURIComponent(replica.id)}/drain`, {}, s.adminToken);
+    expect(res.status).toBe(202);
+    await until('the drained host exits', () => !alive(host!.pid), 30_000);
+  }, 60_000);
+});
