@@ -56,6 +56,8 @@ export interface SimOptions {
   /** Include wall time in the report (breaks byte-identity across runs). */
   wall?: boolean;
   explain?: string[];
+  /** Keep every request's decision traces (tests read them with `cp.explain`). */
+  keepTraces?: boolean;
   /** Called with the control plane before traffic starts (tests, tracing). */
   onStart?(cp: ControlPlane): void;
 }
@@ -85,7 +87,7 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
   };
   const cp = startControlPlane(control, scenario, {
     checkInvariants: scenario.sim.checkInvariants,
-    keepTraces: (opts.explain?.length ?? 0) > 0,
+    keepTraces: opts.keepTraces === true || (opts.explain?.length ?? 0) > 0,
     onIdle: () => maybeStop(),
   });
   const agent = startNodeAgent(nodeRt, {

@@ -96,8 +96,7 @@ describe('routing in simulation', () => {
           const submit = c.submit;
           c.submit = (spec, l) => {
             const res = submit(spec, l);
-            const v = c.explain(res.id)?.[0]?.version;
-            if (v) versions.add(v);
+            if (res.ok) versions.add(res.version);
             return res;
           };
           afterBoot(c, () => {
