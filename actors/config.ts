@@ -20,6 +20,7 @@ import {
   type Refuse,
 } from '../transport/schema.ts';
 import { GPU_PROFILES, MODEL_PROFILES } from './gpu/profiles.ts';
+import { applyCalibrations } from './calibration.ts';
 import { DEFAULT_EJECTION } from './router/health.ts';
 import type { ClassLimits } from './router/router.ts';
 import { engineFields, engineOf, prepareModelFiles } from './engine-config.ts';
@@ -83,6 +84,8 @@ const modelFields = obj({
   resume: dflt(obj({ maxResumes: dflt(int({ min: 0, max: 10 }), 1), budgetMs: dflt(pos, 30_000) }), {}),
   estimate: dflt(oneOf('maxTokens', 'oracle'), 'maxTokens'),
   ...engineFields,
+  /** Calibrated engine profile (see `switchyard calibrate`): a name in profiles/ next to the config, or a .json path. */
+  calibration: optional(str({ min: 1, max: 4096 })),
 });
 
 /** A model: everything that can be known from its own entry is checked here (versions, tp against the profile). */
@@ -94,6 +97,7 @@ const modelSchema = refine(modelFields, (m, refuse) => {
   for (const ver of Object.keys(m.split ?? {})) {
     if (!m.versions.includes(ver)) refuse(`split.${ver}`, `unknown version (versions: ${m.versions.join(', ')})`);
   }
+  if (m.engine === 'llama.cpp' && !m.file) refuse('file', 'required by engine llama.cpp');
   const profile = MODEL_PROFILES[m.profile]!;
   // The cost model (and a real engine) shards heads across ranks: tp must divide both head counts.
   if (profile.qHeads % m.tp !== 0 || profile.kvHeads % m.tp !== 0) {
@@ -144,6 +148,8 @@ const modelSchema = refine(modelFields, (m, refuse) => {
     resume: m.resume,
     estimate: m.estimate,
     ...(real ? { engine: real.engine, ...(m.generate ? { generate: m.generate } : {}) } : {}),
+    /** Path of the calibrated engine profile whose step times, cache and load time replace the roofline's. */
+    ...(m.calibration ? { calibration: m.calibration } : {}),
   };
 });
 
@@ -316,8 +322,11 @@ function statelessBatching(
   return { maxBatch: b.maxBatch, maxBatchTokens: b.maxBatchTokens, maxDelayMs: b.maxDelayMs, buckets };
 }
 
-/** Reads and validates a YAML (or JSON) scenario file. */
-export function loadScenario(path: string): Scenario {
+/**
+ * Reads and validates a YAML (or JSON) scenario file; its models' calibrated profiles are read too (relative to the
+ * file) unless `calibrations` is false (`switchyard calibrate` writes them).
+ */
+export function loadScenario(path: string, opts: { calibrations?: boolean } = {}): Scenario {
   let text: string;
   try {
     // Bounded before anything is read or parsed: a huge file is refused at once, not after minutes of parsing.
@@ -341,5 +350,5 @@ export function loadScenario(path: string): Scenario {
   // Engine files are resolved against the config's folder and checked before anything starts.
   const bad = prepareModelFiles(scenario.models, dirname(resolve(path)));
   if (bad) throw new ConfigError(bad[0], bad[1]);
-  return scenario;
+  return opts.calibrations === false ? scenario : applyCalibrations(scenario, dirname(path));
 }

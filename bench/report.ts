@@ -27,6 +27,18 @@ const BENCHES: Bench[] = [
   },
   { name: 'live', script: 'bench/live.ts', title: 'Live serving overhead', seeds: 'n/a (wall clock)' },
   { name: 'overload', script: 'bench/overload.ts', title: 'Live overload and recovery', seeds: 'n/a (wall clock)' },
+  {
+    name: 'engine',
+    script: 'bench/engine.ts',
+    title: 'Real engine: switchyard vs node-llama-cpp batching',
+    seeds: '1 (CPU-time clock)',
+  },
+  {
+    name: 'fidelity',
+    script: 'bench/fidelity.ts',
+    title: 'Simulation fidelity against the real engine',
+    seeds: '1 (CPU-time clock)',
+  },
 ];
 
 const quickMode = process.argv.includes('--quick');

@@ -5,6 +5,7 @@ import { runPlanCommand } from './plan-command.ts';
 import { runServeCommand } from './serve-command.ts';
 import { runNodeAgentCommand } from './node-agent-command.ts';
 import { runChatCommand } from './chat-command.ts';
+import { runCalibrateCommand } from './calibrate-command.ts';
 
 const USAGE = `usage: switchyard <command> [options]
 
@@ -18,6 +19,9 @@ commands:
                        serve the config (default: bin/default-config.yaml) with a node agent process
   node-agent --url ws://host:port/v1/node [--token T]
                        run a worker process that registers simulated GPUs with a control plane
+  calibrate --config file.yaml [--model name] [--threads N] [--quick]
+                       time each llama.cpp model's engine over step shapes, fit its step-time model, write
+                       profiles/<name>.json next to the config (a model's \`calibration: <name>\` simulates on it)
   chat --model <name> "prompt" [--url http://127.0.0.1:8080] [--token T]
                        stream a reply from a running server
 `;
@@ -35,6 +39,8 @@ async function main(argv: string[]): Promise<number> {
       return exitWhenDone(runNodeAgentCommand(rest));
     case 'chat':
       return exitWhenDone(runChatCommand(rest));
+    case 'calibrate':
+      return exitWhenDone(runCalibrateCommand(rest));
     case undefined:
     case '-h':
     case '--help':

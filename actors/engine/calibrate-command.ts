@@ -1,32 +1,48 @@
 // CLI: calibrate-command <model.gguf> [--threads N] [--out profile.json] [--quick]: times the engine, prints the fit.
 import { writeFile } from 'node:fs/promises';
 import { basename } from 'node:path';
-import { calibrate, DEFAULT_GRID, predictS, type CalibrationGrid, type EngineProfile } from './calibrate.ts';
+import {
+  calibrate,
+  DEFAULT_GRID,
+  predictS,
+  type CalibrationGrid,
+  type EngineProfile,
+  type StepTiming,
+} from './calibrate.ts';
 import { loadLlamaEngine } from './llama-engine.ts';
 
-/** A small grid for a quick look (and CI): 16 shapes, 3 repetitions. */
+/** A small grid for a quick look (and CI): 22 shapes, 3 repetitions. */
 export const QUICK_GRID: CalibrationGrid = Object.freeze({
   prefillTokens: [0, 32, 128],
   decodeSeqs: [0, 1, 4],
   contextTokens: [32, 256],
+  cachedTokens: [0, 128],
   repetitions: 3,
 });
 
 /** Loads the model, calibrates it on `grid` with `threads` threads, and returns the profile. */
-export async function calibrateFile(file: string, threads: number, grid: CalibrationGrid): Promise<EngineProfile> {
+export async function calibrateFile(
+  file: string,
+  threads: number,
+  grid: CalibrationGrid,
+  timing: StepTiming = 'wall',
+): Promise<EngineProfile> {
   const maxDecode = Math.max(...grid.decodeSeqs);
   const maxContext = Math.max(...grid.contextTokens);
-  const drift = grid.prefillTokens.length * grid.decodeSeqs.length * grid.repetitions;
+  const maxCached = Math.max(0, ...(grid.cachedTokens ?? [0]));
+  const cachedKinds = (grid.cachedTokens ?? [0]).length;
+  // Timed decodes per context: one per shape and round (the warm-up round included).
+  const drift = grid.prefillTokens.length * cachedKinds * grid.decodeSeqs.length * (grid.repetitions + 1);
   const started = performance.now();
   const engine = await loadLlamaEngine(file, {
     threads,
     sequences: maxDecode + 1,
-    contextTokens: Math.max(maxContext + drift + 2, Math.max(...grid.prefillTokens) + 1),
-    batchTokens: Math.max(Math.max(...grid.prefillTokens) + maxDecode, maxContext),
+    contextTokens: Math.max(maxContext + drift + 2, maxCached + Math.max(...grid.prefillTokens) + 1),
+    batchTokens: Math.max(Math.max(...grid.prefillTokens) + maxDecode, maxContext, maxCached),
   });
   const loadS = (performance.now() - started) / 1e3;
   try {
-    return await calibrate(engine, { name: basename(file, '.gguf'), threads, loadS, grid });
+    return await calibrate(engine, { name: basename(file, '.gguf'), threads, loadS, grid, timing });
   } finally {
     await engine.unload();
   }
@@ -56,7 +72,8 @@ export function formatProfile(p: EngineProfile): string {
     `t = ${(c.baseS * 1e3).toFixed(4)} ms + ${(c.perPrefillTokenS * 1e6).toFixed(3)} us/prefill token + ` +
       `${(c.perPrefillPairS * 1e9).toFixed(3)} ns/prefill pair + ` +
       `${(c.perDecodeSeqS * 1e6).toFixed(3)} us/decode seq + ` +
-      `${(c.perContextTokenS * 1e9).toFixed(3)} ns/context token`,
+      `${(c.perContextTokenS * 1e9).toFixed(3)} ns/context token + ` +
+      `${((c.perPrefillSeqS ?? 0) * 1e6).toFixed(3)} us/prefill chunk`,
   );
   return lines.join('\n');
 }

@@ -1,67 +1,47 @@
 // Calibration: times the real engine over a grid of step shapes and fits step-time coefficients (least squares).
 //
-// The fitted model is linear in five features of a step, the same quantities the roofline cost model
+// The fitted model is linear in six features of a step, the same quantities the roofline cost model
 // (actors/gpu/cost-model.ts) derives from a StepShape:
 //
 //   t = base + perPrefillToken · Σ T  +  perPrefillPair · Σ T·(K + T/2)  +  perDecodeSeq · B  +  perContextToken · C
+//            + perPrefillSeq · P   (P prefill chunks: each sequence of a batch pays a fixed cost in llama.cpp)
 //
 // for prefill chunks of T new tokens after K cached ones, B decoding sequences holding C context tokens in total.
-// Building a CostModel from a profile: stepS(shape) = profileStepS(profile, shape) (below); prefillS(T, K) is the
+// Building a CostModel from a profile: stepS(shape) = profileStepS(profile, shape) (actors/gpu/profile-cost-model.ts); prefillS(T, K) is the
 // same with one chunk and B = C = 0; decodeS(B, C) with no chunks; a step with no tokens costs 0, as in the roofline;
 // kvBlocks(blockTokens) = floor(capacity.totalCells / blockTokens), but a sequence may never hold more than
 // capacity.cellsPerSequence cells (the stock llama.cpp build gives each sequence a fixed block); loadS() is
 // profile.loadS. tp is 1 (one engine host per replica), so there is no all-reduce term.
 import { availableParallelism } from 'node:os';
-import type { StepShape } from '../gpu/cost-model.ts';
-import type { Engine, EngineCapacity, StepItem } from './engine.ts';
+import {
+  predictS,
+  prefillSeqsOf,
+  type CalibrationSample,
+  type EngineProfile,
+  type StepCoefficients,
+} from '../gpu/profile-cost-model.ts';
+import type { Engine, StepItem } from './engine.ts';
 
-/** Step-time coefficients in seconds; see the file header for the formula. */
-export interface StepCoefficients {
-  baseS: number;
-  perPrefillTokenS: number;
-  perPrefillPairS: number;
-  perDecodeSeqS: number;
-  perContextTokenS: number;
-}
-
-/** One measured step shape: its features and its median wall time over the repetitions. */
-export interface CalibrationSample {
-  prefillTokens: number;
-  prefillPairs: number;
-  decodeSeqs: number;
-  contextTokens: number;
-  seconds: number;
-}
-
-/** A fitted engine profile, serialisable as JSON, from which a cost model can be built by name. */
-export interface EngineProfile {
-  kind: 'switchyard.engine-profile';
-  version: 1;
-  name: string;
-  engine: 'llama.cpp';
-  model: string;
-  threads: number;
-  machine: { cpus: number; platform: string; arch: string };
-  loadS: number;
-  capacity: Omit<EngineCapacity, 'used' | 'freeSequences'>;
-  coefficients: StepCoefficients;
-  fit: { points: number; meanRelError: number; maxRelError: number };
-  samples: CalibrationSample[];
-}
+// The profile types and the step-time formula live with the cost model built from them (actors/gpu).
+export { predictS, profileStepS } from '../gpu/profile-cost-model.ts';
+export type { CalibrationSample, EngineProfile, StepCoefficients } from '../gpu/profile-cost-model.ts';
 
 /** The grid of step shapes to time: every combination of prefill chunk, decode count and per-sequence context. */
 export interface CalibrationGrid {
   prefillTokens: readonly number[];
   decodeSeqs: readonly number[];
   contextTokens: readonly number[];
+  /** Tokens already cached in the prefilling sequence (a chunk continuing a prompt); default [0]. */
+  cachedTokens?: readonly number[];
   repetitions: number;
 }
 
-/** The default grid: 72 shapes, 5 repetitions each. */
+/** The default grid: 112 shapes (prefill chunks fresh and after 192 cached tokens), 5 repetitions each. */
 export const DEFAULT_GRID: CalibrationGrid = Object.freeze({
   prefillTokens: [0, 16, 64, 128, 256],
   decodeSeqs: [0, 1, 2, 4, 8],
   contextTokens: [32, 128, 512],
+  cachedTokens: [0, 192],
   repetitions: 5,
 });
 
@@ -72,6 +52,7 @@ const features = (s: Omit<CalibrationSample, 'seconds'>): number[] => [
   s.prefillPairs,
   s.decodeSeqs,
   s.contextTokens,
+  prefillSeqsOf(s),
 ];
 
 /** Solves the least-squares problem min ‖Xb − y‖ through the normal equations, with column scaling and pivoting. */
@@ -107,32 +88,8 @@ const toCoefficients = (b: readonly number[]): StepCoefficients => ({
   perPrefillPairS: b[2]!,
   perDecodeSeqS: b[3]!,
   perContextTokenS: b[4]!,
+  perPrefillSeqS: b[5]!,
 });
-
-/** Predicted seconds of a sample under the coefficients. */
-export function predictS(c: StepCoefficients, s: Omit<CalibrationSample, 'seconds'>): number {
-  return (
-    c.baseS +
-    c.perPrefillTokenS * s.prefillTokens +
-    c.perPrefillPairS * s.prefillPairs +
-    c.perDecodeSeqS * s.decodeSeqs +
-    c.perContextTokenS * s.contextTokens
-  );
-}
-
-/** Step time of a cost model's StepShape under a profile: the CostModel.stepS a profile-backed model would have. */
-export function profileStepS(profile: Pick<EngineProfile, 'coefficients'>, shape: StepShape): number {
-  let prefillTokens = 0;
-  let prefillPairs = 0;
-  for (const chunk of shape.prefill) {
-    if (chunk.tokens <= 0) continue;
-    prefillTokens += chunk.tokens;
-    prefillPairs += chunk.tokens * (chunk.cached + chunk.tokens / 2);
-  }
-  if (prefillTokens + shape.decodeBatch <= 0) return 0;
-  const s = { prefillTokens, prefillPairs, decodeSeqs: shape.decodeBatch, contextTokens: shape.decodeContext };
-  return Math.max(0, predictS(profile.coefficients, s));
-}
 
 /** Fits the coefficients to the samples (minimising relative error); reports the fit's mean and max relative error. */
 export function fitProfile(samples: readonly CalibrationSample[]): {
@@ -154,22 +111,49 @@ export function fitProfile(samples: readonly CalibrationSample[]): {
 /** Filler prompt tokens: printable bytes, valid in any byte-level vocabulary. */
 const filler = (n: number, salt: number): number[] => Array.from({ length: n }, (_, i) => 97 + ((i + salt) % 26));
 
-/** The shapes of the grid worth timing (the context does not matter without decodes). */
-const gridShapes = (grid: CalibrationGrid, context: number): { prefill: number; decode: number }[] =>
+/** One shape of the grid: a prefill chunk of `prefill` tokens after `cached` ones, beside `decode` decodes. */
+interface GridShape {
+  prefill: number;
+  cached: number;
+  decode: number;
+}
+
+/** The shapes of the grid worth timing (the context does not matter without decodes, nor the cache without prefill). */
+const gridShapes = (grid: CalibrationGrid, context: number): GridShape[] =>
   grid.prefillTokens.flatMap((prefill) =>
-    grid.decodeSeqs
-      .filter((decode) => (prefill > 0 || decode > 0) && (decode > 0 || context === grid.contextTokens[0]))
-      .map((decode) => ({ prefill, decode })),
+    (prefill > 0 ? (grid.cachedTokens ?? [0]) : [0]).flatMap((cached) =>
+      grid.decodeSeqs
+        .filter((decode) => (prefill > 0 || decode > 0) && (decode > 0 || context === grid.contextTokens[0]))
+        .map((decode) => ({ prefill, cached, decode })),
+    ),
   );
+
+/** How a step is timed: wall time, or the process's CPU time (the engine's own cost on a shared CPU, one thread). */
+export type StepTiming = 'wall' | 'cpu';
+
+/** Runs one step and returns its seconds under `timing`. */
+async function timeStep(engine: Engine, items: StepItem[], timing: StepTiming): Promise<number> {
+  const cpu = process.cpuUsage();
+  const { ms } = await engine.step({ items });
+  if (timing === 'wall') return ms / 1e3;
+  const used = process.cpuUsage(cpu);
+  return (used.user + used.system) / 1e6;
+}
 
 /**
  * Times every shape of the grid on a loaded engine (sequences >= max decodeSeqs + 1, cells >= the largest context
- * plus the decodes of the calibration). Repetitions go round the whole grid, so a burst of load from other processes
- * spreads over many shapes instead of skewing one, and each shape keeps its fastest time: other work on a shared
- * machine only ever adds time, so the minimum is the engine's own cost. The decoding sequences grow by one token per
- * timed decode, so contexts drift upwards during a run: each sample records the context it really had.
+ * plus the decodes of the calibration, and >= the largest cached + prefill). Repetitions go round the whole grid, so a
+ * burst of load from other processes spreads over many shapes instead of skewing one, and each shape keeps its
+ * fastest time: other work on a shared machine only ever adds time, so the minimum is the engine's own cost. With
+ * `timing: 'cpu'` a step is timed by the CPU time the process spent in it, which a loaded machine inflates far less
+ * than wall time (valid for one engine thread on the CPU), and each shape keeps its median. The decoding sequences grow by one token per timed
+ * decode, so contexts drift upwards during a run: each sample records the context it really had.
  */
-export async function measureGrid(engine: Engine, grid: CalibrationGrid): Promise<CalibrationSample[]> {
+export async function measureGrid(
+  engine: Engine,
+  grid: CalibrationGrid,
+  timing: StepTiming = 'wall',
+): Promise<CalibrationSample[]> {
   const samples: CalibrationSample[] = [];
   const decoding = Array.from({ length: Math.max(...grid.decodeSeqs) }, (_, i) => `cal.d${i}`);
   for (const context of grid.contextTokens) {
@@ -177,29 +161,38 @@ export async function measureGrid(engine: Engine, grid: CalibrationGrid): Promis
     for (const [i, seq] of decoding.entries()) {
       await engine.step({ items: [{ seq, kind: 'prefill', tokens: filler(context, i), sample: true }] });
     }
-    const shapes = gridShapes(grid, context).map((shape) => ({ ...shape, seconds: Infinity, held: 0 }));
+    const shapes = gridShapes(grid, context).map((shape) => ({ ...shape, runs: [] as [number, number][] }));
     for (let r = -1; r < grid.repetitions; r++) {
       for (const shape of shapes) {
+        if (shape.cached > 0) {
+          await engine.step({
+            items: [{ seq: 'cal.p', kind: 'prefill', tokens: filler(shape.cached, r), sample: false }],
+          });
+        }
         const items: StepItem[] = decoding.slice(0, shape.decode).map((seq) => ({ seq, kind: 'decode' as const }));
         if (shape.prefill > 0) {
-          items.push({ seq: 'cal.p', kind: 'prefill', tokens: filler(shape.prefill, r), sample: true });
+          items.push({ seq: 'cal.p', kind: 'prefill', tokens: filler(shape.prefill, r + 7), sample: true });
         }
         const used = engine.capacity().used;
         const held = decoding.slice(0, shape.decode).reduce((sum, seq) => sum + (used[seq] ?? 0) + 1, 0);
-        const seconds = (await engine.step({ items })).ms / 1e3;
+        const seconds = await timeStep(engine, items, timing);
         await engine.free('cal.p');
         if (r < 0) continue; // the first round warms caches and threads up
-        if (seconds < shape.seconds) [shape.seconds, shape.held] = [seconds, held];
+        shape.runs.push([seconds, held]);
       }
     }
     for (const s of shapes) {
-      const prefillPairs = s.prefill * (s.prefill / 2);
+      // Wall time: the fastest run (other tenants only add time). CPU time: the median run (a loaded machine also
+      // inflates CPU time, through shared caches and memory bandwidth, and the serving steps pay that too).
+      const sorted = s.runs.sort((x, y) => x[0] - y[0]);
+      const [seconds, held] = sorted[timing === 'wall' ? 0 : Math.floor((sorted.length - 1) / 2)]!;
       samples.push({
         prefillTokens: s.prefill,
-        prefillPairs,
+        prefillPairs: s.prefill * (s.cached + s.prefill / 2),
+        prefillSeqs: s.prefill > 0 ? 1 : 0,
         decodeSeqs: s.decode,
-        contextTokens: s.held,
-        seconds: s.seconds,
+        contextTokens: held,
+        seconds,
       });
     }
     for (const seq of decoding) await engine.free(seq);
@@ -210,9 +203,10 @@ export async function measureGrid(engine: Engine, grid: CalibrationGrid): Promis
 /** Runs a calibration on a loaded engine and returns the fitted profile. */
 export async function calibrate(
   engine: Engine,
-  opts: { name: string; threads: number; loadS: number; grid?: CalibrationGrid },
+  opts: { name: string; threads: number; loadS: number; grid?: CalibrationGrid; timing?: StepTiming },
 ): Promise<EngineProfile> {
-  const samples = await measureGrid(engine, opts.grid ?? DEFAULT_GRID);
+  const timing = opts.timing ?? 'wall';
+  const samples = await measureGrid(engine, opts.grid ?? DEFAULT_GRID, timing);
   const { coefficients, fit } = fitProfile(samples);
   const { sequences, cellsPerSequence, totalCells, batchTokens } = engine.capacity();
   return {
@@ -222,6 +216,7 @@ export async function calibrate(
     engine: 'llama.cpp',
     model: engine.file,
     threads: opts.threads,
+    timing,
     machine: { cpus: availableParallelism(), platform: process.platform, arch: process.arch },
     loadS: opts.loadS,
     capacity: { sequences, cellsPerSequence, totalCells, batchTokens },

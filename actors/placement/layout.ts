@@ -1,8 +1,8 @@
 // Which replicas a placement mode wants on which GPUs: pure functions of the scenario and the healthy GPUs.
 // A replica is one entry whatever its size: the large model's gang is one entry holding all its GPUs.
 import type { ModelConfig, Scenario } from '../config.ts';
-import { createCostModel, type CostModel } from '../gpu/cost-model.ts';
-import { gpuProfile, modelProfile } from '../gpu/profiles.ts';
+import type { CostModel } from '../gpu/cost-model.ts';
+import { costModelFor, costModelKey } from '../gpu/profile-cost-model.ts';
 
 /** A layout mode: the large gang (plus small replicas on what is left), small replicas only, a fixed split, or
  * co-location. */
@@ -32,12 +32,12 @@ export const UNLOAD_MS = 1000;
 
 const costs = new Map<string, CostModel>();
 
-/** The cost model of `model` on the scenario's GPU type (cached). */
+/** The cost model of `model` on the scenario's GPU type, or of its calibrated engine (cached). */
 export function costOf(scenario: Scenario, model: ModelConfig): CostModel {
-  const key = `${model.profile}|${scenario.node.gpu}|${model.tp}`;
+  const key = `${costModelKey(model)}|${scenario.node.gpu}|${model.tp}`;
   let c = costs.get(key);
   if (!c) {
-    c = createCostModel(modelProfile(model.profile), gpuProfile(scenario.node.gpu), model.tp);
+    c = costModelFor(costModelKey(model), scenario.node.gpu, model.tp);
     costs.set(key, c);
   }
   return c;

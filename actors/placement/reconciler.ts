@@ -8,6 +8,7 @@ import type { Scenario } from '../config.ts';
 import type { Sequence } from '../batcher/sequence.ts';
 import type { StepPlan } from '../batcher/continuous.ts';
 import { costOf, type LayoutEntry } from './layout.ts';
+import { costModelKey } from '../gpu/profile-cost-model.ts';
 import { decideSwitch } from './policy.ts';
 import type { GpuLedger } from './ledger.ts';
 import type { Modes } from './modes.ts';
@@ -72,7 +73,7 @@ export function replicaOptions(
     gpus: e.devices,
     epoch,
     gpuType: scenario.node.gpu,
-    modelProfile: m.profile,
+    modelProfile: costModelKey(m),
     cost,
     limits: {
       policy: b.policy,

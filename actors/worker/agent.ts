@@ -1,8 +1,8 @@
 // A node agent: the worker process that owns GPUs, runs their actors, and executes steps with an executor.
 import { createActor, type ActorRefFrom } from 'xstate';
 import { gpuMachine } from '../../machines/gpu.machine.ts';
-import { createCostModel, type CostModel, type StepShape } from '../gpu/cost-model.ts';
-import { gpuProfile, modelProfile } from '../gpu/profiles.ts';
+import type { CostModel, StepShape } from '../gpu/cost-model.ts';
+import { costModelFor } from '../gpu/profile-cost-model.ts';
 import type { Executor } from '../gpu/executor.ts';
 import type { Msg, Runtime } from '../../runtime/system.ts';
 import type { InjectedFault, MessageOf } from '../../machines/messages.ts';
@@ -66,7 +66,7 @@ function assignGpu(slot: GpuSlot, m: MessageOf<'gpu.assign'>, costs: Map<string,
     const key = `${m.model}|${m.gpuType}|${m.tp}`;
     let cost = costs.get(key);
     if (!cost) {
-      cost = createCostModel(modelProfile(m.model), gpuProfile(m.gpuType), m.tp);
+      cost = costModelFor(m.model, m.gpuType, m.tp);
       costs.set(key, cost);
     }
     slot.cost = cost;

@@ -50,7 +50,7 @@ describe('calibration', () => {
     it('recovers the coefficients that generated noiseless step times, with zero fit error', () => {
       const { coefficients, fit } = fitProfile(syntheticSamples());
       for (const key of Object.keys(TRUE) as (keyof StepCoefficients)[]) {
-        expect(coefficients[key] / TRUE[key]).toBeCloseTo(1, 6);
+        expect(coefficients[key]! / TRUE[key]!).toBeCloseTo(1, 6);
       }
       expect(fit.maxRelError).toBeLessThan(1e-9);
     });
@@ -81,7 +81,7 @@ describe('calibration', () => {
     it('times a grid of step shapes on the tiny model and returns a JSON profile with its fit error', async () => {
       const fixture = await tinyModelFixture();
       try {
-        const grid = { ...QUICK_GRID, prefillTokens: [0, 32], contextTokens: [32], repetitions: 2 };
+        const grid = { ...QUICK_GRID, prefillTokens: [0, 32], contextTokens: [32], cachedTokens: [0], repetitions: 2 };
         const profile = await calibrateFile(fixture.file, 1, grid);
         expect(profile.kind).toBe('switchyard.engine-profile');
         expect(profile.samples).toHaveLength(5); // (0,1) (0,4) (32,0) (32,1) (32,4)

@@ -1,0 +1,219 @@
+// A cost model fitted to a real engine on this machine (an engine profile written by `switchyard calibrate`).
+//
+// The profile's step time is linear in five features of a step (see actors/engine/calibrate.ts):
+//
+//   t = base + perPrefillToken · Σ T  +  perPrefillPair · Σ T·(K + T/2)  +  perDecodeSeq · B  +  perContextToken · C
+//            + perPrefillSeq · P
+//
+// for P prefill chunks of T new tokens after K cached ones, B decoding sequences holding C context tokens in total.
+// The per-sequence terms are there because the stock llama.cpp build runs a batch one sequence at a time: each
+// sequence of a step, decoding or prefilling, pays a fixed cost (8 decodes cost ~5-8x one).
+// The CostModel built from it answers every question the roofline answers, from the profile instead: step times,
+// KV blocks (the engine's real cache), load time. tp is 1 (one engine host per replica), so there is no all-reduce.
+// The roofline model (cost-model.ts) stays the model of the published GPU profiles; this one sits behind the same
+// interface, so the batcher, router, placement and simulator use either without knowing which.
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { createCostModel, DEFAULT_COST_PARAMS, type CostModel, type StepShape } from './cost-model.ts';
+import { gpuProfile, modelProfile, type GpuProfile, type ModelProfile } from './profiles.ts';
+
+/** Step-time coefficients in seconds; see the file header for the formula. */
+export interface StepCoefficients {
+  baseS: number;
+  perPrefillTokenS: number;
+  perPrefillPairS: number;
+  perDecodeSeqS: number;
+  perContextTokenS: number;
+  /** Fixed cost of each prefill chunk (a sequence of the batch); absent in older profiles (0). */
+  perPrefillSeqS?: number;
+}
+
+/** One measured step shape: its features and its (fastest) wall time. */
+export interface CalibrationSample {
+  prefillTokens: number;
+  prefillPairs: number;
+  decodeSeqs: number;
+  contextTokens: number;
+  /** Prefill chunks in the step; absent in older profiles (then 1 when prefillTokens > 0). */
+  prefillSeqs?: number;
+  seconds: number;
+}
+
+/** The engine's cache as calibrated: slots, cells per sequence and in total, most tokens per step. */
+export interface ProfileCapacity {
+  sequences: number;
+  cellsPerSequence: number;
+  totalCells: number;
+  batchTokens: number;
+}
+
+/** A fitted engine profile, serialisable as JSON, from which a cost model is built by name. */
+export interface EngineProfile {
+  kind: 'switchyard.engine-profile';
+  version: 1;
+  name: string;
+  engine: 'llama.cpp';
+  model: string;
+  threads: number;
+  /** How steps were timed: wall time, or process CPU time (one engine thread on a shared CPU). Default wall. */
+  timing?: 'wall' | 'cpu';
+  machine: { cpus: number; platform: string; arch: string };
+  loadS: number;
+  capacity: ProfileCapacity;
+  coefficients: StepCoefficients;
+  fit: { points: number; meanRelError: number; maxRelError: number };
+  samples: CalibrationSample[];
+}
+
+/** Prefill chunks of a sample (older profiles did not record them: one chunk when there was a prefill). */
+export const prefillSeqsOf = (s: Omit<CalibrationSample, 'seconds'>): number =>
+  s.prefillSeqs ?? (s.prefillTokens > 0 ? 1 : 0);
+
+/** Predicted seconds of a step's features under the coefficients. */
+export function predictS(c: StepCoefficients, s: Omit<CalibrationSample, 'seconds'>): number {
+  return (
+    c.baseS +
+    c.perPrefillTokenS * s.prefillTokens +
+    c.perPrefillPairS * s.prefillPairs +
+    c.perDecodeSeqS * s.decodeSeqs +
+    c.perContextTokenS * s.contextTokens +
+    (c.perPrefillSeqS ?? 0) * prefillSeqsOf(s)
+  );
+}
+
+/** Step time of a StepShape under a profile; a step with no tokens costs 0, as in the roofline. */
+export function profileStepS(profile: Pick<EngineProfile, 'coefficients'>, shape: StepShape): number {
+  let prefillTokens = 0;
+  let prefillPairs = 0;
+  let prefillSeqs = 0;
+  for (const chunk of shape.prefill) {
+    if (chunk.tokens <= 0) continue;
+    prefillSeqs++;
+    prefillTokens += chunk.tokens;
+    prefillPairs += chunk.tokens * (chunk.cached + chunk.tokens / 2);
+  }
+  if (prefillTokens + shape.decodeBatch <= 0) return 0;
+  const s = {
+    prefillTokens,
+    prefillPairs,
+    prefillSeqs,
+    decodeSeqs: shape.decodeBatch,
+    contextTokens: shape.decodeContext,
+  };
+  return Math.max(0, predictS(profile.coefficients, s));
+}
+
+/** The CPU "GPU" a profile runs on: only its name matters (memory is the profile's cache, not a budget). */
+const ENGINE_DEVICE: GpuProfile = Object.freeze({ name: 'engine', memoryBytes: 0, hbmBytesPerS: 1, peakFlops: 1 });
+
+/**
+ * Builds the cost model of a calibrated engine. `model` is the profile of the config entry, kept for the few
+ * readers of its shape (stateless batching); its maxContext becomes the engine's cells per sequence.
+ */
+export function createProfileCostModel(profile: EngineProfile, model: ModelProfile, gpu = ENGINE_DEVICE): CostModel {
+  const cap = profile.capacity;
+  const stepS = (shape: StepShape): number => profileStepS(profile, shape);
+  const one = (tokens: number, cached: number): StepShape => ({
+    prefill: [{ tokens, cached }],
+    decodeBatch: 0,
+    decodeContext: 0,
+  });
+  return {
+    model: Object.freeze({ ...model, maxContext: cap.cellsPerSequence }),
+    gpu,
+    tp: 1,
+    params: DEFAULT_COST_PARAMS,
+    kvBytesPerToken: 0,
+    weightsBytesPerGpu: 0,
+    activationReserveBytesPerGpu: 0,
+    kvBlocks: (blockTokens) => {
+      if (!Number.isInteger(blockTokens) || blockTokens < 1) {
+        throw new RangeError(`blockTokens must be a positive integer; got ${blockTokens}`);
+      }
+      return Math.floor(cap.totalCells / blockTokens);
+    },
+    step: (shape) => {
+      const totalS = stepS(shape);
+      return { linearS: totalS, attentionS: 0, allReduceS: 0, overheadS: 0, totalS, flops: 0, bytes: 0 };
+    },
+    stepS,
+    prefillS: (tokens, cached) => (tokens > 0 ? stepS(one(tokens, cached)) : 0),
+    decodeS: (batch, contextTokens) => stepS({ prefill: [], decodeBatch: batch, decodeContext: contextTokens }),
+    linearS: (tokens) => (tokens > 0 ? stepS(one(tokens, 0)) : 0),
+    loadS: () => profile.loadS,
+    fits: () => cap.cellsPerSequence >= 1,
+  };
+}
+
+/** Thrown when a profile file is missing, unreadable or not an engine profile; the message names the file. */
+export class EngineProfileError extends Error {
+  override readonly name = 'EngineProfileError';
+  constructor(
+    readonly file: string,
+    message: string,
+  ) {
+    super(`engine profile ${file}: ${message}`);
+  }
+}
+
+const finite = (x: unknown): boolean => typeof x === 'number' && Number.isFinite(x);
+
+/** Reads and checks an engine profile file. */
+export function readEngineProfile(file: string): EngineProfile {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (e) {
+    throw new EngineProfileError(file, `cannot be read as JSON (${(e as Error).message})`);
+  }
+  const p = raw as Partial<EngineProfile>;
+  if (p?.kind !== 'switchyard.engine-profile' || p.version !== 1) {
+    throw new EngineProfileError(file, 'is not a switchyard engine profile (kind/version)');
+  }
+  const c = p.coefficients as unknown as Record<string, unknown> | undefined;
+  const keys: (keyof StepCoefficients)[] = [
+    'baseS',
+    'perPrefillTokenS',
+    'perPrefillPairS',
+    'perDecodeSeqS',
+    'perContextTokenS',
+  ];
+  if (!c || !keys.every((k) => finite(c[k]))) throw new EngineProfileError(file, 'has no valid coefficients');
+  const cap = p.capacity as unknown as Record<string, unknown> | undefined;
+  if (!cap || !['sequences', 'cellsPerSequence', 'totalCells', 'batchTokens'].every((k) => finite(cap[k]))) {
+    throw new EngineProfileError(file, 'has no valid capacity');
+  }
+  if (!finite(p.loadS) || typeof p.name !== 'string') throw new EngineProfileError(file, 'has no name or loadS');
+  return p as EngineProfile;
+}
+
+/** Prefix of the model key (the `model` of a gpu.assign) naming a calibrated profile file instead of a profile. */
+export const CALIBRATED_PREFIX = 'calibrated:';
+
+/** The model key a worker builds a replica's cost model from: the profile name, or the calibrated profile file. */
+export function costModelKey(model: { profile: string; calibration?: string }): string {
+  return model.calibration ? `${CALIBRATED_PREFIX}${resolve(model.calibration)}|${model.profile}` : model.profile;
+}
+
+const profileCache = new Map<string, EngineProfile>();
+
+/** Reads a profile file once per process (simulate, plan and the worker all ask for the same file). */
+export function engineProfileAt(file: string): EngineProfile {
+  const path = resolve(file);
+  let p = profileCache.get(path);
+  if (!p) {
+    p = readEngineProfile(path);
+    profileCache.set(path, p);
+  }
+  return p;
+}
+
+/** The cost model of a model key (see costModelKey) on `gpuType` with `tp` ranks: calibrated or the roofline. */
+export function costModelFor(key: string, gpuType: string, tp: number): CostModel {
+  if (!key.startsWith(CALIBRATED_PREFIX)) return createCostModel(modelProfile(key), gpuProfile(gpuType), tp);
+  const rest = key.slice(CALIBRATED_PREFIX.length);
+  const bar = rest.lastIndexOf('|');
+  const profile = engineProfileAt(rest.slice(0, bar));
+  if (tp !== 1) throw new RangeError(`a calibrated engine runs as one host (tp 1); got tp ${tp}`);
+  return createProfileCostModel(profile, modelProfile(rest.slice(bar + 1)));
+}

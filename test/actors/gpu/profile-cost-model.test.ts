@@ -1,0 +1,146 @@
+// Tests of the cost model built from a calibrated engine profile: step times, cache, load time, files and keys.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createCostModel } from '../../../actors/gpu/cost-model.ts';
+import {
+  costModelFor,
+  costModelKey,
+  createProfileCostModel,
+  EngineProfileError,
+  predictS,
+  readEngineProfile,
+  type EngineProfile,
+} from '../../../actors/gpu/profile-cost-model.ts';
+import { gpuProfile, modelProfile } from '../../../actors/gpu/profiles.ts';
+
+/** A profile with round coefficients: 1 ms base, 0.1 ms a prefill token, 2 ms a decoding sequence. */
+function sampleProfile(over: Partial<EngineProfile> = {}): EngineProfile {
+  return {
+    kind: 'switchyard.engine-profile',
+    version: 1,
+    name: 'sample',
+    engine: 'llama.cpp',
+    model: 'sample.gguf',
+    threads: 1,
+    timing: 'cpu',
+    machine: { cpus: 2, platform: 'linux', arch: 'x64' },
+    loadS: 3,
+    capacity: { sequences: 4, cellsPerSequence: 511, totalCells: 2048, batchTokens: 64 },
+    coefficients: {
+      baseS: 1e-3,
+      perPrefillTokenS: 1e-4,
+      perPrefillPairS: 1e-8,
+      perDecodeSeqS: 2e-3,
+      perContextTokenS: 1e-6,
+    },
+    fit: { points: 10, meanRelError: 0.05, maxRelError: 0.1 },
+    samples: [],
+    ...over,
+  };
+}
+
+const dir = mkdtempSync(join(tmpdir(), 'switchyard-profile-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('the profile cost model', () => {
+  const profile = sampleProfile();
+  const cost = createProfileCostModel(profile, modelProfile('llama-3-8b'));
+
+  it("prices a mixed step with the profile's linear formula", () => {
+    const shape = { prefill: [{ tokens: 32, cached: 64 }], decodeBatch: 3, decodeContext: 300 };
+    const expected = predictS(profile.coefficients, {
+      prefillTokens: 32,
+      prefillPairs: 32 * (64 + 16),
+      decodeSeqs: 3,
+      contextTokens: 300,
+    });
+    expect(cost.stepS(shape)).toBeCloseTo(expected, 12);
+    expect(cost.step(shape).totalS).toBeCloseTo(expected, 12);
+  });
+
+  it('costs nothing for a step with no tokens, like the roofline', () => {
+    expect(cost.stepS({ prefill: [], decodeBatch: 0, decodeContext: 0 })).toBe(0);
+    expect(cost.prefillS(0, 10)).toBe(0);
+  });
+
+  it('makes a decode batch of eight cost eight decoding sequences (the per-sequence term)', () => {
+    const one = cost.decodeS(1, 100);
+    const eight = cost.decodeS(8, 800);
+    expect(eight - one).toBeCloseTo(7 * (2e-3 + 100 * 1e-6), 12);
+  });
+
+  it('charges every prefill chunk its fixed cost (each sequence of a llama.cpp batch runs on its own)', () => {
+    const chunked = createProfileCostModel(
+      sampleProfile({ coefficients: { ...profile.coefficients, perPrefillSeqS: 5e-3 } }),
+      modelProfile('llama-3-8b'),
+    );
+    const one = { prefill: [{ tokens: 32, cached: 0 }], decodeBatch: 0, decodeContext: 0 };
+    const two = {
+      prefill: [
+        { tokens: 16, cached: 0 },
+        { tokens: 16, cached: 0 },
+      ],
+      decodeBatch: 0,
+      decodeContext: 0,
+    };
+    expect(chunked.stepS(two) - chunked.stepS(one)).toBeCloseTo(5e-3 + (2 * 16 * 8 - 32 * 16) * 1e-8, 12);
+    expect(cost.stepS(two)).toBeLessThan(chunked.stepS(two));
+  });
+
+  it("sizes the KV ledger from the engine's real cache and a sequence's cells", () => {
+    expect(cost.kvBlocks(16)).toBe(128);
+    expect(cost.model.maxContext).toBe(511);
+    expect(cost.tp).toBe(1);
+    expect(() => cost.kvBlocks(0)).toThrow(RangeError);
+  });
+
+  it('loads in the time the calibration measured', () => {
+    expect(cost.loadS()).toBe(3);
+  });
+});
+
+describe('engine profile files', () => {
+  it('reads a profile written as JSON', () => {
+    const file = join(dir, 'ok.json');
+    writeFileSync(file, JSON.stringify(sampleProfile()));
+    expect(readEngineProfile(file).name).toBe('sample');
+  });
+
+  it('refuses a missing file, naming it', () => {
+    expect(() => readEngineProfile(join(dir, 'none.json'))).toThrow(EngineProfileError);
+    expect(() => readEngineProfile(join(dir, 'none.json'))).toThrow(/none\.json/);
+  });
+
+  it('refuses JSON that is not an engine profile or lacks coefficients', () => {
+    const other = join(dir, 'other.json');
+    writeFileSync(other, JSON.stringify({ kind: 'something' }));
+    expect(() => readEngineProfile(other)).toThrow(/not a switchyard engine profile/);
+    const broken = join(dir, 'broken.json');
+    const p = sampleProfile();
+    writeFileSync(broken, JSON.stringify({ ...p, coefficients: { ...p.coefficients, baseS: 'x' } }));
+    expect(() => readEngineProfile(broken)).toThrow(/coefficients/);
+  });
+});
+
+describe('cost model keys', () => {
+  it('keeps the profile name as the key of an uncalibrated model, so the roofline is built as before', () => {
+    expect(costModelKey({ profile: 'llama-3-8b' })).toBe('llama-3-8b');
+    const roofline = costModelFor('llama-3-8b', 'H100-SXM', 1);
+    const direct = createCostModel(modelProfile('llama-3-8b'), gpuProfile('H100-SXM'), 1);
+    const shape = { prefill: [{ tokens: 512, cached: 0 }], decodeBatch: 16, decodeContext: 8000 };
+    expect(roofline.stepS(shape)).toBe(direct.stepS(shape));
+  });
+
+  it("builds a calibrated model's cost model from its profile file through the key a worker receives", () => {
+    const file = join(dir, 'keyed.json');
+    writeFileSync(file, JSON.stringify(sampleProfile({ name: 'keyed', loadS: 7 })));
+    const key = costModelKey({ profile: 'llama-3-8b', calibration: file });
+    expect(key.startsWith('calibrated:')).toBe(true);
+    const cost = costModelFor(key, 'H100-SXM', 1);
+    expect(cost.loadS()).toBe(7);
+    expect(cost.kvBlocks(16)).toBe(128);
+    expect(() => costModelFor(key, 'H100-SXM', 2)).toThrow(/tp 1/);
+  });
+});
