@@ -60,6 +60,7 @@ export function gpuSpec(machine: AnyStateMachine = gpuMachine): ExploreSpec {
         { type: 'gpu.assign', replica: 'replica.a', epoch: 3, loadMs: 10, unloadMs: 10 },
         { type: 'gpu.fault', code: 'xid_79' },
         { type: 'gpu.repair' },
+        { type: 'gpu.engineLoaded' },
       ];
       for (const replica of [owner, 'replica.other'])
         for (const epoch of [num(s, 'epoch'), num(s, 'epoch') - 1]) out.push({ type: 'gpu.release', replica, epoch });
