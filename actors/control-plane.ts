@@ -154,8 +154,9 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
     onEngineMismatch: (r, problem) => invariants.violations.push(`${r.id}: ${problem}`),
     onStep: (r, plan) => {
       collector.estimate('stepMs', plan.predictedMs, clock.now() - plan.dispatchedAt);
-      // A real engine's steps are not judged against the roofline (uncalibrated, it is not the engine's time).
-      if (!r.engine) health.step(r.id, plan.predictedMs, clock.now() - plan.dispatchedAt);
+      // A real engine's steps are judged only against a calibrated profile: the roofline is not the engine's time.
+      if (!r.engine || modelByName.get(r.model)?.calibration)
+        health.step(r.id, plan.predictedMs, clock.now() - plan.dispatchedAt);
       invariants.step(r, plan, clock.now());
       cp.onStep?.(r, plan);
       resumer.stepCompleted(r);

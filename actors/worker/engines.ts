@@ -249,9 +249,12 @@ export function createEngineManager(opts: EngineManagerOptions): EngineManager {
     free: (replica, epoch, seqs) => {
       const h = hosts.get(replica);
       if (!h || h.epoch !== epoch) return;
-      for (const s of seqs) h.seqs.delete(s);
+      // In order with the steps: a step sent before the free still finds the sequence's tokens.
       queue(h, async () => {
-        for (const s of seqs) await h.host.free(s);
+        for (const s of seqs) {
+          h.seqs.delete(s);
+          await h.host.free(s);
+        }
       });
     },
     release: (replica, epoch) => {

@@ -146,3 +146,21 @@ describe('the worker engine manager', () => {
     expect(m.owns('r')).toBe(false);
   });
 });
+
+describe('the worker engine manager, freeing', () => {
+  it('frees a sequence only after the steps sent before the free, which still find its tokens', async () => {
+    const { m, hosts } = setup();
+    m.assign(assign(0, 1));
+    const base = { type: 'step.execute' as const, replica: 'r', epoch: 1, gpus: [0] };
+    const shape = { prefill: [], decodeBatch: 0, decodeContext: 0 };
+    const open = [{ seq: 's', tokens: [1, 2], left: 9 }];
+    const done: unknown[] = [];
+    m.step({ ...base, step: 1, shape, open, items: [{ seq: 's', from: 0, n: 1, sample: false }] }, (r) => done.push(r));
+    m.step({ ...base, step: 2, shape, items: [{ seq: 's', from: 1, n: 1, sample: true }] }, (r) => done.push(r));
+    m.free('r', 1, ['s']);
+    await new Promise((r) => setTimeout(r, 10));
+    expect(done).toHaveLength(2);
+    expect(hosts[0]!.killed).toBe(false);
+    expect(hosts[0]!.freed).toEqual(['s']);
+  });
+});
