@@ -42,6 +42,7 @@ models:
     profile: llama-3-8b
     engine: llama.cpp
     file: m.gguf
+    generate: tiny
     calibration: ${calibration}
 ${extra}
 traffic:
@@ -83,12 +84,12 @@ describe('a calibrated model in a config', () => {
 
   it('reads the config without its profiles when asked (calibrate writes them)', () => {
     const s = loadScenario(write('uncalibrated.yaml', config('nowhere')), { calibrations: false });
-    expect(s.models[0]!.engine).toBe('llama.cpp');
+    expect(s.models[0]!.engine?.kind).toBe('llama.cpp');
   });
 
   it('refuses a llama.cpp model without a model file', () => {
     const file = write('nofile.yaml', config('fast').replace('    file: m.gguf\n', ''));
-    expect(() => loadScenario(file)).toThrow(/models\[0\]\.file: required by engine llama\.cpp/);
+    expect(() => loadScenario(file)).toThrow(/models\[0\]\.file: is required for engine llama\.cpp/);
   });
 });
 
