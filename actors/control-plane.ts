@@ -3,6 +3,7 @@
 // parts live in actors/control/: the request table, the hold, resume, stateless dispatch, submit, invariants.
 import type { StepPlan } from './batcher/continuous.ts';
 import type { Scenario } from './config.ts';
+import { withoutEngines } from './engine-config.ts';
 import { createCollector, type Collector } from './metrics/collector.ts';
 import { startPlacement, type Placement } from './placement/placement.ts';
 import type { ReplicaHandle } from './replica.ts';
@@ -65,6 +66,8 @@ export interface ControlPlaneOptions {
   onIdle?(): void;
   /** The collector to record into (serving passes a bounded one: a long-running server cannot keep every record). */
   collector?: Collector;
+  /** Run llama.cpp models on their engines (serving); otherwise the cost model stands in (simulation, DST, plan). */
+  realEngines?: boolean;
   /** Deliberate faults for mutation tests (never set outside tests and the DST). */
   mutations?: ControlPlaneMutations;
 }
@@ -102,7 +105,8 @@ function prospectsOf(
 }
 
 /** Starts a control plane on `runtime` for `scenario`. */
-export function startControlPlane(runtime: Runtime, scenario: Scenario, opts: ControlPlaneOptions = {}): ControlPlane {
+export function startControlPlane(runtime: Runtime, given: Scenario, opts: ControlPlaneOptions = {}): ControlPlane {
+  const scenario = opts.realEngines ? given : withoutEngines(given);
   const { clock } = runtime;
   const mutations = opts.mutations ?? {};
   const collector = opts.collector ?? createCollector();

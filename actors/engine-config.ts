@@ -134,3 +134,19 @@ export function prepareModelFiles(
   }
   return null;
 }
+
+/**
+ * The scenario as simulated: every model on the cost model (steps take the roofline's time, nothing is spawned),
+ * keeping the ledger limits of its engine's cache. Serving passes its scenario as it is.
+ */
+export function withoutEngines<S extends { models: readonly { engine?: WireEngineSpec }[] }>(scenario: S): S {
+  if (!scenario.models.some((m) => m.engine)) return scenario;
+  return {
+    ...scenario,
+    models: scenario.models.map((m) => {
+      if (!m.engine) return m;
+      const { engine: _engine, ...rest } = m;
+      return rest;
+    }),
+  };
+}

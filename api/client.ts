@@ -8,6 +8,7 @@ import {
   SUBPROTOCOL_MSGPACK,
   decodeServerFrame,
   encodeFrame,
+  type ClientMessage,
   type FrameFormat,
   type ServerMessage,
 } from '../transport/client-protocol.ts';
@@ -96,7 +97,7 @@ interface StreamState {
   wake: (() => void) | null;
   end: StreamResult | null;
   nextSeq: number;
-  accept(v: { request: string; model: string; version: string } | null): void;
+  accept(v: Accepted): void;
   finish(r: StreamResult): void;
 }
 
@@ -151,37 +152,7 @@ export async function connectClient(url: string, opts: ClientOptions = {}): Prom
         resolve(client);
         return;
       }
-      if (m.type === 'error' && m.id === undefined) return;
-      const s = streams.get(m.id!);
-      if (!s) return;
-      if (m.type === 'accepted') s.accept({ request: m.request, model: m.model, version: m.version });
-      else if (m.type === 'tokens') {
-        if (m.seq !== s.nextSeq) {
-          s.finish({
-            ok: false,
-            error: new SwitchyardError('protocol', `token seq ${m.seq} after ${s.nextSeq - 1}`, false),
-          });
-          streams.delete(m.id);
-          return;
-        }
-        s.nextSeq += m.n;
-        const last = s.chunks[s.chunks.length - 1];
-        if (last && s.chunks.length >= MAX_BUFFERED_CHUNKS) {
-          last.n += m.n;
-          last.text += m.text ?? '';
-        } else s.chunks.push({ seq: m.seq, n: m.n, text: m.text ?? '' });
-        s.wake?.();
-      } else if (m.type === 'done') {
-        streams.delete(m.id);
-        s.finish({ ok: true, finishReason: m.finishReason, usage: m.usage, timings: m.timings });
-      } else if (m.type === 'rejected' || m.type === 'error') {
-        streams.delete(m.id!);
-        s.accept(null);
-        s.finish({
-          ok: false,
-          error: new SwitchyardError(m.code as ClientErrorCode, m.message, m.retryable, m.retryAfterMs),
-        });
-      }
+      applyStreamMessage(streams, m);
     };
 
     const client: SwitchyardClient = {
@@ -197,75 +168,17 @@ export async function connectClient(url: string, opts: ClientOptions = {}): Prom
       },
       stream: (req) => {
         const id = `c${++counter}`;
-        let accept!: (v: { request: string; model: string; version: string } | null) => void;
-        let settle!: (r: StreamResult) => void;
-        const accepted = new Promise<{ request: string; model: string; version: string } | null>(
-          (res) => (accept = res),
-        );
-        const result = new Promise<StreamResult>((res) => (settle = res));
-        const s: StreamState = {
-          chunks: [],
-          wake: null,
-          end: null,
-          nextSeq: 0,
-          accept: (v) => accept(v),
-          finish: (r) => {
-            if (s.end) return;
-            s.end = r;
-            accept(null);
-            settle(r);
-            s.wake?.();
-          },
-        };
+        const { s, accepted, result } = newStreamState();
         if (closed)
           s.finish({ ok: false, error: new SwitchyardError('connection_closed', 'the connection is closed', true) });
         else {
           streams.set(id, s);
-          peer.send(
-            encodeFrame(
-              {
-                type: 'submit',
-                id,
-                model: req.model,
-                ...(req.version !== undefined ? { version: req.version } : {}),
-                ...(req.priority !== undefined ? { priority: req.priority } : {}),
-                ...(req.prompt !== undefined ? { prompt: req.prompt } : {}),
-                ...(req.promptTokens !== undefined ? { promptTokens: req.promptTokens } : {}),
-                maxTokens: req.maxTokens,
-                ...(req.deadlineMs !== undefined ? { deadlineMs: req.deadlineMs } : {}),
-                ...(req.countsOnly ? { text: false } : {}),
-              },
-              format,
-            ),
-          );
+          peer.send(encodeFrame(submitMessage(id, req), format));
         }
-        return {
-          id,
-          accepted,
-          result,
-          cancel: () => {
-            if (!s.end && streams.has(id)) peer.send(encodeFrame({ type: 'cancel', id }, format));
-          },
-          [Symbol.asyncIterator]: () => ({
-            next: async (): Promise<IteratorResult<TokenChunk>> => {
-              for (;;) {
-                const c = s.chunks.shift();
-                if (c) return { value: c, done: false };
-                if (s.end) {
-                  if (s.end.ok) return { value: undefined, done: true };
-                  throw s.end.error;
-                }
-                await new Promise<void>((w) => (s.wake = w));
-                s.wake = null;
-              }
-            },
-            return: async (): Promise<IteratorResult<TokenChunk>> => {
-              // Leaving a for-await early stops the request.
-              if (!s.end && streams.has(id)) peer.send(encodeFrame({ type: 'cancel', id }, format));
-              return { value: undefined, done: true };
-            },
-          }),
+        const cancel = (): void => {
+          if (!s.end && streams.has(id)) peer.send(encodeFrame({ type: 'cancel', id }, format));
         };
+        return tokenStream(id, s, accepted, result, cancel);
       },
     };
     // Registered last: the hello may already be buffered, and handling it resolves with `client`.
@@ -283,4 +196,117 @@ export async function connectClient(url: string, opts: ClientOptions = {}): Prom
       if (!hello) reject(new SwitchyardError('connection_closed', `closed before hello (${code})`, true));
     });
   });
+}
+
+/** Applies one server message addressed to a stream (accepted, tokens, done, rejected, error) to the stream table. */
+function applyStreamMessage(streams: Map<string, StreamState>, m: ServerMessage): void {
+  if (m.type === 'hello') return;
+  if (m.type === 'error' && m.id === undefined) return;
+  const s = streams.get(m.id!);
+  if (!s) return;
+  if (m.type === 'accepted') s.accept({ request: m.request, model: m.model, version: m.version });
+  else if (m.type === 'tokens') {
+    if (m.seq !== s.nextSeq) {
+      s.finish({
+        ok: false,
+        error: new SwitchyardError('protocol', `token seq ${m.seq} after ${s.nextSeq - 1}`, false),
+      });
+      streams.delete(m.id);
+      return;
+    }
+    s.nextSeq += m.n;
+    const last = s.chunks[s.chunks.length - 1];
+    if (last && s.chunks.length >= MAX_BUFFERED_CHUNKS) {
+      last.n += m.n;
+      last.text += m.text ?? '';
+    } else s.chunks.push({ seq: m.seq, n: m.n, text: m.text ?? '' });
+    s.wake?.();
+  } else if (m.type === 'done') {
+    streams.delete(m.id);
+    s.finish({ ok: true, finishReason: m.finishReason, usage: m.usage, timings: m.timings });
+  } else if (m.type === 'rejected' || m.type === 'error') {
+    streams.delete(m.id!);
+    s.accept(null);
+    s.finish({
+      ok: false,
+      error: new SwitchyardError(m.code as ClientErrorCode, m.message, m.retryable, m.retryAfterMs),
+    });
+  }
+}
+
+/** What `accepted` resolves with: the server's ids once accepted, null if it never was. */
+type Accepted = { request: string; model: string; version: string } | null;
+
+/** A fresh stream's state and the two promises its handle exposes. */
+function newStreamState(): { s: StreamState; accepted: Promise<Accepted>; result: Promise<StreamResult> } {
+  let accept!: (v: Accepted) => void;
+  let settle!: (r: StreamResult) => void;
+  const accepted = new Promise<Accepted>((res) => (accept = res));
+  const result = new Promise<StreamResult>((res) => (settle = res));
+  const s: StreamState = {
+    chunks: [],
+    wake: null,
+    end: null,
+    nextSeq: 0,
+    accept: (v) => accept(v),
+    finish: (r) => {
+      if (s.end) return;
+      s.end = r;
+      accept(null);
+      settle(r);
+      s.wake?.();
+    },
+  };
+  return { s, accepted, result };
+}
+
+/** The `submit` message of a request. */
+function submitMessage(id: string, req: StreamRequest): Extract<ClientMessage, { type: 'submit' }> {
+  return {
+    type: 'submit',
+    id,
+    model: req.model,
+    ...(req.version !== undefined ? { version: req.version } : {}),
+    ...(req.priority !== undefined ? { priority: req.priority } : {}),
+    ...(req.prompt !== undefined ? { prompt: req.prompt } : {}),
+    ...(req.promptTokens !== undefined ? { promptTokens: req.promptTokens } : {}),
+    maxTokens: req.maxTokens,
+    ...(req.deadlineMs !== undefined ? { deadlineMs: req.deadlineMs } : {}),
+    ...(req.countsOnly ? { text: false } : {}),
+  };
+}
+
+/** The caller's handle on a stream: an async iterator over its chunks; `cancel` sends the cancel while it is live. */
+function tokenStream(
+  id: string,
+  s: StreamState,
+  accepted: Promise<Accepted>,
+  result: Promise<StreamResult>,
+  cancel: () => void,
+): TokenStream {
+  return {
+    id,
+    accepted,
+    result,
+    cancel,
+    [Symbol.asyncIterator]: () => ({
+      next: async (): Promise<IteratorResult<TokenChunk>> => {
+        for (;;) {
+          const c = s.chunks.shift();
+          if (c) return { value: c, done: false };
+          if (s.end) {
+            if (s.end.ok) return { value: undefined, done: true };
+            throw s.end.error;
+          }
+          await new Promise<void>((w) => (s.wake = w));
+          s.wake = null;
+        }
+      },
+      return: async (): Promise<IteratorResult<TokenChunk>> => {
+        // Leaving a for-await early stops the request.
+        cancel();
+        return { value: undefined, done: true };
+      },
+    }),
+  };
 }

@@ -132,7 +132,11 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const clock = opts.clock ?? createWallClock();
   const log = opts.log ?? (() => {});
   const runtime = createRuntime({ name: 'control', clock, rng: createRng(opts.scenario.seed).fork('control') });
-  const cp = startControlPlane(runtime, opts.scenario, { checkInvariants: false, collector: createBoundedCollector() });
+  const cp = startControlPlane(runtime, opts.scenario, {
+    checkInvariants: false,
+    collector: createBoundedCollector(),
+    realEngines: true,
+  });
   const node = startNodeLink(runtime, {
     gpus: opts.scenario.node.gpus,
     graceMs: opts.nodeGraceMs ?? 2_000,

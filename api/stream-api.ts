@@ -56,140 +56,15 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
 
   const onConnection = (peer: WsPeer): void => {
     const format = formatOf(peer.protocol);
-    const live = new Map<string, { cancel(): void }>();
-    let out: ServerMessage[] = [];
-    // The latest queued tokens message per request, while it is still in `out` (merged into when congested).
-    const lastTokens = new Map<string, TokensMsg>();
-    let scheduled = false;
-    let retry: TimerId | null = null;
-    // Rough size of what waits in `out` (merged token text included): a client that never reads is bounded by it.
-    let waitingBytes = 0;
     sessions++;
-
-    const flush = (): void => {
-      scheduled = false;
-      if (out.length === 0 || !peer.isOpen()) return;
-      if (peer.congested()) {
-        if (peer.bufferedAmount() + waitingBytes > maxQueuedBytes) {
-          metrics.refused('slow_consumer');
-          peer.close(CLOSE.slowConsumer, 'too slow reading');
-          peer.terminate();
-          return;
-        }
-        if (retry === null) {
-          retry = opts.clock.setTimeout(() => {
-            retry = null;
-            flush();
-          }, opts.congestionRetryMs ?? 5);
-        }
-        return;
-      }
-      const msgs = out;
-      out = [];
-      waitingBytes = 0;
-      lastTokens.clear();
-      for (let i = 0; i < msgs.length; i += perFrame)
-        peer.send(encodeFrame(i === 0 && msgs.length <= perFrame ? msgs : msgs.slice(i, i + perFrame), format));
-    };
-    const push = (m: ServerMessage): void => {
-      waitingBytes += m.type === 'tokens' ? 24 + (m.text?.length ?? 0) : 128;
-      if (m.type === 'tokens') {
-        const prev = lastTokens.get(m.id);
-        if (prev && prev.seq + prev.n === m.seq) {
-          prev.n += m.n;
-          if (m.text !== undefined) prev.text = (prev.text ?? '') + m.text;
-          return;
-        }
-        lastTokens.set(m.id, m);
-      } else {
-        if ('id' in m && m.id !== undefined) lastTokens.delete(m.id);
-      }
-      out.push(m);
-      if (!scheduled && retry === null) {
-        scheduled = true;
-        // At the end of the loop's turn: tokens from every step applied in this turn share one frame per client.
-        opts.clock.setTimeout(flush, 0);
-      }
-    };
-
-    const submit = (m: Extract<ClientMessage, { type: 'submit' }>): void => {
-      if (live.has(m.id)) {
-        metrics.refused('invalid_request');
-        push({
-          type: 'error',
-          code: 'invalid_request',
-          message: `request id ${m.id} is already live on this connection`,
-          retryable: false,
-        });
-        return;
-      }
-      if (live.size >= opts.maxStreamsPerConnection) {
-        const f = failure('overloaded', `this connection already has ${live.size} live requests`, {
-          retryAfterMs: 1000,
-        });
-        metrics.refused('overloaded');
-        push({
-          type: 'rejected',
-          id: m.id,
-          code: f.code,
-          message: f.message,
-          retryable: f.retryable,
-          retryAfterMs: 1000,
-        });
-        return;
-      }
-      const id = m.id;
-      const end = (): void => {
-        if (live.delete(id)) streams--;
-      };
-      const res = serving.submit(
-        {
-          model: m.model,
-          ...(m.version !== undefined ? { version: m.version } : {}),
-          ...(m.priority !== undefined ? { priority: m.priority } : {}),
-          ...(m.prompt !== undefined ? { prompt: m.prompt } : {}),
-          ...(m.promptTokens !== undefined ? { promptTokens: m.promptTokens } : {}),
-          maxTokens: m.maxTokens,
-          ...(m.deadlineMs !== undefined ? { deadlineMs: m.deadlineMs } : {}),
-          text: m.text ?? true,
-        },
-        {
-          tokens: (seq, n, text) =>
-            push(text === undefined ? { type: 'tokens', id, seq, n } : { type: 'tokens', id, seq, n, text }),
-          done: (info) => {
-            end();
-            push({ type: 'done', id, ...info });
-          },
-          failed: (f) => {
-            end();
-            push({
-              type: 'error',
-              id,
-              code: f.code,
-              message: f.message,
-              retryable: f.retryable,
-              ...(f.retryAfterMs !== undefined ? { retryAfterMs: f.retryAfterMs } : {}),
-            });
-          },
-        },
-      );
-      if (!res.ok) {
-        const f = res.failure;
-        push({
-          type: 'rejected',
-          id,
-          code: f.code,
-          message: f.message,
-          retryable: f.retryable,
-          ...(f.retryAfterMs !== undefined ? { retryAfterMs: f.retryAfterMs } : {}),
-        });
-        return;
-      }
-      live.set(id, res);
-      streams++;
-      // Tokens only come from a later step, so `accepted` is always the request's first frame.
-      push({ type: 'accepted', id, request: res.request, model: res.model, version: res.version });
-    };
+    const outbox = createOutbox(peer, format, metrics, {
+      clock: opts.clock,
+      perFrame,
+      maxQueuedBytes,
+      congestionRetryMs: opts.congestionRetryMs ?? 5,
+    });
+    const push = outbox.push;
+    const requests = createRequestTable(serving, metrics, opts.maxStreamsPerConnection, push, (d) => (streams += d));
 
     const handle = (data: Uint8Array | string): void => {
       const frame = decodeClientFrame(data, format);
@@ -199,8 +74,8 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
         return;
       }
       for (const m of frame.messages) {
-        if (m.type === 'submit') submit(m);
-        else live.get(m.id)?.cancel();
+        if (m.type === 'submit') requests.submit(m);
+        else requests.cancel(m.id);
       }
     };
     // Frames wait in a bounded inbox and are handled on later turns, round-robin across connections within one time
@@ -222,10 +97,10 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
     });
     peer.onClose(() => {
       sessions--;
-      if (retry !== null) opts.clock.clearTimeout(retry);
+      outbox.stopRetry();
       // Nobody is listening any more: stop the work (each cancel ends its request and frees its KV).
-      for (const r of [...live.values()]) r.cancel();
-      out = [];
+      requests.cancelAll();
+      outbox.drop();
     });
     push({
       type: 'hello',
@@ -288,6 +163,195 @@ function createPacer(clock: Clock, budgetMs: number): { wake(inbox: Inbox): void
         ready.push(box);
       }
       schedule();
+    },
+  };
+}
+
+/** A connection's outgoing queue. */
+interface Outbox {
+  /** Queues a message; it leaves with the others queued in this turn, merged into the last tokens while congested. */
+  push(m: ServerMessage): void;
+  /** Cancels a pending congestion retry (the connection closed); later pushes are no longer scheduled. */
+  stopRetry(): void;
+  /** Drops whatever is still queued. */
+  drop(): void;
+}
+
+/** Everything said to the client in one tick leaves as one frame; while the socket is congested, token messages of
+ * the same request are merged, and a client whose backlog passes `maxQueuedBytes` is cut off. */
+function createOutbox(
+  peer: WsPeer,
+  format: ReturnType<typeof formatOf>,
+  metrics: ServerMetrics,
+  o: { clock: Clock; perFrame: number; maxQueuedBytes: number; congestionRetryMs: number },
+): Outbox {
+  let out: ServerMessage[] = [];
+  // The latest queued tokens message per request, while it is still in `out` (merged into when congested).
+  const lastTokens = new Map<string, TokensMsg>();
+  let scheduled = false;
+  let retry: TimerId | null = null;
+  // Rough size of what waits in `out` (merged token text included): a client that never reads is bounded by it.
+  let waitingBytes = 0;
+
+  const flush = (): void => {
+    scheduled = false;
+    if (out.length === 0 || !peer.isOpen()) return;
+    if (peer.congested()) {
+      if (peer.bufferedAmount() + waitingBytes > o.maxQueuedBytes) {
+        metrics.refused('slow_consumer');
+        peer.close(CLOSE.slowConsumer, 'too slow reading');
+        peer.terminate();
+        return;
+      }
+      if (retry === null) {
+        retry = o.clock.setTimeout(() => {
+          retry = null;
+          flush();
+        }, o.congestionRetryMs);
+      }
+      return;
+    }
+    const msgs = out;
+    out = [];
+    waitingBytes = 0;
+    lastTokens.clear();
+    for (let i = 0; i < msgs.length; i += o.perFrame)
+      peer.send(encodeFrame(i === 0 && msgs.length <= o.perFrame ? msgs : msgs.slice(i, i + o.perFrame), format));
+  };
+  const push = (m: ServerMessage): void => {
+    waitingBytes += m.type === 'tokens' ? 24 + (m.text?.length ?? 0) : 128;
+    if (m.type === 'tokens') {
+      const prev = lastTokens.get(m.id);
+      if (prev && prev.seq + prev.n === m.seq) {
+        prev.n += m.n;
+        if (m.text !== undefined) prev.text = (prev.text ?? '') + m.text;
+        return;
+      }
+      lastTokens.set(m.id, m);
+    } else {
+      if ('id' in m && m.id !== undefined) lastTokens.delete(m.id);
+    }
+    out.push(m);
+    if (!scheduled && retry === null) {
+      scheduled = true;
+      // At the end of the loop's turn: tokens from every step applied in this turn share one frame per client.
+      o.clock.setTimeout(flush, 0);
+    }
+  };
+  return {
+    push,
+    // `retry` is left set on purpose, as before the split: nothing pushed after the close schedules a flush.
+    stopRetry: () => {
+      if (retry !== null) o.clock.clearTimeout(retry);
+    },
+    drop: () => {
+      out = [];
+    },
+  };
+}
+
+/** A connection's live requests. */
+interface RequestTable {
+  submit(m: Extract<ClientMessage, { type: 'submit' }>): void;
+  cancel(id: string): void;
+  /** Cancels every live request (the connection closed). */
+  cancelAll(): void;
+}
+
+/** Submits to the serving facade and relays each request's tokens and end to `push`; `counted` hears +1 when a
+ * request goes live and -1 when it ends. */
+function createRequestTable(
+  serving: Serving,
+  metrics: ServerMetrics,
+  maxStreams: number,
+  push: (m: ServerMessage) => void,
+  counted: (delta: 1 | -1) => void,
+): RequestTable {
+  const live = new Map<string, { cancel(): void }>();
+  const submit = (m: Extract<ClientMessage, { type: 'submit' }>): void => {
+    if (live.has(m.id)) {
+      metrics.refused('invalid_request');
+      push({
+        type: 'error',
+        code: 'invalid_request',
+        message: `request id ${m.id} is already live on this connection`,
+        retryable: false,
+      });
+      return;
+    }
+    if (live.size >= maxStreams) {
+      const f = failure('overloaded', `this connection already has ${live.size} live requests`, {
+        retryAfterMs: 1000,
+      });
+      metrics.refused('overloaded');
+      push({
+        type: 'rejected',
+        id: m.id,
+        code: f.code,
+        message: f.message,
+        retryable: f.retryable,
+        retryAfterMs: 1000,
+      });
+      return;
+    }
+    const id = m.id;
+    const end = (): void => {
+      if (live.delete(id)) counted(-1);
+    };
+    const res = serving.submit(
+      {
+        model: m.model,
+        ...(m.version !== undefined ? { version: m.version } : {}),
+        ...(m.priority !== undefined ? { priority: m.priority } : {}),
+        ...(m.prompt !== undefined ? { prompt: m.prompt } : {}),
+        ...(m.promptTokens !== undefined ? { promptTokens: m.promptTokens } : {}),
+        maxTokens: m.maxTokens,
+        ...(m.deadlineMs !== undefined ? { deadlineMs: m.deadlineMs } : {}),
+        text: m.text ?? true,
+      },
+      {
+        tokens: (seq, n, text) =>
+          push(text === undefined ? { type: 'tokens', id, seq, n } : { type: 'tokens', id, seq, n, text }),
+        done: (info) => {
+          end();
+          push({ type: 'done', id, ...info });
+        },
+        failed: (f) => {
+          end();
+          push({
+            type: 'error',
+            id,
+            code: f.code,
+            message: f.message,
+            retryable: f.retryable,
+            ...(f.retryAfterMs !== undefined ? { retryAfterMs: f.retryAfterMs } : {}),
+          });
+        },
+      },
+    );
+    if (!res.ok) {
+      const f = res.failure;
+      push({
+        type: 'rejected',
+        id,
+        code: f.code,
+        message: f.message,
+        retryable: f.retryable,
+        ...(f.retryAfterMs !== undefined ? { retryAfterMs: f.retryAfterMs } : {}),
+      });
+      return;
+    }
+    live.set(id, res);
+    counted(1);
+    // Tokens only come from a later step, so `accepted` is always the request's first frame.
+    push({ type: 'accepted', id, request: res.request, model: res.model, version: res.version });
+  };
+
+  return {
+    submit,
+    cancel: (id) => live.get(id)?.cancel(),
+    cancelAll: () => {
+      for (const r of [...live.values()]) r.cancel();
     },
   };
 }

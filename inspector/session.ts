@@ -78,7 +78,7 @@ export function createInspectionSession(cp: ControlPlane, opts: SessionOptions):
   const sinks = new Set<Sink>();
   const raws = new Set<(ev: InspectionEvent) => void>();
   const views = new Map<string, { actor: ActorFrame; state: StateFrame | null; trace: TraceFrame | null }>();
-  let placementView: { state: string; ctx: Record<string, unknown> } = { state: 'steady', ctx: {} };
+  let placementView: PlacementView = { state: 'steady', ctx: {} };
   let placementSeen = 0;
   let lastSummary = -Infinity;
   let timer: TimerId | null = null;
@@ -111,76 +111,7 @@ export function createInspectionSession(cp: ControlPlane, opts: SessionOptions):
     }
   };
 
-  const summary = (): NodeFrame => {
-    const reservation = placementView.ctx['reservation'] === true;
-    const gpus: GpuView[] = [];
-    for (const g of cp.placement.gpus.values()) {
-      const r = g.owner ? cp.placement.replicas.get(g.owner) : undefined;
-      // Under `share` a second replica may sit on the GPU's other lane: its memory counts too.
-      const guestId = (g as { guest?: string | null }).guest ?? null;
-      const guest = guestId ? cp.placement.replicas.get(guestId) : undefined;
-      const st = gpuState(g.healthy, g.up, r, reservation);
-      let weightsBytes = 0;
-      let kvBytes = 0;
-      if (st.state !== 'failed') {
-        for (const x of [r, guest]) {
-          if (!x) continue;
-          weightsBytes += x.cost.weightsBytesPerGpu;
-          kvBytes += (x.batcher.stats().blocksUsed * x.batcher.limits.blockTokens * x.cost.kvBytesPerToken) / x.cost.tp;
-        }
-      }
-      gpus.push({
-        index: g.index,
-        ...st,
-        replica: g.owner,
-        guest: guestId,
-        model: r?.model ?? null,
-        healthy: g.healthy,
-        memoryBytes,
-        weightsBytes,
-        kvBytes,
-      });
-    }
-    const replicas: ReplicaView[] = [];
-    for (const r of cp.placement.replicas.values()) {
-      const s = r.batcher.stats();
-      replicas.push({
-        id: r.id,
-        model: r.model,
-        version: r.version,
-        state: r.state(),
-        epoch: r.epoch,
-        gpus: [...r.gpus],
-        step: r.actor.getSnapshot().context.step,
-        waiting: s.waiting,
-        running: s.running,
-        blocksUsed: s.blocksUsed,
-        blocksTotal: s.blocksTotal,
-        steps: r.steps.count,
-      });
-    }
-    const unavailable: Record<string, string> = {};
-    for (const m of cp.scenario.models) {
-      const why = cp.placement.unavailable(m.name);
-      if (why) unavailable[m.name] = why;
-    }
-    const ctx = placementView.ctx;
-    return {
-      k: 'node',
-      t: clock.now(),
-      placement: {
-        policy: cp.scenario.placement.policy,
-        state: placementView.state,
-        mode: typeof ctx['mode'] === 'string' ? ctx['mode'] : 'mixed',
-        target: typeof ctx['target'] === 'string' ? ctx['target'] : 'mixed',
-        reservation,
-        unavailable,
-      },
-      gpus,
-      replicas,
-      live: cp.live(),
-    };
-  };
+  const summary = (): NodeFrame => nodeSummary(cp, placementView, memoryBytes);
 
   const emitSummary = (): void => {
     lastSummary = clock.now();
@@ -281,5 +212,83 @@ export function createInspectionSession(cp: ControlPlane, opts: SessionOptions):
       raws.clear();
       update();
     },
+  };
+}
+
+/** Placement's latest state as seen through the inspection stream. */
+interface PlacementView {
+  state: string;
+  ctx: Record<string, unknown>;
+}
+
+/** A node summary as of now: every GPU's state and memory, every replica's queue, placement's mode. */
+function nodeSummary(cp: ControlPlane, placementView: PlacementView, memoryBytes: number): NodeFrame {
+  const reservation = placementView.ctx['reservation'] === true;
+  const gpus: GpuView[] = [];
+  for (const g of cp.placement.gpus.values()) {
+    const r = g.owner ? cp.placement.replicas.get(g.owner) : undefined;
+    // Under `share` a second replica may sit on the GPU's other lane: its memory counts too.
+    const guestId = (g as { guest?: string | null }).guest ?? null;
+    const guest = guestId ? cp.placement.replicas.get(guestId) : undefined;
+    const st = gpuState(g.healthy, g.up, r, reservation);
+    let weightsBytes = 0;
+    let kvBytes = 0;
+    if (st.state !== 'failed') {
+      for (const x of [r, guest]) {
+        if (!x) continue;
+        weightsBytes += x.cost.weightsBytesPerGpu;
+        kvBytes += (x.batcher.stats().blocksUsed * x.batcher.limits.blockTokens * x.cost.kvBytesPerToken) / x.cost.tp;
+      }
+    }
+    gpus.push({
+      index: g.index,
+      ...st,
+      replica: g.owner,
+      guest: guestId,
+      model: r?.model ?? null,
+      healthy: g.healthy,
+      memoryBytes,
+      weightsBytes,
+      kvBytes,
+    });
+  }
+  const replicas: ReplicaView[] = [];
+  for (const r of cp.placement.replicas.values()) {
+    const s = r.batcher.stats();
+    replicas.push({
+      id: r.id,
+      model: r.model,
+      version: r.version,
+      state: r.state(),
+      epoch: r.epoch,
+      gpus: [...r.gpus],
+      step: r.actor.getSnapshot().context.step,
+      waiting: s.waiting,
+      running: s.running,
+      blocksUsed: s.blocksUsed,
+      blocksTotal: s.blocksTotal,
+      steps: r.steps.count,
+    });
+  }
+  const unavailable: Record<string, string> = {};
+  for (const m of cp.scenario.models) {
+    const why = cp.placement.unavailable(m.name);
+    if (why) unavailable[m.name] = why;
+  }
+  const ctx = placementView.ctx;
+  return {
+    k: 'node',
+    t: cp.runtime.clock.now(),
+    placement: {
+      policy: cp.scenario.placement.policy,
+      state: placementView.state,
+      mode: typeof ctx['mode'] === 'string' ? ctx['mode'] : 'mixed',
+      target: typeof ctx['target'] === 'string' ? ctx['target'] : 'mixed',
+      reservation,
+      unavailable,
+    },
+    gpus,
+    replicas,
+    live: cp.live(),
   };
 }

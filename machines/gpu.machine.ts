@@ -73,6 +73,8 @@ export const gpuMachine = setup({
       event.type === 'gpu.assign' && event.replica === context.replica && event.epoch === context.epoch,
     sameOwner: ({ context, event }) =>
       event.type === 'gpu.release' && event.replica === context.replica && event.epoch === context.epoch,
+    newerEpoch: ({ context, event }) =>
+      event.type === 'gpu.assign' && event.replica === context.replica && event.epoch > context.epoch,
   },
 }).createMachine({
   id: 'gpu',
@@ -153,6 +155,21 @@ export const gpuMachine = setup({
       initial: 'loading',
       on: {
         'gpu.release': { guard: 'sameOwner', target: '.unloading', actions: 'abortStep' },
+        // The same replica under a later epoch: placement re-created it after giving up on the earlier epoch (whose
+        // assignment reached this GPU after the GPU was reset, so no release of it will follow). Load for the new one.
+        'gpu.assign': {
+          guard: 'newerEpoch',
+          target: '#gpu.allocated',
+          reenter: true,
+          actions: [
+            'abortStep',
+            assign({
+              epoch: ({ event }) => event.epoch,
+              loadMs: ({ event }) => event.loadMs,
+              unloadMs: ({ event }) => event.unloadMs,
+            }),
+          ],
+        },
       },
       states: {
         loading: {

@@ -178,41 +178,16 @@ export function createStatelessBatcher(deps: StatelessDeps): StatelessBatcher {
 
   // Provided once; the actions find their batch by the actor's id.
   const machine = batchMachine.provide({
-    actions: {
-      dispatch: ({ context }) => {
-        const b = batches.get(context.id);
-        if (!b) return;
-        if (forming.get(b.key) === b) forming.delete(b.key);
-        b.closedAt = clock.now();
-        b.closedBy = context.closedBy;
-        const by = context.closedBy ?? 'flush';
-        closedBy[by] = (closedBy[by] ?? 0) + 1;
-        ready.push(b);
-        deps.onReady?.();
-      },
-      deliverResults: ({ context }) => {
-        const b = batches.get(context.id);
-        if (!b) return;
-        settle(b);
-        const results = b.results ?? [];
-        b.members.forEach((m, i) =>
-          answer(m, {
-            ok: true,
-            result: results[i],
-            batch: b.id,
-            batchSize: b.members.length,
-            closedBy: context.closedBy,
-          }),
-        );
-      },
-      failMembers: ({ context }) => {
-        const b = batches.get(context.id);
-        if (!b) return;
-        settle(b);
-        const f = b.failure ?? failure('internal', `batch ${b.id} ended without a result`);
-        for (const m of b.members) answer(m, { ok: false, failure: f });
-      },
-    },
+    actions: batchActions({
+      clock,
+      batches,
+      forming,
+      ready,
+      closedBy,
+      settle,
+      answer,
+      onReady: () => deps.onReady?.(),
+    }),
   });
 
   const open = (key: string, bucket: number): Batch => {
@@ -229,22 +204,7 @@ export function createStatelessBatcher(deps: StatelessDeps): StatelessBatcher {
       clock,
       id,
     });
-    const b: Batch = {
-      id,
-      key,
-      bucket,
-      members: [],
-      size: 0,
-      tokens: 0,
-      memoryBytes: 0,
-      closedBy: null,
-      openedAt: clock.now(),
-      closedAt: -1,
-      actor,
-      results: null,
-      failure: null,
-      closed: null,
-    };
+    const b = emptyBatch(id, key, bucket, actor, clock.now());
     batches.set(id, b);
     forming.set(key, b);
     actor.subscribe({ error: (e) => faults.push(`${id}: ${String(e)}`) });
@@ -252,41 +212,7 @@ export function createStatelessBatcher(deps: StatelessDeps): StatelessBatcher {
     return b;
   };
 
-  const check = (item: Pick<StatelessItem, 'id' | 'tokens'>): Failure | null => {
-    const bucket = shapeBucket(item.tokens, limits.buckets);
-    if (bucket < 0 || !(item.tokens >= 1)) {
-      return failure(
-        'invalid_request',
-        `input of ${item.tokens} tokens is outside the buckets (1-${limits.buckets[limits.buckets.length - 1] ?? 0})`,
-      );
-    }
-    const memory = bucket * limits.bytesPerToken;
-    if (
-      !fitsBatch(
-        {
-          size: 0,
-          tokens: 0,
-          memoryBytes: 0,
-          maxSize: limits.maxSize,
-          maxTokens: limits.maxTokens,
-          maxMemoryBytes: limits.maxMemoryBytes,
-        },
-        bucket,
-        memory,
-      )
-    ) {
-      return failure(
-        'invalid_request',
-        `input padded to ${bucket} tokens does not fit one batch (${limits.maxTokens} tokens, ${limits.maxMemoryBytes} bytes)`,
-      );
-    }
-    if (waiting.has(item.id)) return failure('invalid_request', `request ${item.id} is already waiting`);
-    if (waiting.size >= limits.maxQueued)
-      return failure('overloaded', `the batch queue holds its limit of ${limits.maxQueued} requests`, {
-        retryAfterMs: limits.maxDelayMs,
-      });
-    return null;
-  };
+  const check = (item: Pick<StatelessItem, 'id' | 'tokens'>): Failure | null => admission(item, limits, waiting);
 
   const submit = (item: StatelessItem): Failure | null => {
     const refused = check(item);
@@ -326,17 +252,7 @@ export function createStatelessBatcher(deps: StatelessDeps): StatelessBatcher {
       const b = ready.shift();
       if (!b) return null;
       running.add(b);
-      b.closed = {
-        id: b.id,
-        key: b.key,
-        members: b.members,
-        bucket: b.bucket,
-        tokens: b.tokens,
-        memoryBytes: b.memoryBytes,
-        closedBy: b.closedBy,
-        openedAt: b.openedAt,
-        closedAt: b.closedAt,
-      };
+      b.closed = closedView(b);
       b.actor.send({ type: 'batch.started' });
       const t = clock.now();
       for (const m of b.members) if (waiting.get(m.id)?.item === m) m.started?.(t);
@@ -381,35 +297,168 @@ export function createStatelessBatcher(deps: StatelessDeps): StatelessBatcher {
       batches: seq,
       closedBy: { ...closedBy },
     }),
-    checkInvariants: () => {
-      if (faults.length > 0) throw new Error(`batch actor error: ${faults[0]}`);
-      const now = clock.now();
-      for (const b of batches.values()) {
-        const c = b.actor.getSnapshot().context;
-        if (
-          c.size !== b.members.length ||
-          b.size !== c.size ||
-          b.tokens !== c.tokens ||
-          b.memoryBytes !== c.memoryBytes
-        ) {
-          throw new Error(
-            `${b.id} counts ${c.size} members and ${c.tokens} tokens, holds ${b.members.length} and ${b.tokens}`,
-          );
-        }
-        if (c.size > limits.maxSize || c.tokens > limits.maxTokens || c.memoryBytes > limits.maxMemoryBytes) {
-          throw new Error(`${b.id} exceeds its limits: ${c.size} members, ${c.tokens} tokens, ${c.memoryBytes} bytes`);
-        }
-        for (const m of b.members) {
-          if (compatibilityKey(m, shapeBucket(m.tokens, limits.buckets)) !== b.key)
-            throw new Error(`${b.id} holds ${m.id}, incompatible with ${b.key}`);
-        }
-        if (forming.get(b.key) === b && now - b.openedAt > limits.maxDelayMs + 1e-6) {
-          throw new Error(`${b.id} has been forming ${now - b.openedAt} ms, past its delay of ${limits.maxDelayMs} ms`);
-        }
-      }
-      for (const [id, w] of waiting) {
-        if (!batches.has(w.batch.id)) throw new Error(`request ${id} waits on ${w.batch.id}, which has ended`);
-      }
+    checkInvariants: () => checkInvariants({ clock, limits, batches, forming, waiting, faults }),
+  };
+}
+
+/** Why an item cannot be queued (its shape, its size, a duplicate id, a full queue), or null if it can. */
+function admission(
+  item: Pick<StatelessItem, 'id' | 'tokens'>,
+  limits: StatelessDeps['limits'],
+  waiting: ReadonlyMap<string, unknown>,
+): Failure | null {
+  const bucket = shapeBucket(item.tokens, limits.buckets);
+  if (bucket < 0 || !(item.tokens >= 1)) {
+    return failure(
+      'invalid_request',
+      `input of ${item.tokens} tokens is outside the buckets (1-${limits.buckets[limits.buckets.length - 1] ?? 0})`,
+    );
+  }
+  const memory = bucket * limits.bytesPerToken;
+  if (
+    !fitsBatch(
+      {
+        size: 0,
+        tokens: 0,
+        memoryBytes: 0,
+        maxSize: limits.maxSize,
+        maxTokens: limits.maxTokens,
+        maxMemoryBytes: limits.maxMemoryBytes,
+      },
+      bucket,
+      memory,
+    )
+  ) {
+    return failure(
+      'invalid_request',
+      `input padded to ${bucket} tokens does not fit one batch (${limits.maxTokens} tokens, ${limits.maxMemoryBytes} bytes)`,
+    );
+  }
+  if (waiting.has(item.id)) return failure('invalid_request', `request ${item.id} is already waiting`);
+  if (waiting.size >= limits.maxQueued)
+    return failure('overloaded', `the batch queue holds its limit of ${limits.maxQueued} requests`, {
+      retryAfterMs: limits.maxDelayMs,
+    });
+  return null;
+}
+
+/** What the executor sees of a batch once it is closed. */
+function closedView(b: Batch): ClosedBatch {
+  return {
+    id: b.id,
+    key: b.key,
+    members: b.members,
+    bucket: b.bucket,
+    tokens: b.tokens,
+    memoryBytes: b.memoryBytes,
+    closedBy: b.closedBy,
+    openedAt: b.openedAt,
+    closedAt: b.closedAt,
+  };
+}
+
+/** Throws if the batcher's books disagree with its batch actors, a batch breaks its limits or key, a batch formed
+ * past its delay, or a waiting request points at an ended batch. */
+function checkInvariants(st: {
+  clock: StatelessDeps['clock'];
+  limits: StatelessDeps['limits'];
+  batches: ReadonlyMap<string, Batch>;
+  forming: ReadonlyMap<string, Batch>;
+  waiting: ReadonlyMap<string, { item: StatelessItem; batch: Batch }>;
+  faults: readonly string[];
+}): void {
+  const { clock, limits, batches, forming, waiting, faults } = st;
+  if (faults.length > 0) throw new Error(`batch actor error: ${faults[0]}`);
+  const now = clock.now();
+  for (const b of batches.values()) {
+    const c = b.actor.getSnapshot().context;
+    if (c.size !== b.members.length || b.size !== c.size || b.tokens !== c.tokens || b.memoryBytes !== c.memoryBytes) {
+      throw new Error(
+        `${b.id} counts ${c.size} members and ${c.tokens} tokens, holds ${b.members.length} and ${b.tokens}`,
+      );
+    }
+    if (c.size > limits.maxSize || c.tokens > limits.maxTokens || c.memoryBytes > limits.maxMemoryBytes) {
+      throw new Error(`${b.id} exceeds its limits: ${c.size} members, ${c.tokens} tokens, ${c.memoryBytes} bytes`);
+    }
+    for (const m of b.members) {
+      if (compatibilityKey(m, shapeBucket(m.tokens, limits.buckets)) !== b.key)
+        throw new Error(`${b.id} holds ${m.id}, incompatible with ${b.key}`);
+    }
+    if (forming.get(b.key) === b && now - b.openedAt > limits.maxDelayMs + 1e-6) {
+      throw new Error(`${b.id} has been forming ${now - b.openedAt} ms, past its delay of ${limits.maxDelayMs} ms`);
+    }
+  }
+  for (const [id, w] of waiting) {
+    if (!batches.has(w.batch.id)) throw new Error(`request ${id} waits on ${w.batch.id}, which has ended`);
+  }
+}
+
+/** The batch actor's actions, applied to the batcher's books: a closed batch joins `ready`; a finished one answers
+ * each member once, with its result or the batch's failure. */
+function batchActions(books: {
+  clock: StatelessDeps['clock'];
+  batches: ReadonlyMap<string, Batch>;
+  forming: Map<string, Batch>;
+  ready: Batch[];
+  closedBy: Record<string, number>;
+  settle(b: Batch): void;
+  answer(item: StatelessItem, outcome: StatelessOutcome): void;
+  onReady(): void;
+}) {
+  const { clock, batches, forming, ready, closedBy, settle, answer, onReady } = books;
+  return {
+    dispatch: ({ context }) => {
+      const b = batches.get(context.id);
+      if (!b) return;
+      if (forming.get(b.key) === b) forming.delete(b.key);
+      b.closedAt = clock.now();
+      b.closedBy = context.closedBy;
+      const by = context.closedBy ?? 'flush';
+      closedBy[by] = (closedBy[by] ?? 0) + 1;
+      ready.push(b);
+      onReady();
     },
+    deliverResults: ({ context }) => {
+      const b = batches.get(context.id);
+      if (!b) return;
+      settle(b);
+      const results = b.results ?? [];
+      b.members.forEach((m, i) =>
+        answer(m, {
+          ok: true,
+          result: results[i],
+          batch: b.id,
+          batchSize: b.members.length,
+          closedBy: context.closedBy,
+        }),
+      );
+    },
+    failMembers: ({ context }) => {
+      const b = batches.get(context.id);
+      if (!b) return;
+      settle(b);
+      const f = b.failure ?? failure('internal', `batch ${b.id} ended without a result`);
+      for (const m of b.members) answer(m, { ok: false, failure: f });
+    },
+  } satisfies Parameters<typeof batchMachine.provide>[0]['actions'];
+}
+
+/** A batch just opened, with no members yet. */
+function emptyBatch(id: string, key: string, bucket: number, actor: Batch['actor'], now: number): Batch {
+  return {
+    id,
+    key,
+    bucket,
+    members: [],
+    size: 0,
+    tokens: 0,
+    memoryBytes: 0,
+    closedBy: null,
+    openedAt: now,
+    closedAt: -1,
+    actor,
+    results: null,
+    failure: null,
+    closed: null,
   };
 }

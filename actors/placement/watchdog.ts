@@ -110,8 +110,10 @@ export function createWatchdog(d: WatchdogDeps): Watchdog {
     if (!rec) return;
     ledger.deviceUp(dev);
     if (ledger.laneOf(dev) === 0) {
-      // Probed and free: whatever it was suspected of, it answers now.
+      // Probed and free: whatever it was suspected of, it answers now, and a fence still waiting for its
+      // confirmation is moot (the node reset or restarted it); repeated later, it would reset a GPU given anew.
       ledger.suspect(rec.index, false);
+      fencing.delete(rec.index);
       const back = !rec.healthy;
       rec.up = true;
       rec.healthy = true;

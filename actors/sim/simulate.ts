@@ -65,18 +65,8 @@ export interface SimOptions {
 /** Longest the initial placement may take to load (virtual ms) before simulate gives up. */
 const BOOT_LIMIT_MS = 600_000;
 
-/**
- * The scenario as the simulator runs it: a real engine's model is simulated by its cost model (its calibrated profile
- * when it has one, else the roofline), keeping the engine's ledger limits; nothing starts a real engine in virtual time.
- */
-function modelledEngines(scenario: Scenario): Scenario {
-  if (!scenario.models.some((m) => m.engine)) return scenario;
-  return { ...scenario, models: scenario.models.map(({ engine: _engine, generate: _generate, ...m }) => m) };
-}
-
 /** Runs a scenario to completion in virtual time and returns its report. */
-export function simulate(given: Scenario, opts: SimOptions = {}): SimReport {
-  const scenario = modelledEngines(given);
+export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
   const wallStart = performance.now();
   const seed = opts.seed ?? scenario.seed;
   const clock = createVirtualClock();

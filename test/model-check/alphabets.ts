@@ -43,7 +43,7 @@ export function replicaSpec(machine: AnyStateMachine = replicaMachine): ExploreS
   };
 }
 
-/** One GPU: two replicas that may own it, current or stale epochs. */
+/** One GPU: two replicas that may own it (one re-created under a later epoch), current or stale epochs. */
 export function gpuSpec(machine: AnyStateMachine = gpuMachine): ExploreSpec {
   return {
     machine,
@@ -56,8 +56,11 @@ export function gpuSpec(machine: AnyStateMachine = gpuMachine): ExploreSpec {
         { type: 'gpu.probed' },
         { type: 'gpu.assign', replica: 'replica.a', epoch: 1, loadMs: 10, unloadMs: 10 },
         { type: 'gpu.assign', replica: 'replica.b', epoch: 2, loadMs: 10, unloadMs: 10 },
+        // replica.a re-created under a later epoch (its epoch-1 assignment outlived the replica).
+        { type: 'gpu.assign', replica: 'replica.a', epoch: 3, loadMs: 10, unloadMs: 10 },
         { type: 'gpu.fault', code: 'xid_79' },
         { type: 'gpu.repair' },
+        { type: 'gpu.engineLoaded' },
       ];
       for (const replica of [owner, 'replica.other'])
         for (const epoch of [num(s, 'epoch'), num(s, 'epoch') - 1]) out.push({ type: 'gpu.release', replica, epoch });

@@ -288,9 +288,9 @@ describe('stateless batcher', () => {
             const clock = createVirtualClock();
             const limits = limitsOf(lim);
             const ran: ClosedBatch[] = [];
-            let batcher: StatelessBatcher;
+            // `batcher` is read only once the clock runs, after both are made.
             const replica = runReplica(clock, () => batcher, stepMs, ran);
-            batcher = createStatelessBatcher({ clock, limits, onReady: () => replica.wake() });
+            const batcher: StatelessBatcher = createStatelessBatcher({ clock, limits, onReady: () => replica.wake() });
             const items = specs.map((s, i) => ({ ...s, id: `r${i}` }));
             for (const s of items) {
               clock.at(s.at, () => {

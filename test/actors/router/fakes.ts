@@ -5,6 +5,7 @@ import { createSequence, type SequenceListener } from '../../../actors/batcher/s
 import { createCostModel } from '../../../actors/gpu/cost-model.ts';
 import { gpuProfile, modelProfile } from '../../../actors/gpu/profiles.ts';
 import type { ReplicaHandle } from '../../../actors/replica.ts';
+import { replicaMachine, type ReplicaTag } from '../../../machines/replica.machine.ts';
 import { createRegistry, type ModelEntry } from '../../../actors/router/registry.ts';
 import {
   createRouter,
@@ -24,6 +25,17 @@ export interface FakeReplica extends ReplicaHandle {
 }
 
 const cost = createCostModel(modelProfile('llama-3-8b'), gpuProfile('H100-SXM'), 1);
+type TaggedNode = { tags: readonly string[]; states: Record<string, TaggedNode> };
+/** The tags the real replica machine gives a dotted state (`ready.busy`): the fake answers tag queries as it would. */
+const tagsOf = (state: string): Set<string> => {
+  const tags = new Set<string>();
+  let node: TaggedNode | undefined = replicaMachine.root as unknown as TaggedNode;
+  for (const key of state.split('.')) {
+    node = node?.states[key];
+    for (const t of node?.tags ?? []) tags.add(t);
+  }
+  return tags;
+};
 const quiet: SequenceListener = { scheduled: () => {}, preempted: () => {}, tokens: () => {}, finished: () => {} };
 let seqNo = 0;
 
@@ -56,6 +68,8 @@ export function fakeReplica(
     batcher,
     actor,
     state: () => st,
+    hasTag: (tag: ReplicaTag) => tagsOf(st).has(tag),
+    ready: () => tagsOf(st).has('ready'),
     accepting: () => st.startsWith('ready'),
     enqueue: (s: Parameters<ReplicaHandle['enqueue']>[0]) => batcher.enqueue(s),
     steps: { count: 0, batchSizeSum: 0, tokens: 0, predictedMs: 0, busyMs: 0 },
