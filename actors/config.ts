@@ -97,7 +97,6 @@ const modelSchema = refine(modelFields, (m, refuse) => {
   for (const ver of Object.keys(m.split ?? {})) {
     if (!m.versions.includes(ver)) refuse(`split.${ver}`, `unknown version (versions: ${m.versions.join(', ')})`);
   }
-  if (m.engine === 'llama.cpp' && !m.file) refuse('file', 'required by engine llama.cpp');
   const profile = MODEL_PROFILES[m.profile]!;
   // The cost model (and a real engine) shards heads across ranks: tp must divide both head counts.
   if (profile.qHeads % m.tp !== 0 || profile.kvHeads % m.tp !== 0) {

@@ -10,7 +10,6 @@ import { loadScenario } from '../actors/config.ts';
 import { loadLlamaEngine } from '../actors/engine/llama-engine.ts';
 import { printFigures, quick, writeChartData } from './lib/data.ts';
 import {
-  benchModel,
   createBenchClock,
   figuresOf,
   scenarioRequests,
@@ -36,13 +35,13 @@ const model = scenario.models[0]!;
 scenario.traffic[0]!.requests = requests;
 scenario.traffic[0]!.arrival.timeScale = timeScale;
 const reqs = scenarioRequests(scenario);
-const file = await benchModel();
+const file = model.engine!.file;
 const b = model.batching;
-const contextTokens = b.maxContext + 1;
+const contextTokens = model.engine!.contextTokens;
 process.stderr.write(`load before: ${load()}\n`);
 
 const engine = await loadLlamaEngine(file, {
-  sequences: b.maxRunning,
+  sequences: model.engine!.sequences,
   contextTokens,
   threads: 1,
   batchTokens: b.tokenBudget,
@@ -57,7 +56,7 @@ const limits = {
   maxRunning: b.maxRunning,
   tokenBudget: b.tokenBudget,
   blockTokens: b.blockTokens,
-  blocksTotal: Math.floor(cap.totalCells / b.blockTokens),
+  blocksTotal: b.kvBlocks ?? Math.floor(cap.totalCells / b.blockTokens),
   maxContext: Math.min(b.maxContext, cap.cellsPerSequence),
   watermarkBlocks: 0,
 };
@@ -66,7 +65,7 @@ await engine.unload();
 const alone = await serveWithEngineAlone(
   file,
   reqs,
-  { sequences: b.maxRunning, contextTokens, threads: 1 },
+  { sequences: model.engine!.sequences, contextTokens, threads: 1 },
   createBenchClock(clockKind),
 );
 const loadAfter = load();

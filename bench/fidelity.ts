@@ -12,7 +12,7 @@ import { loadLlamaEngine } from '../actors/engine/llama-engine.ts';
 import { engineProfileAt, profileStepS } from '../actors/gpu/profile-cost-model.ts';
 import { simulate } from '../actors/sim/simulate.ts';
 import { printFigures, quick, writeChartData } from './lib/data.ts';
-import { benchModel, createBenchClock, figuresOf, scenarioRequests, serveWithSwitchyard } from './lib/engine-serve.ts';
+import { createBenchClock, figuresOf, scenarioRequests, serveWithSwitchyard } from './lib/engine-serve.ts';
 
 const argv = process.argv.slice(2);
 const opt = (name: string): string | undefined => {
@@ -39,9 +39,9 @@ process.stderr.write(
 
 const sim = simulate(scenario);
 
-const engine = await loadLlamaEngine(await benchModel(), {
-  sequences: b.maxRunning,
-  contextTokens: b.maxContext + 1,
+const engine = await loadLlamaEngine(model.engine!.file, {
+  sequences: model.engine!.sequences,
+  contextTokens: model.engine!.contextTokens,
   threads: profile.threads,
   batchTokens: b.tokenBudget,
 });
@@ -51,9 +51,9 @@ const limits = {
   maxRunning: b.maxRunning,
   tokenBudget: b.tokenBudget,
   blockTokens: b.blockTokens,
-  blocksTotal: Math.floor(cap.totalCells / b.blockTokens),
+  blocksTotal: b.kvBlocks ?? Math.floor(cap.totalCells / b.blockTokens),
   maxContext: Math.min(b.maxContext, cap.cellsPerSequence),
-  watermarkBlocks: Math.floor(Math.floor(cap.totalCells / b.blockTokens) * b.watermark),
+  watermarkBlocks: 0,
 };
 const steps = { n: 0, predictedMs: 0, measuredMs: 0, absErrMs: 0, decodeOnly: [0, 0], withPrefill: [0, 0] };
 const live = await serveWithSwitchyard(engine, reqs, limits, createBenchClock(clockKind), (plan, cpuMs, wallMs) => {

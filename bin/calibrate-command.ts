@@ -15,16 +15,13 @@ const USAGE =
   '  writes profiles/<name>.json next to the config for each llama.cpp model (name: its `calibration`, or the\n' +
   "  model's name); a model entry with `calibration: <name>` is then simulated and planned on that profile\n";
 
-/** llama.cpp gives each sequence ceil(context / 256) * 256 cells and keeps the last one free (actors/engine). */
-const LLAMA_CONTEXT_STEP = 256;
-
-/** The cache a replica of `m` gets when served: its slots and its context, as the engine rounds them. */
+/** The cache a replica of `m` gets when served: the engine's slots and cells, one batch of at most the budget. */
 export function servingCapacity(m: ModelConfig): ProfileCapacity {
-  const contextSize = Math.ceil((m.batching.maxContext + 1) / LLAMA_CONTEXT_STEP) * LLAMA_CONTEXT_STEP;
+  const e = m.engine!;
   return {
-    sequences: m.batching.maxRunning,
-    cellsPerSequence: contextSize - 1,
-    totalCells: m.batching.maxRunning * contextSize,
+    sequences: e.sequences,
+    cellsPerSequence: e.contextTokens - 1,
+    totalCells: e.sequences * e.contextTokens,
     batchTokens: m.batching.tokenBudget,
   };
 }
@@ -64,7 +61,9 @@ export async function runCalibrateCommand(argv: string[]): Promise<number> {
     return 2;
   }
   const only = args.values.model;
-  const models = scenario.models.filter((m) => m.engine?.kind === 'llama.cpp' && (only === undefined || m.name === only));
+  const models = scenario.models.filter(
+    (m) => m.engine?.kind === 'llama.cpp' && (only === undefined || m.name === only),
+  );
   if (models.length === 0) {
     process.stderr.write(`switchyard: no llama.cpp model${only ? ` named ${only}` : ''} in ${config}\n`);
     return 2;

@@ -15,18 +15,9 @@ import {
 } from '../../actors/batcher/continuous.ts';
 import { createSequence, type Sequence } from '../../actors/batcher/sequence.ts';
 import type { Engine, StepItem } from '../../actors/engine/engine.ts';
-import { ensureTinyModel } from '../../actors/engine/tiny-model.ts';
 import type { Scenario } from '../../actors/config.ts';
 import { createArrivalStream } from '../../actors/sim/traffic.ts';
 import { createRng } from '../../runtime/rng.ts';
-
-/** The bench model: the tiny model's bigger sibling (~13M parameters, several ms a step on one core). */
-export const BENCH_MODEL = 'test-artifacts/models/bench.gguf';
-
-/** Writes the bench model if it is not there yet; returns its path. */
-export async function benchModel(): Promise<string> {
-  return (await ensureTinyModel(BENCH_MODEL, { seed: 1, size: 'bench' })).path;
-}
 
 /** One request of the stream: arrival (ms from the start), prompt token ids, output tokens wanted. */
 export interface BenchRequest {

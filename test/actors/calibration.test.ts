@@ -89,7 +89,7 @@ describe('a calibrated model in a config', () => {
 
   it('refuses a llama.cpp model without a model file', () => {
     const file = write('nofile.yaml', config('fast').replace('    file: m.gguf\n', ''));
-    expect(() => loadScenario(file)).toThrow(/models\[0\]\.file: .*required/);
+    expect(() => loadScenario(file)).toThrow(/models\[0\]\.file: is required for engine llama\.cpp/);
   });
 });
 

@@ -44,7 +44,7 @@ describe('switchyard calibrate', () => {
     const profile = readEngineProfile(file);
     expect(profile.name).toBe('tiny-cpu');
     expect(profile.timing).toBe('cpu');
-    expect(profile.capacity).toEqual({ sequences: 4, cellsPerSequence: 255, totalCells: 1024, batchTokens: 64 });
+    expect(profile.capacity).toEqual({ sequences: 4, cellsPerSequence: 511, totalCells: 2048, batchTokens: 64 });
     expect(profile.fit.points).toBe(profile.samples.length);
     expect(profile.samples.some((s) => s.prefillPairs > (s.prefillTokens * s.prefillTokens) / 2)).toBe(true);
     expect(profile.coefficients.perDecodeSeqS).toBeGreaterThan(0);
