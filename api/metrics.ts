@@ -37,6 +37,7 @@ export const EDGE_REFUSALS = [
   'forbidden_host',
   'too_many_connections',
   'draining',
+  'tenant_limit',
 ] as const;
 
 /** Per-model sums over the replicas, for the queue, running and KV gauges. */

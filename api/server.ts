@@ -10,7 +10,15 @@ import { createRuntime, type Runtime } from '../runtime/system.ts';
 import { CLIENT_SUBPROTOCOLS } from '../transport/client-protocol.ts';
 import { createHttpHandler } from './http/handler.ts';
 import { createBoundedCollector } from './bounded-collector.ts';
-import { DEFAULT_MAX_BUFFERED, attachWsServer, isLoopback, tokenSet, type WsServer } from '../transport/ws.ts';
+import {
+  DEFAULT_MAX_BUFFERED,
+  attachWsServer,
+  bearerToken,
+  isLoopback,
+  tokenSet,
+  type TokenSet,
+  type WsServer,
+} from '../transport/ws.ts';
 import { createServerMetrics, type ServerMetrics } from './metrics.ts';
 import { startNodeLink, type NodeLink } from '../actors/node-link.ts';
 import { createServing, type PromptTokenizer, type Serving } from './serving.ts';
@@ -18,6 +26,8 @@ import { createStreamApi, type StreamApi } from './stream-api.ts';
 import { createInspectorRoutes, type InspectorRoutes } from '../inspector/server.ts';
 import { LOOPBACK_HOSTS, hostAllowed, hostName, originAllowed, type EdgePolicy } from './http/edge.ts';
 import { createDrainGate } from './drain.ts';
+import { createTenantGate } from './tenant-gate.ts';
+import type { Tenants } from './tenants.ts';
 
 /** Options of a serving control plane. */
 export interface ServerOptions {
@@ -26,8 +36,10 @@ export interface ServerOptions {
   host?: string;
   /** Port; 0 picks a free one. */
   port?: number;
-  /** Client tokens for /v1 and /v1/ws; required when host is not loopback. */
+  /** Client tokens for /v1 and /v1/ws; required when host is not loopback (tenants count as tokens). */
   clientTokens?: readonly string[];
+  /** Tenants (a tokens file): each client token's tenant, its limits and its fair share; replaces clientTokens. */
+  tenants?: Tenants;
   /** Worker tokens for /v1/node; at least one. */
   workerTokens: readonly string[];
   /** Admin tokens for /admin; at least one. */
@@ -111,7 +123,7 @@ export class ServeError extends Error {
 export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const host = opts.host ?? '127.0.0.1';
   const clientTokens = opts.clientTokens ?? [];
-  if (!isLoopback(host) && clientTokens.length === 0) {
+  if (!isLoopback(host) && clientTokens.length === 0 && !opts.tenants) {
     throw new ServeError(
       `listening on ${host} reaches beyond this host: give client tokens (--client-token or SWITCHYARD_CLIENT_TOKENS)`,
     );
@@ -150,7 +162,15 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   });
   const metrics = createServerMetrics(cp, node);
   cp.onStep = (r, plan) => metrics.step(r.model, plan.entries.length);
-  const gate = createDrainGate(createServing(cp, node, metrics, opts.tokenizers), clock);
+  const base = createServing(cp, node, metrics, opts.tokenizers);
+  const tenantGate = opts.tenants
+    ? createTenantGate(base, {
+        clock,
+        tenants: opts.tenants,
+        refused: (code) => metrics.refused(code === 'overloaded' ? 'tenant_limit' : code),
+      })
+    : null;
+  const gate = createDrainGate(tenantGate ?? base, clock);
   const serving = gate.serving;
   const maxBufferedBytes = opts.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED;
   const streams = createStreamApi(serving, metrics, {
@@ -158,7 +178,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     maxStreamsPerConnection: opts.maxStreamsPerConnection ?? 16_384,
     maxQueuedBytes: maxBufferedBytes,
   });
-  const clientSet = clientTokens.length > 0 ? tokenSet(clientTokens) : null;
+  const clientSet: TokenSet | null = opts.tenants ?? (clientTokens.length > 0 ? tokenSet(clientTokens) : null);
+  const tenantOf = (req: IncomingMessage): string | undefined => opts.tenants?.of(bearerToken(req))?.name;
   const edge: EdgePolicy = {
     allowedHosts: opts.allowedHosts
       ? new Set(opts.allowedHosts.map((h) => hostName(h) ?? h.toLowerCase()))
@@ -177,6 +198,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     adminTokens: tokenSet(opts.adminTokens),
     edge,
     draining: gate.draining,
+    tenantOf,
     ...(opts.status ? { status: opts.status } : {}),
   });
   const server = createHttpServer(opts, (req, res) => {
@@ -218,7 +240,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       '/v1/ws': {
         tokens: clientSet,
         protocols: CLIENT_SUBPROTOCOLS,
-        onConnection: (peer) => streams.onConnection(peer),
+        onConnection: (peer, req) => streams.onConnection(peer, tenantOf(req)),
       },
       '/v1/inspect': inspector.ws,
     },
@@ -246,7 +268,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     metrics,
     inspector,
     openClientApi: clientSet === null,
-    drain: (deadlineMs) => gate.drain(deadlineMs, () => cp.live()),
+    drain: (deadlineMs) => gate.drain(deadlineMs, () => cp.live() + (tenantGate?.pending() ?? 0)),
     draining: gate.draining,
     close: () =>
       new Promise<void>((resolve) => {

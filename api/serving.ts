@@ -9,6 +9,10 @@ import { estimateTokens, textRange, textSeed } from './pseudo-text.ts';
 /** A request as a client API hands it over. */
 export interface ServeRequest {
   model: string;
+  /** The tenant whose token it came with (the tenant gate applies its limits and fair share). */
+  tenant?: string;
+  /** The control plane's id for it, when assigned before admission (the tenant gate does). */
+  id?: string;
   version?: string;
   priority?: string;
   prompt?: string;
@@ -109,6 +113,7 @@ export function createServing(
     let firstSchedule = -1;
     const res = cp.submit(
       {
+        ...(req.id !== undefined ? { id: req.id } : {}),
         model: req.model,
         ...(req.version !== undefined ? { version: req.version } : {}),
         ...(req.priority !== undefined ? { priority: req.priority } : {}),

@@ -37,7 +37,8 @@ const INBOX_MAX = 4096;
 
 /** The streaming API: hand it each authenticated socket. */
 export interface StreamApi {
-  onConnection(peer: WsPeer): void;
+  /** `tenant`: whose token the socket presented (its requests go through that tenant's limits and fair share). */
+  onConnection(peer: WsPeer, tenant?: string): void;
   /** Live sessions. */
   sessions(): number;
   /** Live requests across sessions. */
@@ -54,7 +55,7 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
   const maxQueuedBytes = opts.maxQueuedBytes ?? DEFAULT_MAX_BUFFERED;
   const pacer = createPacer(opts.clock, opts.turnBudgetMs ?? 10);
 
-  const onConnection = (peer: WsPeer): void => {
+  const onConnection = (peer: WsPeer, tenant?: string): void => {
     const format = formatOf(peer.protocol);
     sessions++;
     const outbox = createOutbox(peer, format, metrics, {
@@ -64,7 +65,14 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
       congestionRetryMs: opts.congestionRetryMs ?? 5,
     });
     const push = outbox.push;
-    const requests = createRequestTable(serving, metrics, opts.maxStreamsPerConnection, push, (d) => (streams += d));
+    const requests = createRequestTable(
+      serving,
+      metrics,
+      opts.maxStreamsPerConnection,
+      push,
+      (d) => (streams += d),
+      tenant,
+    );
 
     const handle = (data: Uint8Array | string): void => {
       const frame = decodeClientFrame(data, format);
@@ -266,6 +274,7 @@ function createRequestTable(
   maxStreams: number,
   push: (m: ServerMessage) => void,
   counted: (delta: 1 | -1) => void,
+  tenant: string | undefined,
 ): RequestTable {
   const live = new Map<string, { cancel(): void }>();
   const submit = (m: Extract<ClientMessage, { type: 'submit' }>): void => {
@@ -301,6 +310,7 @@ function createRequestTable(
     const res = serving.submit(
       {
         model: m.model,
+        ...(tenant !== undefined ? { tenant } : {}),
         ...(m.version !== undefined ? { version: m.version } : {}),
         ...(m.priority !== undefined ? { priority: m.priority } : {}),
         ...(m.prompt !== undefined ? { prompt: m.prompt } : {}),

@@ -1,6 +1,7 @@
 // `switchyard serve`: the control plane on the wall clock, with its node agent as a separate, supervised OS process.
 // Prints the URLs and tokens it serves with; a bad config names the bad field and exits non-zero.
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { ConfigError, loadScenario, type Scenario } from '../actors/config.ts';
 import type { PromptTokenizer } from '../api/serving.ts';
@@ -9,6 +10,7 @@ import { MIN_TOKEN_LENGTH, ServeError, startServer, type RunningServer } from '.
 import { superviseWorker, type WorkerSupervisor } from '../actors/worker-supervisor.ts';
 import { flag, parseOrUsage } from './args.ts';
 import { writeSecrets } from './secrets.ts';
+import { createTenants, parseTenantsFile, type Tenants } from '../api/tenants.ts';
 import { attachStatelyInspector } from '../inspector/stately.ts';
 
 /** The embedded default config (`npm start`). */
@@ -16,6 +18,7 @@ export const DEFAULT_CONFIG = fileURLToPath(new URL('./default-config.yaml', imp
 
 const USAGE = `usage: switchyard serve [--config file.yaml] [--host 127.0.0.1] [--port 8080]
                        [--client-token T ...] [--admin-token T] [--worker-token T] [--secrets-file F]
+                       [--tenants tenants.yaml]  (client tokens by tenant: limits, classes, fair share)
                        [--allowed-origin https://app.example ...] [--allowed-host name ...]
                        [--time-scale 1] [--executor cost-model|zero-cost|fixed] [--step-ms 1]
                        [--no-worker] [--node-grace-ms 2000] [--repair-ms 60000] [--drain-ms 30000] [--json]
@@ -33,6 +36,7 @@ const FLAGS = {
   'admin-token': flag.str(),
   'worker-token': flag.str(),
   'secrets-file': flag.str(),
+  tenants: flag.str(),
   'allowed-origin': flag.list(),
   'allowed-host': flag.list(),
   'time-scale': flag.numOr(1, { min: 1e-6, max: 1e6 }),
@@ -82,6 +86,23 @@ async function loadTokenizers(
   return { ok: true, map };
 }
 
+/** The tenants of a tokens file (with plain client tokens as the default tenant), or undefined without one. */
+function readTenants(
+  file: string | undefined,
+  plain: readonly string[],
+): { ok: true; tenants: Tenants } | { ok: false; message: string } | undefined {
+  if (file === undefined) return undefined;
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (e) {
+    return { ok: false, message: `cannot read --tenants ${file}: ${(e as Error).message}` };
+  }
+  const parsed = parseTenantsFile(text);
+  if (!parsed.ok) return { ok: false, message: `invalid tenants file ${file}: ${parsed.message}` };
+  return { ok: true, tenants: createTenants(parsed.tenants, plain) };
+}
+
 /** Runs `serve` until SIGINT/SIGTERM; resolves with the exit code. */
 export async function runServeCommand(argv: string[]): Promise<number> {
   const args = parseOrUsage('serve', USAGE, argv, FLAGS, { maxPositionals: 0 });
@@ -110,6 +131,11 @@ export async function runServeCommand(argv: string[]): Promise<number> {
   const { executor } = f;
   const timeScale = f['time-scale'];
   const clientTokens = [...f['client-token'], ...list(takeEnv('SWITCHYARD_CLIENT_TOKENS'))];
+  const tenants = readTenants(f.tenants, clientTokens);
+  if (tenants !== undefined && !tenants.ok) {
+    process.stderr.write(`switchyard serve: ${tenants.message}\n`);
+    return 2;
+  }
   const adminGiven = f['admin-token'] ?? takeEnv('SWITCHYARD_ADMIN_TOKEN');
   const workerGiven = f['worker-token'] ?? takeEnv('SWITCHYARD_WORKER_TOKEN');
   const adminToken = adminGiven ?? secret();
@@ -124,6 +150,7 @@ export async function runServeCommand(argv: string[]): Promise<number> {
       host: f.host,
       port: f.port,
       clientTokens,
+      ...(tenants?.ok ? { tenants: tenants.tenants } : {}),
       workerTokens: [workerToken],
       adminTokens: [adminToken],
       nodeGraceMs: f['node-grace-ms'],
@@ -175,7 +202,18 @@ export async function runServeCommand(argv: string[]): Promise<number> {
   }
   const shown = (given: string | undefined, token: string): string =>
     given !== undefined ? '(as given)' : where !== null ? `(generated, ${where})` : token;
-  printBanner(out, server, scenario, { executor, timeScale, clientTokens: clientTokens.length });
+  printBanner(out, server, scenario, {
+    executor,
+    timeScale,
+    clientTokens: tenants?.ok ? tenants.tenants.size : clientTokens.length,
+  });
+  if (tenants?.ok)
+    out(
+      `  tenants        ${tenants.tenants
+        .list()
+        .map((t) => t.name)
+        .join(', ')} (fair queuing by tokens of work)`,
+    );
   const stately = f['stately-inspect'] ? attachStatelyInspector(server.inspector.session, f['stately-inspect']) : null;
   if (stately) out(`  stately        sending inspection events to ${f['stately-inspect']}`);
   out(`  admin          ${server.url}/admin/  admin token: ${shown(adminGiven, adminToken)}`);

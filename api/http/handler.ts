@@ -27,6 +27,8 @@ export interface HttpDeps {
   edge?: EdgePolicy;
   /** True once the server is stopping: not ready, no new requests. */
   draining?(): boolean;
+  /** The tenant a request's token belongs to, when tenants are configured. */
+  tenantOf?(req: IncomingMessage): string | undefined;
 }
 
 /** The policies in force now (the admin API may have changed them since start). */
@@ -97,8 +99,11 @@ export function createHttpHandler(deps: HttpDeps): (req: IncomingMessage, res: S
         return sendFailure(res, { ...failure('model_unavailable', 'the server is shutting down'), retryAfterMs: 1000 });
       }
       if (path === '/v1/models' && method === 'GET') return handleModels(deps.serving, res);
-      if (path === '/v1/completions' && method === 'POST') return handleCompletion(deps.serving, req, res, false);
-      if (path === '/v1/chat/completions' && method === 'POST') return handleCompletion(deps.serving, req, res, true);
+      const tenant = deps.tenantOf?.(req);
+      if (path === '/v1/completions' && method === 'POST')
+        return handleCompletion(deps.serving, req, res, false, tenant);
+      if (path === '/v1/chat/completions' && method === 'POST')
+        return handleCompletion(deps.serving, req, res, true, tenant);
     }
     return sendFailure(res, failure('invalid_request', `no route ${method} ${path}`), 404);
   };

@@ -156,6 +156,7 @@ export async function handleCompletion(
   req: IncomingMessage,
   res: ServerResponse,
   chat: boolean,
+  tenant?: string,
 ): Promise<void> {
   const body = await readJson(req);
   if (!body.ok) return sendFailure(res, body.failure, body.status);
@@ -244,6 +245,7 @@ export async function handleCompletion(
   const r = serving.submit(
     {
       model: p.model,
+      ...(tenant !== undefined ? { tenant } : {}),
       prompt: p.prompt,
       promptTokens: p.promptTokens,
       maxTokens: p.maxTokens,

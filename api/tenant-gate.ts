@@ -1,0 +1,351 @@
+// Fair sharing between tenants in front of the control plane: each tenant's own limits (models, priority classes,
+// concurrency, token rate), then start-time fair queuing over tokens of work (prompt + max tokens, over the tenant's
+// weight) per model and class, so that a tenant flooding the node cannot starve a quiet one. Requests go on to the
+// control plane while it has no backlog of its own for the model; a tenant whose backlog here could not be served
+// within its queue budget at its fair share is refused at once with `overloaded` and `retryAfterMs`.
+import type { Clock, TimerId } from '../runtime/clock.ts';
+import { failure, type Failure } from '../machines/outcomes.ts';
+import { estimateTokens } from './pseudo-text.ts';
+import type { Accepted, ServeRequest, Serving, StreamSink } from './serving.ts';
+import { createFairQueue, type FairQueue, type Tagged } from './fair-queue.ts';
+import type { Tenant, Tenants } from './tenants.ts';
+
+/** Options of the tenant gate. */
+export interface TenantGateOptions {
+  clock: Clock;
+  tenants: Tenants;
+  /** Requests handed to the control plane and not yet started, per accepting replica of the model. Default 2. */
+  perReplicaWindow?: number;
+  /** Most requests one tenant may have waiting here in one model's class. Default 256. */
+  maxPendingPerTenant?: number;
+  /** How often waiting requests are looked at while any wait (ms). Default 5. */
+  pumpMs?: number;
+  /** Told of every refusal made here (metrics). */
+  refused?(code: string): void;
+}
+
+/** A Serving that applies tenants' limits and fair queuing, and what it holds. */
+export interface TenantGate extends Serving {
+  /** Requests waiting here, not yet handed to the control plane. */
+  pending(): number;
+  /** Per tenant: requests in flight (here or in the control plane) and waiting here. */
+  stats(): Record<string, { inflight: number; pending: number }>;
+}
+
+/** A tenant's live state; it is also its flow in the fair queues. */
+interface TenantState {
+  readonly tenant: Tenant;
+  readonly weight: number;
+  inflight: number;
+  bucket: number;
+  bucketAt: number;
+}
+
+/** A request of a tenant, from the gate until its end. */
+interface Entry {
+  req: ServeRequest;
+  sink: StreamSink;
+  id: string;
+  state: TenantState;
+  key: string;
+  enqueuedAt: number;
+  budgetMs: number;
+  timer: TimerId | null;
+  tag: Tagged<Entry> | null;
+  inner: Accepted | null;
+  /** Handed to the control plane and not yet started (no token, no end): counts toward the model's window. */
+  outstanding: boolean;
+  ended: boolean;
+}
+
+const RATE_TAU_MS = 1_000;
+
+/** Wraps `inner` with tenants' limits and fair queuing; a request without a tenant passes straight through. */
+export function createTenantGate(inner: Serving, opts: TenantGateOptions): TenantGate {
+  const { clock } = opts;
+  const window = opts.perReplicaWindow ?? 2;
+  const maxPending = opts.maxPendingPerTenant ?? 256;
+  const pumpMs = opts.pumpMs ?? 5;
+  const byName = new Map(opts.tenants.list().map((t) => [t.name, t]));
+  const states = new Map<string, TenantState>();
+  const queues = new Map<string, { model: string; rank: number; q: FairQueue<Entry> }>();
+  const outstanding = new Map<string, number>();
+  const rates = new Map<string, { perMs: number; at: number }>();
+  let waiting = 0;
+  let pumpAt: TimerId | null = null;
+
+  const stateOf = (t: Tenant): TenantState => {
+    let s = states.get(t.name);
+    if (!s) {
+      const full = t.burstTokens ?? t.tokensPerSecond ?? 0;
+      s = { tenant: t, weight: t.weight, inflight: 0, bucket: full, bucketAt: clock.now() };
+      states.set(t.name, s);
+    }
+    return s;
+  };
+  const accepting = (model: string): number => {
+    let n = 0;
+    for (const r of inner.cp.placement.replicas.values()) if (r.model === model && r.accepting()) n++;
+    return n;
+  };
+  const room = (model: string): boolean => (outstanding.get(model) ?? 0) < window * Math.max(1, accepting(model));
+  const rateOf = (model: string): number => {
+    const r = rates.get(model);
+    return r ? r.perMs * Math.exp(-(clock.now() - r.at) / RATE_TAU_MS) : 0;
+  };
+  const bump = (model: string, d: number): void => {
+    outstanding.set(model, Math.max(0, (outstanding.get(model) ?? 0) + d));
+  };
+  const refuse = (f: Failure): { ok: false; failure: Failure } => {
+    opts.refused?.(f.code);
+    return { ok: false, failure: f };
+  };
+
+  /** Hands an entry to the control plane; answers its refusal (the caller tells the client). */
+  const release = (e: Entry): Failure | null => {
+    if (e.timer !== null) clock.clearTimeout(e.timer);
+    e.timer = null;
+    const waited = clock.now() - e.enqueuedAt;
+    e.outstanding = true;
+    bump(e.req.model, 1);
+    rates.set(e.req.model, { perMs: rateOf(e.req.model) + cost(e.req) / RATE_TAU_MS, at: clock.now() });
+    const settle = (): void => {
+      if (e.outstanding) bump(e.req.model, -1);
+      e.outstanding = false;
+    };
+    const end = (): void => {
+      if (e.ended) return;
+      e.ended = true;
+      settle();
+      e.state.inflight--;
+      schedule(0);
+    };
+    // The time waited here counts against the request's queue budget: what is left goes on as its deadline.
+    const deadline = waited > 0 ? { deadlineMs: Math.max(0, e.budgetMs - waited) } : {};
+    const r = inner.submit(
+      { ...e.req, id: e.id, ...deadline },
+      {
+        tokens: (seq, n, text) => {
+          if (e.outstanding) {
+            settle();
+            schedule(0);
+          }
+          e.sink.tokens(seq, n, text);
+        },
+        done: (d) => {
+          end();
+          e.sink.done(d);
+        },
+        failed: (f) => {
+          end();
+          e.sink.failed(f);
+        },
+      },
+    );
+    if (!r.ok) {
+      end();
+      return r.failure;
+    }
+    e.inner = r;
+    return null;
+  };
+
+  /** Releases waiting requests, highest class first and fairly within each, while their model has room. */
+  const pump = (): void => {
+    pumpAt = null;
+    const ordered = [...queues.values()].sort((a, b) => a.rank - b.rank);
+    for (const { model, q } of ordered) {
+      while (q.size() > 0 && room(model)) {
+        const t = q.pop()!;
+        waiting--;
+        const refused = release(t.item);
+        if (refused) t.item.sink.failed({ ...refused, outcome: 'rejected' });
+      }
+    }
+    if (waiting > 0) schedule(pumpMs);
+  };
+  const schedule = (ms: number): void => {
+    if (pumpAt !== null && ms > 0) return;
+    if (pumpAt !== null) clock.clearTimeout(pumpAt);
+    pumpAt = clock.setTimeout(pump, ms);
+  };
+
+  /** Takes an entry out of its queue (cancelled or expired) and ends it with `f`. */
+  const withdraw = (e: Entry, f: Failure & { outcome: 'cancelled' | 'expired' }): void => {
+    const q = queues.get(e.key)?.q;
+    if (!e.tag || !q?.remove(e.tag)) return;
+    waiting--;
+    if (e.timer !== null) clock.clearTimeout(e.timer);
+    e.timer = null;
+    e.ended = true;
+    e.state.inflight--;
+    e.sink.failed(f);
+  };
+
+  const submit: Serving['submit'] = (req, sink) => {
+    const tenant = req.tenant === undefined ? undefined : byName.get(req.tenant);
+    if (!tenant) return inner.submit(req, sink);
+    const s = stateOf(tenant);
+    const m = inner.cp.scenario.models.find((x) => x.name === req.model);
+    const checked = checkTenant(tenant, req, m);
+    if ('code' in checked) return refuse(checked);
+    const { priority, rank, budgetMs } = checked;
+    const work = cost(req);
+    if (tenant.maxConcurrent !== null && s.inflight >= tenant.maxConcurrent)
+      return refuse(
+        failure('overloaded', `tenant ${tenant.name} has ${s.inflight} requests in flight, its limit`, {
+          retryAfterMs: 1000,
+        }),
+      );
+    const key = `${req.model}\u0000${priority}`;
+    let cq = queues.get(key);
+    if (!cq) {
+      cq = { model: req.model, rank, q: createFairQueue<Entry>() };
+      queues.set(key, cq);
+    }
+    const q = cq.q;
+    const e: Entry = {
+      req: { ...req, priority },
+      sink,
+      id: '',
+      state: s,
+      key,
+      enqueuedAt: clock.now(),
+      budgetMs,
+      timer: null,
+      tag: null,
+      inner: null,
+      outstanding: false,
+      ended: false,
+    };
+    const direct = q.size() === 0 && room(req.model);
+    const late = direct ? null : backlogRefusal(q, s, work, rateOf(req.model), budgetMs, maxPending, req.model);
+    if (late) return refuse(late);
+    const bucketWait = takeTokens(s, work, clock.now());
+    if (bucketWait > 0)
+      return refuse(
+        failure('overloaded', `tenant ${tenant.name} is over its rate of ${tenant.tokensPerSecond} tokens/s`, {
+          retryAfterMs: Math.max(1, Math.ceil(bucketWait)),
+        }),
+      );
+    if (direct) {
+      // Nothing waits and the control plane has room: straight through, tagged so that fairness holds afterwards.
+      q.push(e, s, work, false);
+      s.inflight++;
+      e.id = inner.cp.runtime.ids.next('req');
+      const refused = release(e);
+      if (refused) return { ok: false, failure: refused };
+      return e.inner!;
+    }
+    e.id = inner.cp.runtime.ids.next('req');
+    e.tag = q.push(e, s, work);
+    waiting++;
+    s.inflight++;
+    e.timer = clock.setTimeout(() => {
+      e.timer = null;
+      withdraw(e, {
+        ...failure('expired', `waited its queue budget of ${Math.round(budgetMs)} ms behind other tenants`),
+        outcome: 'expired',
+      });
+    }, budgetMs);
+    schedule(0);
+    const version = req.version ?? m?.versions[0] ?? '';
+    return {
+      ok: true,
+      request: e.id,
+      model: req.model,
+      version,
+      promptTokens: req.promptTokens ?? estimateTokens(req.prompt ?? ''),
+      cancel: () => {
+        if (e.inner) e.inner.cancel();
+        else withdraw(e, { ...failure('cancelled', 'cancelled by the client'), outcome: 'cancelled' });
+      },
+    };
+  };
+
+  return {
+    ...inner,
+    submit,
+    pending: () => waiting,
+    stats: () => {
+      const out: Record<string, { inflight: number; pending: number }> = {};
+      for (const [name, s] of states) {
+        let p = 0;
+        for (const { q } of queues.values()) p += q.size(s);
+        out[name] = { inflight: s.inflight, pending: p };
+      }
+      return out;
+    },
+  };
+}
+
+/** A refusal when the tenant's backlog here, at its share of what the model serves, would outlast the budget. */
+function backlogRefusal(
+  q: FairQueue<Entry>,
+  s: TenantState,
+  work: number,
+  rate: number,
+  budgetMs: number,
+  maxPending: number,
+  model: string,
+): Failure | null {
+  const mine = q.size(s);
+  const share = s.weight / q.activeWeight(s);
+  const waitMs = rate > 0 ? (q.costOf(s) + work) / (rate * share) : 0;
+  if (mine < maxPending && !(mine > 0 && waitMs > budgetMs)) return null;
+  return failure(
+    'overloaded',
+    `tenant ${s.tenant.name} has ${mine} requests waiting for ${model}; at its share they would wait ${Math.round(waitMs)} ms, over the budget of ${Math.round(budgetMs)} ms`,
+    { retryAfterMs: Math.max(1, Math.ceil(rate > 0 && waitMs > budgetMs ? waitMs - budgetMs : 1000)) },
+  );
+}
+
+/** Tokens of work of a request: its prompt (estimated when not given) plus the most it may generate. */
+function cost(req: ServeRequest): number {
+  return (req.promptTokens ?? estimateTokens(req.prompt ?? '')) + req.maxTokens;
+}
+
+/** Takes `work` from the tenant's token bucket; answers 0, or the ms until the bucket could pay for it. */
+function takeTokens(s: TenantState, work: number, now: number): number {
+  const rate = s.tenant.tokensPerSecond;
+  if (rate === null) return 0;
+  const full = s.tenant.burstTokens ?? rate;
+  s.bucket = Math.min(full, s.bucket + ((now - s.bucketAt) * rate) / 1000);
+  s.bucketAt = now;
+  // A request larger than the whole bucket is paid for once the bucket is full.
+  const need = Math.min(work, full);
+  if (s.bucket >= need) {
+    s.bucket -= work;
+    return 0;
+  }
+  return ((need - s.bucket) * 1000) / rate;
+}
+
+/** The tenant's right to this model and class: the class it gets, its rank and queue budget, or a refusal. */
+function checkTenant(
+  t: Tenant,
+  req: ServeRequest,
+  m: { name: string; classes: readonly { name: string; maxQueueMs: number }[] } | undefined,
+): { priority: string; rank: number; budgetMs: number } | Failure {
+  if (t.models !== null && !t.models.includes(req.model))
+    return failure(
+      'invalid_request',
+      `tenant ${t.name} may not use model "${req.model}" (it may use ${t.models.join(', ')})`,
+    );
+  if (!m) return failure('model_not_found', `no model "${req.model}"`);
+  // The client picks a class only among the tenant's own; without one it gets the tenant's first.
+  const priority = req.priority ?? t.priorities?.[0] ?? m.classes[0]?.name ?? 'interactive';
+  if (t.priorities !== null && !t.priorities.includes(priority))
+    return failure(
+      'invalid_request',
+      `tenant ${t.name} may not use priority class "${priority}" (it may use ${t.priorities.join(', ')})`,
+    );
+  const rank = m.classes.findIndex((c) => c.name === priority);
+  if (rank < 0)
+    return failure(
+      'invalid_request',
+      `unknown priority class "${priority}"; known: ${m.classes.map((c) => c.name).join(', ')}`,
+    );
+  const budgetMs = Math.max(0, Math.min(m.classes[rank]!.maxQueueMs, req.deadlineMs ?? Infinity));
+  return { priority, rank, budgetMs };
+}
