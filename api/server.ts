@@ -123,24 +123,7 @@ export class ServeError extends Error {
 export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const host = opts.host ?? '127.0.0.1';
   const clientTokens = opts.clientTokens ?? [];
-  if (!isLoopback(host) && clientTokens.length === 0 && !opts.tenants) {
-    throw new ServeError(
-      `listening on ${host} reaches beyond this host: give client tokens (--client-token or SWITCHYARD_CLIENT_TOKENS)`,
-    );
-  }
-  if (opts.workerTokens.length === 0)
-    throw new ServeError('workers always authenticate: give at least one worker token');
-  if (opts.adminTokens.length === 0)
-    throw new ServeError('the admin API always authenticates: give at least one admin token');
-  const minLength = opts.minTokenLength ?? 0;
-  for (const [kind, list] of [
-    ['client', clientTokens],
-    ['worker', opts.workerTokens],
-    ['admin', opts.adminTokens],
-  ] as const) {
-    if (list.some((t) => t.length < minLength))
-      throw new ServeError(`a ${kind} token is shorter than ${minLength} characters: use a longer, random one`);
-  }
+  checkOptions(opts, host, clientTokens);
   const clock = opts.clock ?? createWallClock();
   const log = opts.log ?? (() => {});
   const runtime = createRuntime({ name: 'control', clock, rng: createRng(opts.scenario.seed).fork('control') });
@@ -279,6 +262,28 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         server.close(() => resolve());
       }),
   };
+}
+
+/** Refuses to start an unsafe or incomplete configuration (a ServeError saying what to give). */
+function checkOptions(opts: ServerOptions, host: string, clientTokens: readonly string[]): void {
+  if (!isLoopback(host) && clientTokens.length === 0 && !opts.tenants) {
+    throw new ServeError(
+      `listening on ${host} reaches beyond this host: give client tokens (--client-token or SWITCHYARD_CLIENT_TOKENS)`,
+    );
+  }
+  if (opts.workerTokens.length === 0)
+    throw new ServeError('workers always authenticate: give at least one worker token');
+  if (opts.adminTokens.length === 0)
+    throw new ServeError('the admin API always authenticates: give at least one admin token');
+  const minLength = opts.minTokenLength ?? 0;
+  for (const [kind, list] of [
+    ['client', clientTokens],
+    ['worker', opts.workerTokens],
+    ['admin', opts.adminTokens],
+  ] as const) {
+    if (list.some((t) => t.length < minLength))
+      throw new ServeError(`a ${kind} token is shorter than ${minLength} characters: use a longer, random one`);
+  }
 }
 
 /** The inspector page is served only to allowed Hosts (the handler answers the others with 403). */

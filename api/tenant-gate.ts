@@ -47,7 +47,7 @@ interface Entry {
   sink: StreamSink;
   id: string;
   state: TenantState;
-  key: string;
+  queue: FairQueue<Entry>;
   enqueuedAt: number;
   budgetMs: number;
   timer: TimerId | null;
@@ -60,29 +60,29 @@ interface Entry {
 
 const RATE_TAU_MS = 1_000;
 
-/** Wraps `inner` with tenants' limits and fair queuing; a request without a tenant passes straight through. */
-export function createTenantGate(inner: Serving, opts: TenantGateOptions): TenantGate {
-  const { clock } = opts;
-  const window = opts.perReplicaWindow ?? 2;
-  const maxPending = opts.maxPendingPerTenant ?? 256;
-  const pumpMs = opts.pumpMs ?? 5;
-  const byName = new Map(opts.tenants.list().map((t) => [t.name, t]));
-  const states = new Map<string, TenantState>();
+/** The class queues and the release of their requests to the control plane, fairly and while it has room. */
+interface Dispatch {
+  queueFor(model: string, priority: string, rank: number): FairQueue<Entry>;
+  queues(): FairQueue<Entry>[];
+  room(model: string): boolean;
+  /** Tokens of work per ms the model's requests were released at lately. */
+  rateOf(model: string): number;
+  /** Hands an entry to the control plane now; answers its refusal. */
+  release(e: Entry): Failure | null;
+  /** An entry was queued: look at the queues soon. */
+  enqueued(): void;
+  withdraw(e: Entry, f: Failure & { outcome: 'cancelled' | 'expired' }): void;
+  waiting(): number;
+}
+
+/** Creates the dispatch of a tenant gate. */
+function createDispatch(inner: Serving, clock: Clock, window: number, pumpMs: number): Dispatch {
   const queues = new Map<string, { model: string; rank: number; q: FairQueue<Entry> }>();
   const outstanding = new Map<string, number>();
   const rates = new Map<string, { perMs: number; at: number }>();
   let waiting = 0;
   let pumpAt: TimerId | null = null;
 
-  const stateOf = (t: Tenant): TenantState => {
-    let s = states.get(t.name);
-    if (!s) {
-      const full = t.burstTokens ?? t.tokensPerSecond ?? 0;
-      s = { tenant: t, weight: t.weight, inflight: 0, bucket: full, bucketAt: clock.now() };
-      states.set(t.name, s);
-    }
-    return s;
-  };
   const accepting = (model: string): number => {
     let n = 0;
     for (const r of inner.cp.placement.replicas.values()) if (r.model === model && r.accepting()) n++;
@@ -96,11 +96,6 @@ export function createTenantGate(inner: Serving, opts: TenantGateOptions): Tenan
   const bump = (model: string, d: number): void => {
     outstanding.set(model, Math.max(0, (outstanding.get(model) ?? 0) + d));
   };
-  const refuse = (f: Failure): { ok: false; failure: Failure } => {
-    opts.refused?.(f.code);
-    return { ok: false, failure: f };
-  };
-
   /** Hands an entry to the control plane; answers its refusal (the caller tells the client). */
   const release = (e: Entry): Failure | null => {
     if (e.timer !== null) clock.clearTimeout(e.timer);
@@ -172,14 +167,57 @@ export function createTenantGate(inner: Serving, opts: TenantGateOptions): Tenan
 
   /** Takes an entry out of its queue (cancelled or expired) and ends it with `f`. */
   const withdraw = (e: Entry, f: Failure & { outcome: 'cancelled' | 'expired' }): void => {
-    const q = queues.get(e.key)?.q;
-    if (!e.tag || !q?.remove(e.tag)) return;
+    if (!e.tag || !e.queue.remove(e.tag)) return;
     waiting--;
     if (e.timer !== null) clock.clearTimeout(e.timer);
     e.timer = null;
     e.ended = true;
     e.state.inflight--;
     e.sink.failed(f);
+  };
+
+  return {
+    queueFor: (model, priority, rank) => {
+      const key = `${model}\u0000${priority}`;
+      let cq = queues.get(key);
+      if (!cq) {
+        cq = { model, rank, q: createFairQueue<Entry>() };
+        queues.set(key, cq);
+      }
+      return cq.q;
+    },
+    queues: () => [...queues.values()].map((c) => c.q),
+    room,
+    rateOf,
+    release,
+    enqueued: () => {
+      waiting++;
+      schedule(0);
+    },
+    withdraw,
+    waiting: () => waiting,
+  };
+}
+
+/** Wraps `inner` with tenants' limits and fair queuing; a request without a tenant passes straight through. */
+export function createTenantGate(inner: Serving, opts: TenantGateOptions): TenantGate {
+  const { clock } = opts;
+  const maxPending = opts.maxPendingPerTenant ?? 256;
+  const byName = new Map(opts.tenants.list().map((t) => [t.name, t]));
+  const states = new Map<string, TenantState>();
+  const d = createDispatch(inner, clock, opts.perReplicaWindow ?? 2, opts.pumpMs ?? 5);
+  const stateOf = (t: Tenant): TenantState => {
+    let s = states.get(t.name);
+    if (!s) {
+      const full = t.burstTokens ?? t.tokensPerSecond ?? 0;
+      s = { tenant: t, weight: t.weight, inflight: 0, bucket: full, bucketAt: clock.now() };
+      states.set(t.name, s);
+    }
+    return s;
+  };
+  const refuse = (f: Failure): { ok: false; failure: Failure } => {
+    opts.refused?.(f.code);
+    return { ok: false, failure: f };
   };
 
   const submit: Serving['submit'] = (req, sink) => {
@@ -197,19 +235,13 @@ export function createTenantGate(inner: Serving, opts: TenantGateOptions): Tenan
           retryAfterMs: 1000,
         }),
       );
-    const key = `${req.model}\u0000${priority}`;
-    let cq = queues.get(key);
-    if (!cq) {
-      cq = { model: req.model, rank, q: createFairQueue<Entry>() };
-      queues.set(key, cq);
-    }
-    const q = cq.q;
+    const q = d.queueFor(req.model, priority, rank);
     const e: Entry = {
       req: { ...req, priority },
       sink,
       id: '',
       state: s,
-      key,
+      queue: q,
       enqueuedAt: clock.now(),
       budgetMs,
       timer: null,
@@ -218,8 +250,8 @@ export function createTenantGate(inner: Serving, opts: TenantGateOptions): Tenan
       outstanding: false,
       ended: false,
     };
-    const direct = q.size() === 0 && room(req.model);
-    const late = direct ? null : backlogRefusal(q, s, work, rateOf(req.model), budgetMs, maxPending, req.model);
+    const direct = q.size() === 0 && d.room(req.model);
+    const late = direct ? null : backlogRefusal(q, s, work, d.rateOf(req.model), budgetMs, maxPending, req.model);
     if (late) return refuse(late);
     const bucketWait = takeTokens(s, work, clock.now());
     if (bucketWait > 0)
@@ -233,22 +265,21 @@ export function createTenantGate(inner: Serving, opts: TenantGateOptions): Tenan
       q.push(e, s, work, false);
       s.inflight++;
       e.id = inner.cp.runtime.ids.next('req');
-      const refused = release(e);
+      const refused = d.release(e);
       if (refused) return { ok: false, failure: refused };
       return e.inner!;
     }
     e.id = inner.cp.runtime.ids.next('req');
     e.tag = q.push(e, s, work);
-    waiting++;
     s.inflight++;
     e.timer = clock.setTimeout(() => {
       e.timer = null;
-      withdraw(e, {
+      d.withdraw(e, {
         ...failure('expired', `waited its queue budget of ${Math.round(budgetMs)} ms behind other tenants`),
         outcome: 'expired',
       });
     }, budgetMs);
-    schedule(0);
+    d.enqueued();
     const version = req.version ?? m?.versions[0] ?? '';
     return {
       ok: true,
@@ -258,7 +289,7 @@ export function createTenantGate(inner: Serving, opts: TenantGateOptions): Tenan
       promptTokens: req.promptTokens ?? estimateTokens(req.prompt ?? ''),
       cancel: () => {
         if (e.inner) e.inner.cancel();
-        else withdraw(e, { ...failure('cancelled', 'cancelled by the client'), outcome: 'cancelled' });
+        else d.withdraw(e, { ...failure('cancelled', 'cancelled by the client'), outcome: 'cancelled' });
       },
     };
   };
@@ -266,12 +297,12 @@ export function createTenantGate(inner: Serving, opts: TenantGateOptions): Tenan
   return {
     ...inner,
     submit,
-    pending: () => waiting,
+    pending: () => d.waiting(),
     stats: () => {
       const out: Record<string, { inflight: number; pending: number }> = {};
       for (const [name, s] of states) {
         let p = 0;
-        for (const { q } of queues.values()) p += q.size(s);
+        for (const q of d.queues()) p += q.size(s);
         out[name] = { inflight: s.inflight, pending: p };
       }
       return out;

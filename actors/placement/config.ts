@@ -26,6 +26,9 @@ export const placementSchema = obj({
   minResidencyMs: dflt(ms, 10_000),
   /** How long waiting work must persist before a reservation drains anything. */
   hysteresisMs: dflt(ms, 250),
+  /** How long requests refused for want of a replica must keep coming before they count as demand for a switch
+   * (a single refusal, or refusals that alternate between the models, are not demand); held requests count at once. */
+  sustainedDemandMs: dflt(ms, 0),
   interference: dflt(num({ min: 1, max: 10 }), 1.3),
   /** true: reserve the gang as soon as work waits; false: the naive policy (switch only when the node is idle). */
   largeWaitReservation: dflt(bool(), true),

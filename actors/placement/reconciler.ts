@@ -235,6 +235,8 @@ function createDemand(
   const pc = scenario.placement;
   const now = (): number => runtime.clock.now();
   const lastReject = new Map<string, number>();
+  // The first and the latest of the refusals of a model that kept coming, each within the window of the one before.
+  const rejectStreak = new Map<string, { since: number; last: number }>();
   const demandSince = new Map<string, number>();
   const rejectWindowMs = Math.max(1000, pc.hysteresisMs);
 
@@ -255,7 +257,12 @@ function createDemand(
   const evaluate = (): void => {
     const t = now();
     for (const m of scenario.models) {
-      const waiting = (hooks.held?.(m.name) ?? 0) > 0 || t - (lastReject.get(m.name) ?? -Infinity) < rejectWindowMs;
+      const refused = t - (lastReject.get(m.name) ?? -Infinity) < rejectWindowMs;
+      if (!refused) rejectStreak.delete(m.name);
+      // Refused requests are demand only once they are sustained; admitted (held) work is demand at once.
+      const streak = rejectStreak.get(m.name);
+      const sustained = refused && (streak ? streak.last - streak.since : 0) >= pc.sustainedDemandMs;
+      const waiting = (hooks.held?.(m.name) ?? 0) > 0 || sustained;
       // Work counts as waiting for placement only while the model can be placed: an outage is not a switch's fault.
       if (waiting && !hasAccepting(m.name) && !modes.reasonFor(m.name)) {
         if (!demandSince.has(m.name)) demandSince.set(m.name, t);
@@ -283,7 +290,11 @@ function createDemand(
     waiting: () => demandSince.size > 0,
     signal: (model, rejected, retryAfterMs) => {
       if (rejected) {
-        const until = now() + Math.min(retryAfterMs, pc.drainDeadlineMs);
+        const t = now();
+        const streak = rejectStreak.get(model);
+        if (streak && t - (lastReject.get(model) ?? -Infinity) < rejectWindowMs) streak.last = t;
+        else rejectStreak.set(model, { since: t, last: t });
+        const until = t + Math.min(retryAfterMs, pc.drainDeadlineMs);
         if (until > (lastReject.get(model) ?? -Infinity)) lastReject.set(model, until);
         runtime.clock.setTimeout(schedule, until - now() + rejectWindowMs + 1);
       }

@@ -140,7 +140,7 @@ const done = (s: StreamSink): void =>
   });
 
 describe('tenant gate', () => {
-  it("gives a tenant its first class by default and refuses a class or model that is not its own", () => {
+  it('gives a tenant its first class by default and refuses a class or model that is not its own', () => {
     const clock = createVirtualClock();
     const { inner, got } = fakeInner();
     const tenants = createTenants([tenant('a', { priorities: ['batch'], models: ['m'] })]);
@@ -190,9 +190,7 @@ describe('tenant gate', () => {
     }
     expect(got).toHaveLength(2);
     const bSink = sink();
-    expect(gate.submit({ model: 'm', tenant: 'b', promptTokens: 50, maxTokens: 50, text: false }, bSink).ok).toBe(
-      true,
-    );
+    expect(gate.submit({ model: 'm', tenant: 'b', promptTokens: 50, maxTokens: 50, text: false }, bSink).ok).toBe(true);
     // One of A's requests starts (its first token): the next to go is B's, not A's backlog.
     got[0]!.sink.tokens(0, 1, undefined);
     clock.run(clock.now() + 1);
