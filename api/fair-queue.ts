@@ -23,10 +23,10 @@ export interface Tagged<T> {
 export interface FairQueue<T> {
   /** Tags and queues an item; `queued` false tags it as sent at once (it still advances the flow's finish tag). */
   push(item: T, flow: Flow, cost: number, queued?: boolean): Tagged<T>;
-  /** The item that leaves next (smallest start tag), without removing it. */
-  peek(): Tagged<T> | null;
-  /** Removes and returns the next item; the virtual time moves to its start tag. */
-  pop(): Tagged<T> | null;
+  /** The item that leaves next (smallest start tag among the heads `eligible` accepts), without removing it. */
+  peek(eligible?: (head: Tagged<T>) => boolean): Tagged<T> | null;
+  /** Removes and returns the next item (as `peek`); the virtual time moves to its start tag. */
+  pop(eligible?: (head: Tagged<T>) => boolean): Tagged<T> | null;
   /** Removes an item wherever it is (cancelled, expired); false when not queued. */
   remove(t: Tagged<T>): boolean;
   /** Items queued, in all or of one flow. */
@@ -51,11 +51,16 @@ export function createFairQueue<T>(): FairQueue<T> {
     }
     return s;
   };
-  const peek = (): Tagged<T> | null => {
+  const peek = (eligible?: (head: Tagged<T>) => boolean): Tagged<T> | null => {
     let best: Tagged<T> | null = null;
     for (const s of flows.values()) {
       const h = s.items[0];
-      if (h && (best === null || h.start < best.start || (h.start === best.start && h.order < best.order))) best = h;
+      if (
+        h &&
+        (!eligible || eligible(h)) &&
+        (best === null || h.start < best.start || (h.start === best.start && h.order < best.order))
+      )
+        best = h;
     }
     return best;
   };
@@ -82,8 +87,8 @@ export function createFairQueue<T>(): FairQueue<T> {
       return t;
     },
     peek,
-    pop: () => {
-      const t = peek();
+    pop: (eligible) => {
+      const t = peek(eligible);
       if (t === null) return null;
       remove(t);
       virtual = Math.max(virtual, t.start);

@@ -14,7 +14,7 @@ import type { Tenant, Tenants } from './tenants.ts';
 export interface TenantGateOptions {
   clock: Clock;
   tenants: Tenants;
-  /** Requests handed to the control plane and not yet started, per accepting replica of the model. Default 2. */
+  /** Requests handed to the control plane and not yet started, per ready replica of the model. Default 2. */
   perReplicaWindow?: number;
   /** Most requests one tenant may have waiting here in one model's class. Default 256. */
   maxPendingPerTenant?: number;
@@ -65,6 +65,10 @@ interface Dispatch {
   queueFor(model: string, priority: string, rank: number): FairQueue<Entry>;
   queues(): FairQueue<Entry>[];
   room(model: string): boolean;
+  /** True when the tenant may have one more request of `cost` in the control plane for `model` (its share). */
+  underCap(s: TenantState, model: string, cost: number): boolean;
+  /** The tenant asked for `model` now: it counts as active there for a while. */
+  seen(s: TenantState, model: string): void;
   /** Tokens of work per ms the model's requests were released at lately. */
   rateOf(model: string): number;
   /** Hands an entry to the control plane now; answers its refusal. */
@@ -82,13 +86,14 @@ function createDispatch(inner: Serving, clock: Clock, window: number, pumpMs: nu
   const rates = new Map<string, { perMs: number; at: number }>();
   let waiting = 0;
   let pumpAt: TimerId | null = null;
+  const usage = createUsage(inner, clock);
 
-  const accepting = (model: string): number => {
+  const readyReplicas = (model: string): number => {
     let n = 0;
-    for (const r of inner.cp.placement.replicas.values()) if (r.model === model && r.accepting()) n++;
+    for (const r of inner.cp.placement.replicas.values()) if (r.model === model && r.ready()) n++;
     return n;
   };
-  const room = (model: string): boolean => (outstanding.get(model) ?? 0) < window * Math.max(1, accepting(model));
+  const room = (model: string): boolean => (outstanding.get(model) ?? 0) < window * Math.max(1, readyReplicas(model));
   const rateOf = (model: string): number => {
     const r = rates.get(model);
     return r ? r.perMs * Math.exp(-(clock.now() - r.at) / RATE_TAU_MS) : 0;
@@ -103,6 +108,7 @@ function createDispatch(inner: Serving, clock: Clock, window: number, pumpMs: nu
     const waited = clock.now() - e.enqueuedAt;
     e.outstanding = true;
     bump(e.req.model, 1);
+    usage.add(e.state, e.req.model, cost(e.req));
     rates.set(e.req.model, { perMs: rateOf(e.req.model) + cost(e.req) / RATE_TAU_MS, at: clock.now() });
     const settle = (): void => {
       if (e.outstanding) bump(e.req.model, -1);
@@ -113,6 +119,7 @@ function createDispatch(inner: Serving, clock: Clock, window: number, pumpMs: nu
       e.ended = true;
       settle();
       e.state.inflight--;
+      usage.add(e.state, e.req.model, -cost(e.req));
       schedule(0);
     };
     // The time waited here counts against the request's queue budget: what is left goes on as its deadline.
@@ -151,7 +158,8 @@ function createDispatch(inner: Serving, clock: Clock, window: number, pumpMs: nu
     const ordered = [...queues.values()].sort((a, b) => a.rank - b.rank);
     for (const { model, q } of ordered) {
       while (q.size() > 0 && room(model)) {
-        const t = q.pop()!;
+        const t = q.pop((h) => usage.underCap(h.item.state, model, h.cost));
+        if (!t) break;
         waiting--;
         const refused = release(t.item);
         if (refused) t.item.sink.failed({ ...refused, outcome: 'rejected' });
@@ -188,6 +196,8 @@ function createDispatch(inner: Serving, clock: Clock, window: number, pumpMs: nu
     },
     queues: () => [...queues.values()].map((c) => c.q),
     room,
+    underCap: usage.underCap,
+    seen: usage.seen,
     rateOf,
     release,
     enqueued: () => {
@@ -250,7 +260,8 @@ export function createTenantGate(inner: Serving, opts: TenantGateOptions): Tenan
       outstanding: false,
       ended: false,
     };
-    const direct = q.size() === 0 && d.room(req.model);
+    d.seen(s, req.model);
+    const direct = q.size() === 0 && d.room(req.model) && d.underCap(s, req.model, work);
     const late = direct ? null : backlogRefusal(q, s, work, d.rateOf(req.model), budgetMs, maxPending, req.model);
     if (late) return refuse(late);
     const bucketWait = takeTokens(s, work, clock.now());
@@ -329,6 +340,59 @@ function backlogRefusal(
     `tenant ${s.tenant.name} has ${mine} requests waiting for ${model}; at its share they would wait ${Math.round(waitMs)} ms, over the budget of ${Math.round(budgetMs)} ms`,
     { retryAfterMs: Math.max(1, Math.ceil(rate > 0 && waitMs > budgetMs ? waitMs - budgetMs : 1000)) },
   );
+}
+
+/** How long a tenant counts as active on a model after its last request (ms). */
+const ACTIVE_MS = 10_000;
+
+/** What each tenant has in the control plane per model, and its share of the model's slots and KV tokens. */
+function createUsage(
+  inner: Serving,
+  clock: Clock,
+): {
+  add(s: TenantState, model: string, tokens: number): void;
+  seen(s: TenantState, model: string): void;
+  underCap(s: TenantState, model: string, cost: number): boolean;
+} {
+  const byModel = new Map<string, Map<TenantState, { count: number; tokens: number; seen: number }>>();
+  const of = (s: TenantState, model: string): { count: number; tokens: number; seen: number } => {
+    let m = byModel.get(model);
+    if (!m) byModel.set(model, (m = new Map()));
+    let u = m.get(s);
+    if (!u) m.set(s, (u = { count: 0, tokens: 0, seen: -Infinity }));
+    return u;
+  };
+  return {
+    add: (s, model, tokens) => {
+      const u = of(s, model);
+      u.count += Math.sign(tokens);
+      u.tokens += tokens;
+    },
+    seen: (s, model) => void (of(s, model).seen = clock.now()),
+    underCap: (s, model, cost) => {
+      const now = clock.now();
+      let weight = 0;
+      for (const [t, u] of byModel.get(model) ?? []) {
+        if (u.count > 0 || now - u.seen < ACTIVE_MS || t === s) weight += t.weight;
+      }
+      // Alone on the model it may use all of it; beside others, its weighted share of the slots and the KV cache,
+      // so that another tenant's next request finds room at once instead of waiting behind this one's work.
+      if (weight <= s.weight) return true;
+      let slots = 0;
+      let kvTokens = 0;
+      for (const r of inner.cp.placement.replicas.values()) {
+        if (r.model !== model || !r.ready()) continue;
+        slots += r.batcher.limits.maxRunning;
+        kvTokens += r.batcher.limits.blocksTotal * r.batcher.limits.blockTokens;
+      }
+      if (slots === 0) return true;
+      const share = s.weight / weight;
+      const u = of(s, model);
+      return (
+        u.count + 1 <= Math.max(1, Math.floor(slots * share)) && u.tokens + cost <= Math.max(cost, kvTokens * share)
+      );
+    },
+  };
 }
 
 /** Tokens of work of a request: its prompt (estimated when not given) plus the most it may generate. */

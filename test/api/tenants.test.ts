@@ -93,7 +93,18 @@ function fakeInner(): { inner: Serving; got: { req: ServeRequest; sink: StreamSi
         },
       ],
     },
-    placement: { replicas: new Map([['r0', { model: 'm', accepting: () => true }]]) },
+    placement: {
+      replicas: new Map([
+        [
+          'r0',
+          {
+            model: 'm',
+            ready: () => true,
+            batcher: { limits: { maxRunning: 4, blocksTotal: 1_000, blockTokens: 16 } },
+          },
+        ],
+      ]),
+    },
     runtime: { ids: { next: (p: string) => `${p}.${n++}` } },
   };
   const inner = {

@@ -1,0 +1,296 @@
+// `npm run bench:tenants`: fairness between tenants on the live server. Starts `switchyard serve --tenants` (cost-model
+// executor in real time, modest capacity) with two tenants of equal weight, measures capacity with a closed loop, then
+// runs tenant B alone at 20 % of capacity, then tenant A flooding at 10x capacity beside B at 20 %. Prints B's p99
+// TTFT in both phases, B's refusals, and how much of A's flood was admitted (the rest refused with retryAfterMs).
+// Ends with one JSON line {"quietP99Ratio","quietRejected","floodAdmittedShare", ...}.
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createWallClock } from '../runtime/clock.ts';
+import { createRng } from '../runtime/rng.ts';
+import {
+  SUBPROTOCOL_MSGPACK,
+  decodeServerFrame,
+  encodeFrame,
+  type ServerMessage,
+} from '../transport/client-protocol.ts';
+import { connectWs, type WsPeer } from '../transport/ws.ts';
+import { percentile } from './live-loadgen.ts';
+import { printFigures, quick } from './lib/data.ts';
+
+const BIN = fileURLToPath(new URL('../bin/switchyard.ts', import.meta.url));
+const clock = createWallClock();
+const now = (): number => performance.now();
+const sleep = (ms: number): Promise<void> => new Promise((r) => clock.setTimeout(r, ms));
+const r2 = (x: number): number => Math.round(x * 100) / 100;
+
+const MODEL = 'llama-3-8b';
+const PROMPT_TOKENS = 64;
+const MAX_TOKENS = 32;
+const TOKEN_A = 'bench-tenant-a-flood-0123456789';
+const TOKEN_B = 'bench-tenant-b-quiet-0123456789';
+const CONFIG = `
+name: bench-tenants
+node: { gpu: H100-SXM, gpus: 8 }
+routing: { ejection: { failures: 1000 } }
+models:
+  - name: ${MODEL}
+    profile: ${MODEL}
+    tp: 1
+    replicas: 2
+    batching: { maxRunning: 16 }
+    classes:
+      interactive: { maxQueueMs: 1000, maxQueued: 256 }
+`;
+const sha = (t: string): string => createHash('sha256').update(t).digest('hex');
+const TENANTS = `tenants:
+  - { name: flood, tokenSha256: [${sha(TOKEN_A)}] }
+  - { name: quiet, tokenSha256: [${sha(TOKEN_B)}] }
+`;
+const PHASE_MS = quick ? 8_000 : 30_000;
+const QUIET_FRACTION = 0.2;
+const FLOOD_FACTOR = 10;
+
+/** One request as its client saw it. */
+interface Req {
+  sentAt: number;
+  firstAt: number;
+  end: 'done' | 'rejected' | 'error' | null;
+  code: string;
+  retryAfterMs: number | undefined;
+}
+
+/** Starts `switchyard serve --tenants` and resolves once the model is ready. */
+async function startServe(): Promise<{ url: string; wsUrl: string; stop(): Promise<void> }> {
+  const dir = mkdtempSync(join(tmpdir(), 'switchyard-tenants-'));
+  writeFileSync(join(dir, 'config.yaml'), CONFIG);
+  writeFileSync(join(dir, 'tenants.yaml'), TENANTS);
+  const args = ['--import', 'tsx', BIN, 'serve', '--config', join(dir, 'config.yaml'), '--port', '0', '--json'];
+  args.push('--tenants', join(dir, 'tenants.yaml'), '--executor', 'cost-model', '--time-scale', '1');
+  const proc = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const lines: string[] = [];
+  const info = await new Promise<{ url: string; wsUrl: string }>((resolve, reject) => {
+    let rest = '';
+    const onData = (d: Buffer): void => {
+      const parts = (rest + d.toString()).split('\n');
+      rest = parts.pop() ?? '';
+      for (const l of parts) {
+        if (lines.length < 200) lines.push(l);
+        if (l.startsWith('{"url"')) resolve(JSON.parse(l) as { url: string; wsUrl: string });
+      }
+    };
+    proc.stdout.on('data', onData);
+    proc.stderr.on('data', onData);
+    proc.once('exit', (code) => reject(new Error(`serve exited (${code}):\n${lines.join('\n')}`)));
+  });
+  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+  const until = now() + 120_000;
+  for (;;) {
+    const r = await fetch(`${info.url}/readyz`).catch(() => null);
+    if (r?.status === 200) break;
+    if (now() > until) throw new Error(`model not ready within 120 s:\n${lines.join('\n')}`);
+    await sleep(200);
+  }
+  return {
+    ...info,
+    stop: async () => {
+      if (proc.exitCode === null && proc.signalCode === null) {
+        proc.kill('SIGTERM');
+        const t = clock.setTimeout(() => proc.kill('SIGKILL'), 5_000);
+        await exited;
+        clock.clearTimeout(t);
+      }
+    },
+  };
+}
+
+/** One tenant's client: a few connections with its token; submits of one tick leave as one frame each. */
+async function openTenant(
+  url: string,
+  token: string,
+  n: number,
+  onEnd?: (id: string, r: Req) => void,
+): Promise<{ reqs: Map<string, Req>; submit(id: string): void; close(): void }> {
+  const reqs = new Map<string, Req>();
+  const conns: { peer: WsPeer; pending: unknown[] }[] = [];
+  const onMsg = (m: ServerMessage): void => {
+    if (m.type === 'hello' || m.type === 'accepted' || m.id === undefined) return;
+    const r = reqs.get(m.id);
+    if (!r || r.end !== null) return;
+    if (m.type === 'tokens') {
+      if (r.firstAt < 0) r.firstAt = now();
+      return;
+    }
+    r.end = m.type;
+    if (m.type !== 'done') {
+      r.code = m.code;
+      r.retryAfterMs = m.retryAfterMs;
+    }
+    onEnd?.(m.id, r);
+  };
+  for (let i = 0; i < n; i++) {
+    const c = await connectWs(url, { clock, token, protocols: [SUBPROTOCOL_MSGPACK], maxPayload: 64 * 1024 * 1024 });
+    if (!c.ok) throw new Error(`cannot connect to ${url}: ${c.error.message}`);
+    const conn = { peer: c.peer, pending: [] as unknown[] };
+    c.peer.onMessage((data) => {
+      const f = decodeServerFrame(data, 'msgpack');
+      if (f.ok) for (const m of f.messages) onMsg(m);
+    });
+    conns.push(conn);
+  }
+  let next = 0;
+  return {
+    reqs,
+    submit: (id) => {
+      reqs.set(id, { sentAt: now(), firstAt: -1, end: null, code: '', retryAfterMs: undefined });
+      const c = conns[next++ % conns.length]!;
+      if (c.pending.length === 0) {
+        queueMicrotask(() => {
+          const p = c.pending;
+          c.pending = [];
+          c.peer.send(encodeFrame(p, 'msgpack'));
+        });
+      }
+      c.pending.push({
+        type: 'submit',
+        id,
+        model: MODEL,
+        promptTokens: PROMPT_TOKENS,
+        maxTokens: MAX_TOKENS,
+        text: false,
+      });
+    },
+    close: () => conns.forEach((c) => c.peer.close(1000)),
+  };
+}
+
+/** Closed loop of `concurrency` requests as tenant A: completed requests per second once warm. */
+async function calibrate(wsUrl: string, concurrency: number, ms: number): Promise<number> {
+  let done = 0;
+  let seq = 0;
+  let running = true;
+  const t = await openTenant(wsUrl, TOKEN_A, 4, (_id, r) => {
+    if (r.end === 'done') done++;
+    const delay = r.end === 'done' ? 0 : Math.max(20, r.retryAfterMs ?? 100);
+    if (running) clock.setTimeout(() => running && t.submit(`cal${++seq}`), delay);
+  });
+  for (let i = 0; i < concurrency; i++) t.submit(`cal${++seq}`);
+  await sleep(ms / 3);
+  const d0 = done;
+  const t0 = now();
+  await sleep((2 * ms) / 3);
+  const rate = (done - d0) / ((now() - t0) / 1000);
+  running = false;
+  await sleep(1_000);
+  t.close();
+  return rate;
+}
+
+/** Open-loop Poisson arrivals at each rate for `ms`; then waits for the tail to end. */
+async function drive(senders: { rate: number; submit(id: string): void; prefix: string }[], ms: number): Promise<void> {
+  const rng = createRng(15).fork('tenants');
+  const next = senders.map(() => 0);
+  const counts = senders.map(() => 0);
+  const t0 = now();
+  for (;;) {
+    const t = now() - t0;
+    if (t >= ms) break;
+    senders.forEach((s, i) => {
+      while (next[i]! <= t) {
+        next[i]! += rng.exponential(1000 / s.rate);
+        s.submit(`${s.prefix}${counts[i]!++}`);
+      }
+    });
+    await sleep(1);
+  }
+}
+
+async function settle(reqs: Iterable<Map<string, Req>>): Promise<void> {
+  const all = [...reqs].flatMap((m) => [...m.values()]);
+  const until = now() + 20_000;
+  while (all.some((r) => r.end === null) && now() < until) await sleep(50);
+}
+
+const ttfts = (m: Map<string, Req>): number[] =>
+  [...m.values()].filter((r) => r.end === 'done' && r.firstAt >= 0).map((r) => r.firstAt - r.sentAt);
+
+async function run(wsUrl: string): Promise<void> {
+  const capacity = await calibrate(wsUrl, 4 * 2 * 16, quick ? 4_000 : 8_000);
+  const quietRate = QUIET_FRACTION * capacity;
+  const floodRate = FLOOD_FACTOR * capacity;
+  process.stderr.write(
+    `bench:tenants: capacity ${capacity.toFixed(1)} req/s; quiet ${quietRate.toFixed(1)}, flood ${floodRate.toFixed(1)} req/s\n`,
+  );
+  await sleep(1_000);
+  // B alone.
+  const alone = await openTenant(wsUrl, TOKEN_B, 2);
+  await drive([{ rate: quietRate, submit: alone.submit, prefix: 'alone' }], PHASE_MS);
+  await settle([alone.reqs]);
+  alone.close();
+  await sleep(1_000);
+  // A floods beside B.
+  const quiet = await openTenant(wsUrl, TOKEN_B, 2);
+  const flood = await openTenant(wsUrl, TOKEN_A, 8);
+  await drive(
+    [
+      { rate: quietRate, submit: quiet.submit, prefix: 'quiet' },
+      { rate: floodRate, submit: flood.submit, prefix: 'flood' },
+    ],
+    PHASE_MS,
+  );
+  await settle([quiet.reqs, flood.reqs]);
+  quiet.close();
+  flood.close();
+  report(capacity, alone.reqs, quiet.reqs, flood.reqs);
+}
+
+function report(capacity: number, alone: Map<string, Req>, quiet: Map<string, Req>, flood: Map<string, Req>): void {
+  const aloneP99 = percentile(ttfts(alone), 99);
+  const quietP99 = percentile(ttfts(quiet), 99);
+  const refused = (m: Map<string, Req>): Req[] => [...m.values()].filter((r) => r.end === 'rejected');
+  const floodAll = [...flood.values()];
+  const floodRefused = refused(flood);
+  const floodAdmitted = floodAll.length - floodRefused.length;
+  const floodDone = floodAll.filter((r) => r.end === 'done').length;
+  const noHint = floodRefused.filter((r) => !(r.code === 'overloaded' && (r.retryAfterMs ?? 0) >= 1)).length;
+  const quietBad = [...quiet.values()].filter((r) => r.end !== 'done');
+  const out = [
+    `tenants: switchyard serve --tenants, ${MODEL} x2 replicas (cost-model executor, real time), prompt ${PROMPT_TOKENS} / output ${MAX_TOKENS} tokens`,
+    `capacity (closed loop) ${capacity.toFixed(1)} req/s; quiet tenant at ${(QUIET_FRACTION * 100).toFixed(0)} %, flooding tenant at ${FLOOD_FACTOR}x, ${PHASE_MS / 1000} s per phase`,
+    '',
+    `quiet alone:       ${alone.size} sent, TTFT p50 ${percentile(ttfts(alone), 50).toFixed(1)} ms, p99 ${aloneP99.toFixed(1)} ms`,
+    `quiet beside flood: ${quiet.size} sent, TTFT p50 ${percentile(ttfts(quiet), 50).toFixed(1)} ms, p99 ${quietP99.toFixed(1)} ms, not done ${quietBad.length}${quietBad[0] ? ` (first: ${quietBad[0].end} ${quietBad[0].code})` : ''}`,
+    `flood: ${floodAll.length} sent, ${floodAdmitted} admitted (${floodDone} done), ${floodRefused.length} refused, ${noHint} of them without overloaded + retryAfterMs`,
+    '',
+  ];
+  process.stdout.write(`${out.join('\n')}\n`);
+  printFigures({
+    quietP99Ratio: r2(quietP99 / Math.max(1e-9, aloneP99)),
+    quietRejected: refused(quiet).length,
+    floodAdmittedShare: r2(floodAdmitted / Math.max(1, floodAll.length)),
+    quietAloneP99Ms: r2(aloneP99),
+    quietFloodP99Ms: r2(quietP99),
+    quietNotDone: quietBad.length,
+    floodRefusedWithoutRetryAfter: noHint,
+    floodServedRps: r2(floodDone / (PHASE_MS / 1000)),
+    capacityRps: r2(capacity),
+  });
+}
+
+async function main(): Promise<void> {
+  process.stderr.write(`bench:tenants: starting switchyard serve --tenants${quick ? ' [quick]' : ''}...\n`);
+  const srv = await startServe();
+  try {
+    await run(srv.wsUrl);
+  } finally {
+    await srv.stop();
+  }
+}
+
+main().catch((e: unknown) => {
+  process.stderr.write(`bench:tenants: ${e instanceof Error ? e.stack : String(e)}\n`);
+  process.exitCode = 1;
+});
