@@ -84,6 +84,8 @@ export interface SwitchyardClient {
 /** Options of a client connection. */
 export interface ClientOptions {
   token?: string;
+  /** Certificate authority (PEM) for a server with a private certificate (`wss://`). */
+  ca?: string | Buffer;
   format?: FrameFormat;
   clock?: Clock;
   heartbeatMs?: number;
@@ -111,6 +113,7 @@ export async function connectClient(url: string, opts: ClientOptions = {}): Prom
   const r = await connectWs(wsUrl, {
     clock: opts.clock ?? createWallClock(),
     ...(opts.token ? { token: opts.token } : {}),
+    ...(opts.ca !== undefined ? { ca: opts.ca } : {}),
     protocols: [format === 'json' ? SUBPROTOCOL_JSON : SUBPROTOCOL_MSGPACK],
     ...(opts.heartbeatMs ? { heartbeatMs: opts.heartbeatMs } : {}),
   });

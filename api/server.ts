@@ -1,6 +1,7 @@
 // A serving control plane in one process: the control plane on the wall clock, the node link for its worker, the
 // /v1/ws streaming API, OpenAI-compatible HTTP, metrics, probes and the admin API, all on one HTTP server.
 import { createServer, type IncomingMessage, type RequestListener, type Server } from 'node:http';
+import { createServer as createHttpsServer, type ServerOptions as HttpsOptions } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { startControlPlane, type ControlPlane } from '../actors/control-plane.ts';
 import type { Scenario } from '../actors/config.ts';
@@ -38,6 +39,10 @@ export interface ServerOptions {
   port?: number;
   /** Client tokens for /v1 and /v1/ws; required when host is not loopback (tenants count as tokens). */
   clientTokens?: readonly string[];
+  /** Certificate and key (PEM): serve HTTPS and WSS (`--tls-cert`, `--tls-key`). */
+  tls?: { cert: string | Buffer; key: string | Buffer };
+  /** Allow a non-loopback listener without TLS (bearer tokens in clear text): TLS ends in front of it (`--insecure`). */
+  insecure?: boolean;
   /** Tenants (a tokens file): each client token's tenant, its limits and its fair share; replaces clientTokens. */
   tenants?: Tenants;
   /** Worker tokens for /v1/node; at least one. */
@@ -237,12 +242,13 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   });
   const port = (server.address() as AddressInfo).port;
   const shown = host.includes(':') ? `[${host}]` : host;
+  const [httpScheme, wsScheme] = opts.tls ? ['https', 'wss'] : ['http', 'ws'];
   return {
     port,
     host,
-    url: `http://${shown}:${port}`,
-    wsUrl: `ws://${shown}:${port}/v1/ws`,
-    nodeUrl: `ws://${shown}:${port}/v1/node`,
+    url: `${httpScheme}://${shown}:${port}`,
+    wsUrl: `${wsScheme}://${shown}:${port}/v1/ws`,
+    nodeUrl: `${wsScheme}://${shown}:${port}/v1/node`,
     cp,
     runtime,
     node,
@@ -271,6 +277,11 @@ function checkOptions(opts: ServerOptions, host: string, clientTokens: readonly 
       `listening on ${host} reaches beyond this host: give client tokens (--client-token or SWITCHYARD_CLIENT_TOKENS)`,
     );
   }
+  if (!isLoopback(host) && !opts.tls && opts.insecure !== true) {
+    throw new ServeError(
+      `listening on ${host} in plain text would send bearer tokens in clear text: give --tls-cert and --tls-key, or --insecure when TLS ends in front of this server`,
+    );
+  }
   if (opts.workerTokens.length === 0)
     throw new ServeError('workers always authenticate: give at least one worker token');
   if (opts.adminTokens.length === 0)
@@ -286,6 +297,15 @@ function checkOptions(opts: ServerOptions, host: string, clientTokens: readonly 
   }
 }
 
+/** createHttpsServer, with an unusable certificate or key refused as a ServeError naming the cause. */
+function createTlsServer(options: HttpsOptions, listener: RequestListener): ReturnType<typeof createHttpsServer> {
+  try {
+    return createHttpsServer(options, listener);
+  } catch (e) {
+    throw new ServeError(`the TLS certificate or key cannot be used: ${(e as Error).message}`);
+  }
+}
+
 /** The inspector page is served only to allowed Hosts (the handler answers the others with 403). */
 function edgeAllowsInspector(req: IncomingMessage, edge: EdgePolicy): boolean {
   return hostAllowed(req, edge);
@@ -295,16 +315,27 @@ function edgeAllowsInspector(req: IncomingMessage, edge: EdgePolicy): boolean {
 function createHttpServer(opts: ServerOptions, listener: RequestListener): Server {
   const headersTimeoutMs = opts.headersTimeoutMs ?? 10_000;
   const requestTimeoutMs = Math.max(opts.requestTimeoutMs ?? 30_000, headersTimeoutMs + 1);
-  const server: Server = createServer(
-    {
-      maxHeaderSize: 16 * 1024,
-      requestTimeout: requestTimeoutMs,
-      headersTimeout: headersTimeoutMs,
-      connectionsCheckingInterval: Math.min(1_000, Math.max(50, headersTimeoutMs / 4)),
-      keepAliveTimeout: 5_000,
-    },
-    listener,
-  );
+  const common = {
+    maxHeaderSize: 16 * 1024,
+    requestTimeout: requestTimeoutMs,
+    headersTimeout: headersTimeoutMs,
+    connectionsCheckingInterval: Math.min(1_000, Math.max(50, headersTimeoutMs / 4)),
+    keepAliveTimeout: 5_000,
+  };
+  // HTTPS is the same server behind TLS (a TLS handshake that fails only closes its socket); https.Server has
+  // every http.Server method used here.
+  const server: Server = opts.tls
+    ? (createTlsServer(
+        {
+          ...common,
+          cert: opts.tls.cert,
+          key: opts.tls.key,
+          minVersion: 'TLSv1.2',
+          handshakeTimeout: headersTimeoutMs,
+        },
+        listener,
+      ) as unknown as Server)
+    : createServer(common, listener);
   server.maxConnections = opts.maxConnections ?? 8192;
   const perAddress = new Map<string, number>();
   const maxPerAddress = opts.maxConnectionsPerAddress ?? 512;

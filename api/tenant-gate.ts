@@ -14,9 +14,9 @@ import type { Tenant, Tenants } from './tenants.ts';
 export interface TenantGateOptions {
   clock: Clock;
   tenants: Tenants;
-  /** Requests handed to the control plane and not yet started, per ready replica of the model. Default 2. */
+  /** Requests waiting in the control plane's own queues, per ready replica of the model, before more are handed over. Default 2. */
   perReplicaWindow?: number;
-  /** Most requests one tenant may have waiting here in one model's class. Default 256. */
+  /** Most requests one tenant may have waiting here in one model's class. Default 64. */
   maxPendingPerTenant?: number;
   /** How often waiting requests are looked at while any wait (ms). Default 5. */
   pumpMs?: number;
@@ -88,12 +88,18 @@ function createDispatch(inner: Serving, clock: Clock, window: number, pumpMs: nu
   let pumpAt: TimerId | null = null;
   const usage = createUsage(inner, clock);
 
-  const readyReplicas = (model: string): number => {
-    let n = 0;
-    for (const r of inner.cp.placement.replicas.values()) if (r.model === model && r.ready()) n++;
-    return n;
+  // Room while the model's ready replicas have fewer than `window` requests each waiting in their own queues (a
+  // request handed over joins one at once); with none ready, while few handed-over requests have not started.
+  const room = (model: string): boolean => {
+    let ready = 0;
+    let queued = 0;
+    for (const r of inner.cp.placement.replicas.values()) {
+      if (r.model !== model || !r.ready()) continue;
+      ready++;
+      queued += r.stateless ? 0 : r.batcher.stats().waiting;
+    }
+    return (ready > 0 ? queued : (outstanding.get(model) ?? 0)) < window * Math.max(1, ready);
   };
-  const room = (model: string): boolean => (outstanding.get(model) ?? 0) < window * Math.max(1, readyReplicas(model));
   const rateOf = (model: string): number => {
     const r = rates.get(model);
     return r ? r.perMs * Math.exp(-(clock.now() - r.at) / RATE_TAU_MS) : 0;
@@ -212,7 +218,7 @@ function createDispatch(inner: Serving, clock: Clock, window: number, pumpMs: nu
 /** Wraps `inner` with tenants' limits and fair queuing; a request without a tenant passes straight through. */
 export function createTenantGate(inner: Serving, opts: TenantGateOptions): TenantGate {
   const { clock } = opts;
-  const maxPending = opts.maxPendingPerTenant ?? 256;
+  const maxPending = opts.maxPendingPerTenant ?? 64;
   const byName = new Map(opts.tenants.list().map((t) => [t.name, t]));
   const states = new Map<string, TenantState>();
   const d = createDispatch(inner, clock, opts.perReplicaWindow ?? 2, opts.pumpMs ?? 5);

@@ -1,12 +1,14 @@
 // `switchyard node-agent`: the worker process. Registers its GPUs with a control plane over WebSocket and executes
 // steps with the cost-model executor in real time, reconnecting with back-off until it is stopped.
+import { readFileSync } from 'node:fs';
 import { startNodeProcess, type ExecutorKind } from '../actors/worker/process.ts';
 import { EXIT_UNAUTHORIZED } from '../actors/worker-supervisor.ts';
 import { flag, parseOrUsage } from './args.ts';
 
 const USAGE = `usage: switchyard node-agent --url ws://127.0.0.1:8080/v1/node [--token T | SWITCHYARD_WORKER_TOKEN=T]
                             [--gpus 8] [--node name] [--executor cost-model|zero-cost|fixed] [--step-ms 1]
-                            [--time-scale 1] [--repair-ms 60000]
+                            [--time-scale 1] [--repair-ms 60000] [--tls-ca ca.pem]
+--tls-ca: the certificate authority that signed the control plane's certificate (wss:// with a private certificate)
 `;
 
 const FLAGS = {
@@ -19,6 +21,7 @@ const FLAGS = {
   'time-scale': flag.numOr(1, { min: 1e-6, max: 1e6 }),
   'repair-ms': flag.int({ min: 0 }),
   'heartbeat-ms': flag.int({ min: 0 }),
+  'tls-ca': flag.str(),
 };
 
 /** Runs the node-agent command until SIGINT/SIGTERM; resolves with the exit code. */
@@ -31,12 +34,21 @@ export function runNodeAgentCommand(argv: string[]): Promise<number> {
     process.stderr.write(USAGE);
     return Promise.resolve(2);
   }
+  const caFile = args.values['tls-ca'];
+  let ca: Buffer | undefined;
+  try {
+    ca = caFile !== undefined ? readFileSync(caFile) : undefined;
+  } catch (e) {
+    process.stderr.write(`switchyard node-agent: cannot read --tls-ca ${caFile}: ${(e as Error).message}\n`);
+    return Promise.resolve(2);
+  }
   const repairMs = args.values['repair-ms'];
   const heartbeatMs = args.values['heartbeat-ms'];
   return new Promise((resolve) => {
     const worker = startNodeProcess({
       url,
       token,
+      ...(ca !== undefined ? { ca } : {}),
       node: args.values.node,
       gpus: Array.from({ length: gpus }, (_, i) => i),
       executor: executor as ExecutorKind,

@@ -19,6 +19,7 @@ export const DEFAULT_CONFIG = fileURLToPath(new URL('./default-config.yaml', imp
 const USAGE = `usage: switchyard serve [--config file.yaml] [--host 127.0.0.1] [--port 8080]
                        [--client-token T ...] [--admin-token T] [--worker-token T] [--secrets-file F]
                        [--tenants tenants.yaml]  (client tokens by tenant: limits, classes, fair share)
+                       [--tls-cert cert.pem --tls-key key.pem [--tls-ca ca.pem]] [--insecure]
                        [--allowed-origin https://app.example ...] [--allowed-host name ...]
                        [--time-scale 1] [--executor cost-model|zero-cost|fixed] [--step-ms 1]
                        [--no-worker] [--node-grace-ms 2000] [--repair-ms 60000] [--drain-ms 30000] [--json]
@@ -26,6 +27,8 @@ const USAGE = `usage: switchyard serve [--config file.yaml] [--host 127.0.0.1] [
                        [--stately-inspect ws://host:port]  (also send inspection events to Stately's inspector)
 tokens may also come from SWITCHYARD_CLIENT_TOKENS (comma-separated), SWITCHYARD_ADMIN_TOKEN, SWITCHYARD_WORKER_TOKEN;
 a supplied token is never printed; generated ones are printed once, or written to --secrets-file (mode 0600)
+--tls-cert/--tls-key serve HTTPS and WSS; the worker verifies the server with --tls-ca (default: the certificate itself);
+a non-loopback --host is refused in plain text unless --insecure (TLS ends in front of this server)
 `;
 
 const FLAGS = {
@@ -37,6 +40,10 @@ const FLAGS = {
   'worker-token': flag.str(),
   'secrets-file': flag.str(),
   tenants: flag.str(),
+  'tls-cert': flag.str(),
+  'tls-key': flag.str(),
+  'tls-ca': flag.str(),
+  insecure: flag.bool(),
   'allowed-origin': flag.list(),
   'allowed-host': flag.list(),
   'time-scale': flag.numOr(1, { min: 1e-6, max: 1e6 }),
@@ -86,6 +93,30 @@ async function loadTokenizers(
   return { ok: true, map };
 }
 
+/** The certificate and key to serve TLS with, and the CA file the worker verifies it by; undefined without TLS. */
+function readTls(
+  certFile: string | undefined,
+  keyFile: string | undefined,
+  caFile: string | undefined,
+): { ok: true; cert: Buffer; key: Buffer; caFile: string } | { ok: false; message: string } | undefined {
+  if (certFile === undefined && keyFile === undefined) {
+    return caFile === undefined ? undefined : { ok: false, message: '--tls-ca needs --tls-cert and --tls-key' };
+  }
+  if (certFile === undefined || keyFile === undefined)
+    return { ok: false, message: '--tls-cert and --tls-key go together' };
+  const files = { '--tls-cert': certFile, '--tls-key': keyFile, '--tls-ca': caFile ?? certFile };
+  const read: Record<string, Buffer> = {};
+  for (const [flagName, file] of Object.entries(files)) {
+    try {
+      read[flagName] = readFileSync(file);
+    } catch (e) {
+      return { ok: false, message: `cannot read ${flagName} ${file}: ${(e as Error).message}` };
+    }
+  }
+  // A self-signed certificate is its own authority: the worker trusts it unless told of another.
+  return { ok: true, cert: read['--tls-cert']!, key: read['--tls-key']!, caFile: caFile ?? certFile };
+}
+
 /** The tenants of a tokens file (with plain client tokens as the default tenant), or undefined without one. */
 function readTenants(
   file: string | undefined,
@@ -128,6 +159,11 @@ export async function runServeCommand(argv: string[]): Promise<number> {
     process.stderr.write(`switchyard serve: ${tokenizers.message}\n`);
     return 2;
   }
+  const tls = readTls(f['tls-cert'], f['tls-key'], f['tls-ca']);
+  if (tls !== undefined && !tls.ok) {
+    process.stderr.write(`switchyard serve: ${tls.message}\n`);
+    return 2;
+  }
   const { executor } = f;
   const timeScale = f['time-scale'];
   const clientTokens = [...f['client-token'], ...list(takeEnv('SWITCHYARD_CLIENT_TOKENS'))];
@@ -151,6 +187,8 @@ export async function runServeCommand(argv: string[]): Promise<number> {
       port: f.port,
       clientTokens,
       ...(tenants?.ok ? { tenants: tenants.tenants } : {}),
+      ...(tls?.ok ? { tls: { cert: tls.cert, key: tls.key } } : {}),
+      insecure: f.insecure,
       workerTokens: [workerToken],
       adminTokens: [adminToken],
       nodeGraceMs: f['node-grace-ms'],
@@ -224,6 +262,7 @@ export async function runServeCommand(argv: string[]): Promise<number> {
     if (f['step-ms']) workerArgs.push('--step-ms', f['step-ms']);
     if (f['repair-ms'] !== undefined) workerArgs.push('--repair-ms', String(f['repair-ms']));
     if (f['heartbeat-ms'] !== undefined) workerArgs.push('--heartbeat-ms', String(f['heartbeat-ms']));
+    if (tls?.ok) workerArgs.push('--tls-ca', tls.caFile);
     // The worker's environment holds its own token only: the others were removed from process.env above.
     supervisor = superviseWorker({
       clock,

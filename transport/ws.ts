@@ -434,6 +434,8 @@ export interface WsConnectOptions extends WsLimits {
   token?: string;
   protocols?: readonly string[];
   handshakeTimeoutMs?: number;
+  /** Certificate authorities (PEM) to verify a `wss://` server with, besides the system's (private certificates). */
+  ca?: string | Buffer;
 }
 
 /** Opens a WebSocket to `url`; resolves with the peer or a typed error (never rejects). */
@@ -463,6 +465,8 @@ export function connectWs(
         skipUTF8Validation: false,
         handshakeTimeout: opts.handshakeTimeoutMs ?? 10_000,
         headers: opts.token ? { Authorization: `Bearer ${opts.token}` } : {},
+        // wss:// verifies the server's certificate (never turned off); `ca` adds a private authority.
+        ...(opts.ca !== undefined ? { ca: opts.ca } : {}),
       });
     } catch (e) {
       settle({ ok: false, error: { code: 'refused', message: (e as Error).message } });

@@ -25,6 +25,8 @@ export interface NodeProcessOptions {
   /** The control plane's node endpoint (`ws://127.0.0.1:8080/v1/node`). */
   url: string;
   token: string;
+  /** Certificate authority (PEM) that signed the control plane's certificate, for a `wss://` url. */
+  ca?: string | Buffer;
   node?: string;
   gpus: readonly number[];
   executor?: ExecutorKind;
@@ -91,6 +93,7 @@ export function startNodeProcess(opts: NodeProcessOptions): NodeProcess {
         void connectWs(opts.url, {
           clock,
           token: opts.token,
+          ...(opts.ca !== undefined ? { ca: opts.ca } : {}),
           ...(opts.heartbeatMs ? { heartbeatMs: opts.heartbeatMs } : {}),
         }).then((r) => {
           if (stopped || attempt !== incarnation) {

@@ -76,8 +76,15 @@ describe('fair queue', () => {
 });
 
 /** A fake control plane: one model with one accepting replica; it records what reaches it. */
-function fakeInner(): { inner: Serving; got: { req: ServeRequest; sink: StreamSink }[]; refuse: { on: boolean } } {
-  const got: { req: ServeRequest; sink: StreamSink }[] = [];
+/** A request that reached the fake; it waits in the fake replica's queue until its first token or its end. */
+interface Got {
+  req: ServeRequest;
+  sink: StreamSink;
+  started: boolean;
+}
+
+function fakeInner(): { inner: Serving; got: Got[]; refuse: { on: boolean } } {
+  const got: Got[] = [];
   let n = 0;
   const refuse = { on: false };
   const cp = {
@@ -100,7 +107,11 @@ function fakeInner(): { inner: Serving; got: { req: ServeRequest; sink: StreamSi
           {
             model: 'm',
             ready: () => true,
-            batcher: { limits: { maxRunning: 4, blocksTotal: 1_000, blockTokens: 16 } },
+            stateless: null,
+            batcher: {
+              limits: { maxRunning: 4, blocksTotal: 1_000, blockTokens: 16 },
+              stats: () => ({ waiting: got.filter((g) => !g.started).length }),
+            },
           },
         ],
       ]),
@@ -113,7 +124,22 @@ function fakeInner(): { inner: Serving; got: { req: ServeRequest; sink: StreamSi
     models: () => [],
     submit: (req: ServeRequest, sink: StreamSink) => {
       if (refuse.on) return { ok: false, failure: { code: 'overloaded', message: 'full', retryable: true } };
-      got.push({ req, sink });
+      const g: Got = { req, sink, started: false };
+      g.sink = {
+        tokens: (seq, n, text) => {
+          g.started = true;
+          sink.tokens(seq, n, text);
+        },
+        done: (d) => {
+          g.started = true;
+          sink.done(d);
+        },
+        failed: (f) => {
+          g.started = true;
+          sink.failed(f);
+        },
+      };
+      got.push(g);
       return { ok: true, request: req.id ?? 'x', model: req.model, version: '1', promptTokens: 1, cancel: () => {} };
     },
   } as unknown as Serving;
