@@ -347,6 +347,13 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
   };
 
   const plan = (now: number): StepPlan | null => {
+    cachedStats = null;
+    const p = planStep(now);
+    // Listeners (scheduled, preempted) may have read stats() while the step was being planned.
+    cachedStats = null;
+    return p;
+  };
+  const planStep = (now: number): StepPlan | null => {
     victims.clear();
     let p = compose(now);
     // Every running sequence may be mid-prefill with no block left to grow into: free the newest and retry.
@@ -379,6 +386,7 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
   };
 
   const complete = (p: StepPlan, now: number): void => {
+    cachedStats = null;
     for (const e of p.entries) {
       const s = e.seq;
       if (s.gone || !s.running) continue;
@@ -395,9 +403,16 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       // A real engine may end a sequence early (its end token or a stop string); the cost model stops at outputTokens.
       if (s.generated >= s.outputTokens || (s.tokens !== undefined && s.tokens.finish !== null)) finish(s, now);
     }
+    // Listeners (tokens, finished) may have read stats() between two entries.
+    cachedStats = null;
   };
 
-  const stats = (): BatcherStats => {
+  // stats() is read by every admission for every candidate replica (twice: the estimate and the class totals), so
+  // it is computed once per change of the ledger: every mutation goes through enqueue, plan, complete, withdraw or
+  // evictAll, which drop the cached copy.
+  let cachedStats: BatcherStats | null = null;
+  const stats = (): BatcherStats => (cachedStats ??= computeStats());
+  const computeStats = (): BatcherStats => {
     let prefillAhead = 0;
     let decodeAhead = wDecode;
     let ctx = 0;
@@ -465,6 +480,7 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
           `sequence ${s.id}: prompt ${s.promptTokens} + max tokens ${s.maxTokens} exceed the context of ${limits.maxContext}`,
         );
       }
+      cachedStats = null;
       byId.set(s.id, s);
       s.running = false;
       pushWaiting(s, atHead);
@@ -474,6 +490,7 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
     withdraw: (id) => {
       const s = byId.get(id);
       if (!s) return false;
+      cachedStats = null;
       byId.delete(id);
       s.gone = true;
       if (s.running) {
@@ -486,6 +503,7 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       return true;
     },
     evictAll: () => {
+      cachedStats = null;
       const out: Sequence[] = [];
       for (const s of running) {
         release(s);
@@ -538,6 +556,11 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       for (const c of wCount) counted += c;
       if (queued !== waitingCount || counted !== waitingCount) {
         throw new Error(`queue drift: ${queued} queued, ${waitingCount} counted, ${counted} by class`);
+      }
+      if (cachedStats !== null) {
+        const fresh = JSON.stringify(computeStats());
+        if (JSON.stringify(cachedStats) !== fresh)
+          throw new Error(`stale stats: cached ${JSON.stringify(cachedStats)}, ledger ${fresh}`);
       }
       if (limits.policy === 'static' && running.length > staticOpen)
         throw new Error(`static batch grew to ${running.length} past its ${staticOpen} members`);
