@@ -94,6 +94,8 @@ export async function runHttpLoadgen(s: HttpLoadSpec): Promise<void> {
   let tokens = 0;
   let failed = 0;
   let short = 0;
+  // Connections opened: with keep-alive, `conns` of them unless the server closed some.
+  let sockets = 0;
   let firstFailure = '';
   let running = true;
   const fail = (why: string): void => {
@@ -113,7 +115,7 @@ export async function runHttpLoadgen(s: HttpLoadSpec): Promise<void> {
         if (res.statusCode !== 200) {
           fail(`HTTP ${res.statusCode}`);
           res.resume();
-          res.on('end', one);
+          res.on('end', () => clock.setTimeout(one, 0));
           return;
         }
         res.setEncoding('utf8');
@@ -136,10 +138,14 @@ export async function runHttpLoadgen(s: HttpLoadSpec): Promise<void> {
             completed++;
             tokens += tok;
           }
-          one();
+          // On the next turn: the socket goes back to the agent's pool after 'end', to be reused (keep-alive).
+          clock.setTimeout(one, 0);
         });
       },
     );
+    req.once('socket', () => {
+      if (!req.reusedSocket) sockets++;
+    });
     req.on('error', (e) => {
       fail(e.message);
       if (running) clock.setTimeout(one, 10);
@@ -160,6 +166,7 @@ export async function runHttpLoadgen(s: HttpLoadSpec): Promise<void> {
     completed,
     failed,
     short,
+    sockets,
     firstFailure,
   };
   process.stdout.write(`${JSON.stringify(result)}\n`);
