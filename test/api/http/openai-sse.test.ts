@@ -12,7 +12,7 @@ const TEXTS = ['plain ', 'quote " and \\ ', '\u0000token\u0000', 'line\nbreak \u
 /** A serving facade that streams TEXTS as soon as the request is accepted, then ends it. */
 function fakeServing(): Serving {
   return {
-    submit: (_req, sink: StreamSink) => {
+    submit: (_req: unknown, sink: StreamSink) => {
       queueMicrotask(() => {
         TEXTS.forEach((t, i) => sink.tokens(i, 1, t));
         sink.done({
