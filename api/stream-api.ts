@@ -77,6 +77,8 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
         if (m.type === 'submit') requests.submit(m);
         else requests.cancel(m.id);
       }
+      // The answers to a frame (accepted, rejected) leave when this turn's work is done, not a loop iteration later.
+      outbox.soon();
     };
     // Frames wait in a bounded inbox and are handled on later turns, round-robin across connections within one time
     // budget, so a burst of submits cannot hold back the node link, timers and other clients; a full inbox stops
@@ -179,6 +181,8 @@ interface Outbox {
   push(m: ServerMessage): void;
   /** Queues a request's tokens, merged into its tokens message still waiting (same turn, or congested). */
   pushTokens(slot: TokensSlot, id: string, seq: number, n: number, text: string | undefined): void;
+  /** Sends what is queued at the end of the current task instead of the end of the loop's turn. */
+  soon(): void;
   /** Cancels a pending congestion retry (the connection closed); later pushes are no longer scheduled. */
   stopRetry(): void;
   /** Drops whatever is still queued. */
@@ -252,9 +256,20 @@ function createOutbox(
     out.push(m);
     schedule();
   };
+  let soonPending = false;
+  const soon = (): void => {
+    if (soonPending || out.length === 0) return;
+    soonPending = true;
+    // The flush scheduled for the end of the turn then finds nothing left (or what was queued after this one).
+    queueMicrotask(() => {
+      soonPending = false;
+      flush();
+    });
+  };
   return {
     push,
     pushTokens,
+    soon,
     // `retry` is left set on purpose, as before the split: nothing pushed after the close schedules a flush.
     stopRetry: () => {
       if (retry !== null) o.clock.clearTimeout(retry);
