@@ -18,6 +18,8 @@ export interface NodeStatus {
   pendingFailure: number[];
   lastRefusal: string | null;
   link: LinkStats | null;
+  /** Loads the worker has run since it started, as its last heartbeat or inventory said (null before either). */
+  loads: number | null;
 }
 
 /** Options of the node link. */
@@ -57,6 +59,7 @@ export function startNodeLink(runtime: Runtime, opts: NodeLinkOptions): NodeLink
   let epoch = 0;
   let registrations = 0;
   let lastRefusal: string | null = null;
+  let loads: number | null = null;
   let lost: number[] = [];
   let graceTimer: TimerId | null = null;
   const pending = new Set<WsPeer>();
@@ -118,6 +121,7 @@ export function startNodeLink(runtime: Runtime, opts: NodeLinkOptions): NodeLink
               `node ${current.node} sent ${msg.type} for gpu ${msg.gpu}, which it did not register`,
             );
           }
+          if (msg.type === 'node.heartbeat' || msg.type === 'node.inventory') loads = msg.loads ?? loads;
           if (to !== 'control') return runtime.send(to, msg);
           if (msg.type === 'node.register' && !registered) {
             register(peer, link, msg);
@@ -152,6 +156,7 @@ export function startNodeLink(runtime: Runtime, opts: NodeLinkOptions): NodeLink
       pendingFailure: [...lost],
       lastRefusal,
       link: current ? { ...current.link.stats } : null,
+      loads,
     }),
     close: () => {
       if (graceTimer !== null) clock.clearTimeout(graceTimer);

@@ -63,7 +63,7 @@ export type NodeProtocolMessage =
   /** The control plane's settings for the node: health heartbeat period, repair time, co-location lanes per GPU. */
   | { type: 'node.registered'; node: string; epoch: number; heartbeatMs?: number; repairMs?: number; lanes?: number }
   /** `gpus`: the devices that answered the node's health check since the last heartbeat. */
-  | { type: 'node.heartbeat'; node: string; epoch: number; t: number; gpus?: number[] }
+  | { type: 'node.heartbeat'; node: string; epoch: number; t: number; gpus?: number[]; loads?: number }
   | {
       type: 'gpu.assign';
       gpu: number;

@@ -67,8 +67,8 @@ export const nodeMessageSchema = union('type', {
     repairMs: optional(ms),
     lanes: optional(int({ min: 1, max: 8 })),
   }),
-  // `gpus`: the devices that answered the node's health check since the last heartbeat.
-  'node.heartbeat': obj({ node: id, epoch, t: ms, gpus: optional(arr(gpu, { max: 128 })) }),
+  // `gpus`: the devices that answered the node's health check since the last heartbeat; `loads`: loads it ran so far.
+  'node.heartbeat': obj({ node: id, epoch, t: ms, gpus: optional(arr(gpu, { max: 128 })), loads: optional(count) }),
   'gpu.assign': obj({
     gpu,
     replica: id,

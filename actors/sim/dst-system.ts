@@ -64,6 +64,14 @@ export function buildDstSystem(
   let cutState: { aToB: boolean; bToA: boolean } = { aToB: false, bToA: false };
   let extra = 0;
   let retired = 0;
+  // A node registers only over a link that works both ways: a restart during a partition waits for the heal.
+  let registerPending = false;
+  const register = (): void => {
+    registerPending = false;
+    if (!agent) return;
+    agent.orphan();
+    agent.announce();
+  };
   const applyLink = (l: SimLink): void => {
     l.heal();
     if (cutState.aToB && cutState.bToA) l.cut('both');
@@ -90,6 +98,7 @@ export function buildDstSystem(
     stopAgent: () => {
       agent?.stop();
       agent = null;
+      registerPending = false;
     },
     cut: (direction) => {
       if (direction !== 'bToA') cutState.aToB = true;
@@ -99,6 +108,7 @@ export function buildDstSystem(
     heal: () => {
       cutState = { aToB: false, bToA: false };
       if (current) applyLink(current.link);
+      if (registerPending && current) register();
     },
     setExtraLatency: (ms) => {
       extra = ms;
@@ -129,8 +139,8 @@ export function buildDstSystem(
       sys.planes.push(cp);
       // The node registers with the new control plane: the work in flight was the old one's; what is loaded stays.
       if (n > 0 && agent) {
-        agent.orphan();
-        agent.announce();
+        if (cutState.aToB || cutState.bToA) registerPending = true;
+        else register();
       }
       return cp;
     },

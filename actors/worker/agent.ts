@@ -266,7 +266,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   };
   const beat = (): void => {
     const alive = opts.gpus.filter(answers);
-    send('placement', { type: 'node.heartbeat', node: id, epoch: 0, t: clock.now(), gpus: alive });
+    send('placement', { type: 'node.heartbeat', node: id, epoch: 0, t: clock.now(), gpus: alive, loads });
     heartbeat = clock.setTimeout(beat, opts.heartbeatMs!);
   };
 
