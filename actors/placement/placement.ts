@@ -61,6 +61,10 @@ export interface Placement {
   /** Sets how many replicas of model@version the layout wants (rollouts): missing ones are placed as GPUs free up,
    * extra ones drain and finish what they hold. False if the model or version is unknown. */
   setReplicas(model: string, version: string, count: number): boolean;
+  /** The replica counts rollouts set, by `model@version` (persisted in the operator state file). */
+  replicaCounts(): Record<string, number>;
+  /** The placement policy in force (the admin API may have changed it). */
+  policy(): 'exclusive' | 'switch' | 'share';
 }
 
 /** Starts the placement actor for a scenario's models and placement policy. */
@@ -193,6 +197,8 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
       schedule();
       return true;
     },
+    replicaCounts: () => modes.counts(),
+    policy: () => modes.policy(),
   };
 }
 
