@@ -265,7 +265,8 @@ export const scenarioSchema = refine(scenarioFields, (f, refuse) => {
     const m = f.models.find((x) => x.name === r.model);
     if (!m) return refuse(`rollout[${i}].model`, `unknown model (models: ${f.models.map((x) => x.name).join(', ')})`);
     for (const k of ['from', 'to'] as const)
-      if (!m.versions.includes(r[k])) refuse(`rollout[${i}].${k}`, `unknown version (versions: ${m.versions.join(', ')})`);
+      if (!m.versions.includes(r[k]))
+        refuse(`rollout[${i}].${k}`, `unknown version (versions: ${m.versions.join(', ')})`);
     if (r.from === r.to) refuse(`rollout[${i}].to`, `the same version as from (${r.from})`);
   });
   return f;

@@ -31,7 +31,10 @@ export interface Rollouts {
 export function checkRollout(cp: ControlPlane, req: RolloutRequest, running: readonly Rollout[]): Failure | null {
   const m = cp.scenario.models.find((x) => x.name === req.model);
   if (!m)
-    return failure('model_not_found', `no model ${req.model}; models: ${cp.scenario.models.map((x) => x.name).join(', ')}`);
+    return failure(
+      'model_not_found',
+      `no model ${req.model}; models: ${cp.scenario.models.map((x) => x.name).join(', ')}`,
+    );
   for (const v of [req.from, req.to])
     if (!m.versions.includes(v))
       return failure('model_not_found', `${req.model} has no version ${v}; versions: ${m.versions.join(', ')}`);

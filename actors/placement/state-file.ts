@@ -83,7 +83,11 @@ export function loadState(path: string, config: string): OperatorState | null {
   if (typeof head !== 'object' || head === null || head.format !== STATE_FORMAT)
     throw new StateFileError('state_foreign', path, `not a switchyard state file (format is not "${STATE_FORMAT}")`);
   if (head.version !== STATE_VERSION)
-    throw new StateFileError('state_foreign', path, `version ${String(head.version)}, this build reads ${STATE_VERSION}`);
+    throw new StateFileError(
+      'state_foreign',
+      path,
+      `version ${String(head.version)}, this build reads ${STATE_VERSION}`,
+    );
   if (head.config !== config)
     throw new StateFileError('state_foreign', path, `written for config "${String(head.config)}", not "${config}"`);
   const v = validate(stateSchema, json);

@@ -29,6 +29,8 @@ export interface RestartRun {
   workerPidSame: boolean;
   /** What the new control plane's placement logged about adoption. */
   adoption: string[];
+  /** The routing policy set through the admin API before the kill, as the new control plane restored it. */
+  routingAfter: string;
 }
 
 /** The config of the run: eight 1-GPU replicas of the small model, fixed (exclusive) placement. */
@@ -120,6 +122,8 @@ export async function runRestart(opts: { timeScale?: number; log?(line: string):
     const before = await api.status();
     const loadsBefore = await api.loadsWhen((n) => n >= 8, 10_000);
     log(`ready before the kill: ${before.replicas.join(' ')}; worker loads ${loadsBefore}`);
+    // An admin change before the kill: the state file must carry it to the new control plane.
+    await api.post('/admin/routing', { policy: 'round-robin' });
     const stream = api.stream(400);
     await sleep(300);
     cp1.p.kill('SIGKILL');
@@ -146,6 +150,7 @@ export async function runRestart(opts: { timeScale?: number; log?(line: string):
       newRequestTokens: req.tokens,
       workerPidSame: node.p.exitCode === null,
       adoption: after.events,
+      routingAfter: after.routing,
     };
   } finally {
     for (const pr of procs.reverse()) {
@@ -163,13 +168,15 @@ function client(url: string, admin: string) {
     const r = await fetch(`${url}${path}`, { headers: { authorization: `Bearer ${admin}` } });
     return { status: r.status, body: (await r.json()) as Record<string, unknown> };
   };
-  const status = async (): Promise<{ replicas: string[]; loads: number | null; events: string[] }> => {
+  const status = async (): Promise<{ replicas: string[]; loads: number | null; events: string[]; routing: string }> => {
     const b = (await get('/admin/status')).body as {
+      routing: { policy: string };
       node: { loads: number | null };
       replicas: { id: string; epoch: number; state: string }[];
       placement: { events: { kind: string; replica?: string; gpu?: number; detail?: string }[] };
     };
     return {
+      routing: b.routing.policy,
       replicas: b.replicas.map((r) => `${r.id}@${r.epoch}`).sort(),
       loads: b.node.loads,
       events: b.placement.events
@@ -179,6 +186,15 @@ function client(url: string, admin: string) {
   };
   return {
     status,
+    post: async (path: string, body: unknown): Promise<number> => {
+      const r = await fetch(`${url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${admin}` },
+        body: JSON.stringify(body),
+      });
+      await r.text();
+      return r.status;
+    },
     waitReady: async (ms: number, pollMs = 50): Promise<void> => {
       const end = performance.now() + ms;
       for (;;) {
