@@ -41,6 +41,8 @@ export interface Modes {
   /** Replicas wanted of model@version (a rollout's count, else the config's). */
   countOf(m: { name: string; replicas: number }, version: string): number;
   setCount(model: string, version: string, count: number): void;
+  /** The counts a rollout changed, by `model@version`. */
+  counts(): Record<string, number>;
   /** Why `name` cannot be served with today's GPUs and policy, or null. */
   reasonFor(name: string): string | null;
   /** True when the large gang cannot be placed (too few healthy GPUs). */
@@ -136,6 +138,7 @@ export function createModes(d: ModeDeps): Modes {
       replicaCounts.set(`${model}@${version}`, count);
       countsVersion++;
     },
+    counts: () => Object.fromEntries(replicaCounts),
     reasonFor,
     largeImpossible: () => roles.large !== null && ledger.healthy().size < roles.large.tp,
   };

@@ -59,6 +59,8 @@ export interface EngineManager {
   gpuFault(g: number): void;
   /** The host process of a replica, for tests and views. */
   pid(replica: string): number | undefined;
+  /** Frees every open sequence of every host (their control plane is gone); answers how many. */
+  freeAll(): number;
   /** Kills every host (the worker is going away). */
   stopAll(): void;
 }
@@ -267,6 +269,22 @@ export function createEngineManager(opts: EngineManagerOptions): EngineManager {
       for (const h of [...hosts.values()]) if (h.gpus.includes(g)) end(h, false);
     },
     pid: (replica) => hosts.get(replica)?.host.pid,
+    freeAll: () => {
+      let n = 0;
+      for (const h of hosts.values()) {
+        const seqs = [...h.seqs.keys()];
+        n += seqs.length;
+        // In order with the steps already queued: a step in flight still finds its sequences.
+        if (seqs.length > 0)
+          queue(h, async () => {
+            for (const s of seqs) {
+              h.seqs.delete(s);
+              await h.host.free(s);
+            }
+          });
+      }
+      return n;
+    },
     stopAll: () => {
       gathering.clear();
       for (const h of [...hosts.values()]) end(h, false);
