@@ -343,6 +343,12 @@ function createRequestTable(
         maxTokens: m.maxTokens,
         ...(m.deadlineMs !== undefined ? { deadlineMs: m.deadlineMs } : {}),
         text: m.text ?? true,
+        sampling: {
+          ...(m.temperature !== undefined ? { temperature: m.temperature } : {}),
+          ...(m.topP !== undefined ? { topP: m.topP } : {}),
+          ...(m.seed !== undefined ? { seed: m.seed } : {}),
+          ...(m.stop !== undefined ? { stop: m.stop } : {}),
+        },
       },
       {
         tokens: (seq, n, text) => pushTokens(slot, id, seq, n, text),
