@@ -9,9 +9,11 @@ const USAGE = `usage: switchyard node-agent --url ws://127.0.0.1:8080/v1/node [-
                             [--gpus 8] [--node name] [--executor cost-model|zero-cost|fixed] [--step-ms 1]
                             [--time-scale 1] [--repair-ms 60000] [--tls-ca ca.pem]
 --tls-ca: the certificate authority that signed the control plane's certificate (wss:// with a private certificate)
+                            [--time-scale 1] [--repair-ms 60000] [--max-backoff-ms 1000] [--orphan-grace-ms 10000]
 `;
 
-const FLAGS = {
+/** The command's flags (exported so the deploy manifests' command lines are checked against them). */
+export const FLAGS = {
   url: flag.str(),
   token: flag.str(),
   gpus: flag.intOr(8, { min: 1, max: 64 }),
@@ -22,6 +24,9 @@ const FLAGS = {
   'repair-ms': flag.int({ min: 0 }),
   'heartbeat-ms': flag.int({ min: 0 }),
   'tls-ca': flag.str(),
+  // Reconnect attempts to a restarted control plane at least this often (a restart is ready again within it).
+  'max-backoff-ms': flag.intOr(1_000, { min: 10, max: 600_000 }),
+  'orphan-grace-ms': flag.intOr(10_000, { min: 0, max: 3_600_000 }),
 };
 
 /** Runs the node-agent command until SIGINT/SIGTERM; resolves with the exit code. */
@@ -56,6 +61,8 @@ export function runNodeAgentCommand(argv: string[]): Promise<number> {
       timeScale: args.values['time-scale'],
       ...(repairMs !== undefined ? { repairMs } : {}),
       ...(heartbeatMs !== undefined ? { heartbeatMs } : {}),
+      maxBackoffMs: args.values['max-backoff-ms'],
+      orphanGraceMs: args.values['orphan-grace-ms'],
       log: (line) => process.stdout.write(`${line}\n`),
       onUnauthorized: () => {
         process.stderr.write('switchyard node-agent: the control plane refused the worker token\n');

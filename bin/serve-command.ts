@@ -12,6 +12,11 @@ import { flag, parseOrUsage } from './args.ts';
 import { writeSecrets } from './secrets.ts';
 import { createTenants, parseTenantsFile, type Tenants } from '../api/tenants.ts';
 import { attachStatelyInspector } from '../inspector/stately.ts';
+import { loadState, StateFileError, type OperatorState } from '../actors/placement/state-file.ts';
+import { createOperator } from '../actors/placement/operator.ts';
+import type { ControlPlane } from '../actors/control-plane.ts';
+import type { NodeLink } from '../actors/node-link.ts';
+import type { AdminHooks } from '../api/http/admin.ts';
 
 /** The embedded default config (`npm start`). */
 export const DEFAULT_CONFIG = fileURLToPath(new URL('./default-config.yaml', import.meta.url));
@@ -23,6 +28,7 @@ const USAGE = `usage: switchyard serve [--config file.yaml] [--host 127.0.0.1] [
                        [--allowed-origin https://app.example ...] [--allowed-host name ...]
                        [--time-scale 1] [--executor cost-model|zero-cost|fixed] [--step-ms 1]
                        [--no-worker] [--node-grace-ms 2000] [--repair-ms 60000] [--drain-ms 30000] [--json]
+                       [--state-file F]  (operator state, restored at start; put it next to the config)
                        [--max-connections 8192] [--request-timeout-ms 30000]
                        [--stately-inspect ws://host:port]  (also send inspection events to Stately's inspector)
 tokens may also come from SWITCHYARD_CLIENT_TOKENS (comma-separated), SWITCHYARD_ADMIN_TOKEN, SWITCHYARD_WORKER_TOKEN;
@@ -31,7 +37,8 @@ a supplied token is never printed; generated ones are printed once, or written t
 a non-loopback --host is refused in plain text unless --insecure (TLS ends in front of this server)
 `;
 
-const FLAGS = {
+/** The command's flags (exported so the deploy manifests' command lines are checked against them). */
+export const FLAGS = {
   config: flag.str(),
   host: flag.strOr('127.0.0.1'),
   port: flag.intOr(8080, { min: 0, max: 65_535 }),
@@ -59,6 +66,7 @@ const FLAGS = {
   'drain-ms': flag.intOr(30_000, { min: 0, max: 3_600_000 }),
   json: flag.bool(),
   'stately-inspect': flag.str(),
+  'state-file': flag.str(),
 };
 
 const secret = (): string => randomBytes(24).toString('base64url');
@@ -134,6 +142,42 @@ function readTenants(
   return { ok: true, tenants: createTenants(parsed.tenants, plain) };
 }
 
+/** The operator layer (rollouts, the state file, the config's `rollout:` entries), or the refused state file. */
+function operatorFor(
+  statePath: string | undefined,
+  scenario: Scenario,
+  log: (line: string) => void,
+): { ok: true; admin(cp: ControlPlane, node: NodeLink): AdminHooks } | { ok: false; message: string } {
+  let restored: OperatorState | null = null;
+  if (statePath) {
+    try {
+      restored = loadState(statePath, scenario.name);
+    } catch (e) {
+      if (e instanceof StateFileError) return { ok: false, message: `${e.message} [${e.code}]` };
+      throw e;
+    }
+  }
+  return {
+    ok: true,
+    admin: (cp, node) => {
+      const op = createOperator(cp, node, { ...(statePath ? { statePath } : {}), restored, log });
+      // The config's rollouts start `at` seconds after start-up (not again when a persisted one resumes).
+      for (const r of restored ? [] : scenario.rollout)
+        cp.runtime.clock.setTimeout(() => {
+          const started = op.rollouts.start(r);
+          log(started.ok ? `rollout of ${r.model} started` : `rollout of ${r.model}: ${started.failure.message}`);
+        }, r.at * 1000);
+      return { rollouts: op.rollouts, changed: op.changed };
+    },
+  };
+}
+
+/** Says why serve cannot start; the exit code 2. */
+function refuse(message: string): number {
+  process.stderr.write(`switchyard serve: ${message}\n`);
+  return 2;
+}
+
 /** Runs `serve` until SIGINT/SIGTERM; resolves with the exit code. */
 export async function runServeCommand(argv: string[]): Promise<number> {
   const args = parseOrUsage('serve', USAGE, argv, FLAGS, { maxPositionals: 0 });
@@ -159,25 +203,24 @@ export async function runServeCommand(argv: string[]): Promise<number> {
     process.stderr.write(`switchyard serve: ${tokenizers.message}\n`);
     return 2;
   }
-  const tls = readTls(f['tls-cert'], f['tls-key'], f['tls-ca']);
-  if (tls !== undefined && !tls.ok) {
-    process.stderr.write(`switchyard serve: ${tls.message}\n`);
-    return 2;
-  }
   const { executor } = f;
   const timeScale = f['time-scale'];
   const clientTokens = [...f['client-token'], ...list(takeEnv('SWITCHYARD_CLIENT_TOKENS'))];
+  const tls = readTls(f['tls-cert'], f['tls-key'], f['tls-ca']);
   const tenants = readTenants(f.tenants, clientTokens);
-  if (tenants !== undefined && !tenants.ok) {
-    process.stderr.write(`switchyard serve: ${tenants.message}\n`);
-    return 2;
-  }
+  const bad = [tls, tenants].find((x) => x?.ok === false);
+  if (bad && !bad.ok) return refuse(bad.message);
   const adminGiven = f['admin-token'] ?? takeEnv('SWITCHYARD_ADMIN_TOKEN');
   const workerGiven = f['worker-token'] ?? takeEnv('SWITCHYARD_WORKER_TOKEN');
   const adminToken = adminGiven ?? secret();
   const workerToken = workerGiven ?? secret();
   const clock = createWallClock();
   const log = (line: string): void => void process.stderr.write(`${line}\n`);
+  const operator = operatorFor(f['state-file'], scenario, log);
+  if (!operator.ok) {
+    process.stderr.write(`switchyard serve: ${operator.message}\n`);
+    return 2;
+  }
   let supervisor: WorkerSupervisor | null = null;
   let server: RunningServer;
   try {
@@ -202,6 +245,7 @@ export async function runServeCommand(argv: string[]): Promise<number> {
       clock,
       log,
       tokenizers: tokenizers.map,
+      admin: operator.admin,
       status: () => ({
         worker: {
           pid: supervisor?.pid() ?? null,
