@@ -38,6 +38,7 @@ export const EDGE_REFUSALS = [
   'too_many_connections',
   'draining',
   'tenant_limit',
+  'inbound_budget',
 ] as const;
 
 /** Per-model sums over the replicas, for the queue, running and KV gauges. */

@@ -28,7 +28,14 @@ export interface StreamApiOptions {
   turnBudgetMs?: number;
   /** Outgoing bytes (socket buffer plus merged messages waiting) past which a client that does not read is cut off (4001). */
   maxQueuedBytes?: number;
+  /** Bytes of incoming frames waiting to be handled, across every connection; a frame past it is refused. 64 MiB. */
+  maxInboundBytes?: number;
 }
+
+/** Default budget of incoming frames waiting across connections. */
+export const DEFAULT_MAX_INBOUND_BYTES = 64 * 1024 * 1024;
+
+const sizeOf = (d: Uint8Array | string): number => (typeof d === 'string' ? 2 * d.length : d.byteLength);
 
 /** Incoming frames a connection may have waiting before its socket stops being read (TCP backpressure). */
 const INBOX_PAUSE = 64;
@@ -43,6 +50,8 @@ export interface StreamApi {
   sessions(): number;
   /** Live requests across sessions. */
   streams(): number;
+  /** Bytes of incoming frames waiting to be handled, across sessions. */
+  inboundBytes(): number;
 }
 
 type TokensMsg = Extract<ServerMessage, { type: 'tokens' }>;
@@ -54,6 +63,8 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
   const perFrame = opts.maxMessagesPerFrame ?? 4096;
   const maxQueuedBytes = opts.maxQueuedBytes ?? DEFAULT_MAX_BUFFERED;
   const pacer = createPacer(opts.clock, opts.turnBudgetMs ?? 10);
+  const maxInbound = opts.maxInboundBytes ?? DEFAULT_MAX_INBOUND_BYTES;
+  let inboundBytes = 0;
 
   const onConnection = (peer: WsPeer, tenant?: string): void => {
     const format = formatOf(peer.protocol);
@@ -91,8 +102,30 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
     // Frames wait in a bounded inbox and are handled on later turns, round-robin across connections within one time
     // budget, so a burst of submits cannot hold back the node link, timers and other clients; a full inbox stops
     // reading its socket (TCP backpressure).
-    const inbox: Inbox = { frames: [], head: 0, paused: false, handle, peer };
+    // Over the budget shared by every connection, a frame is not kept: each submit in it is rejected (overloaded,
+    // retry soon), its cancels still run, so every request still hears exactly one answer.
+    const refuseFrame = (data: Uint8Array | string): void => {
+      metrics.refused('inbound_budget');
+      const frame = decodeClientFrame(data, format);
+      if (!frame.ok) return;
+      for (const m of frame.messages) {
+        if (m.type === 'cancel') requests.cancel(m.id);
+        else {
+          const message = `the server's budget for incoming frames (${maxInbound} bytes) is full: retry soon`;
+          push({ type: 'rejected', id: m.id, code: 'overloaded', message, retryable: true, retryAfterMs: 100 });
+        }
+      }
+      outbox.soon();
+    };
+    const queued = (d: Uint8Array | string): void => {
+      inboundBytes -= sizeOf(d);
+      handle(d);
+    };
+    const inbox: Inbox = { frames: [], head: 0, paused: false, handle: queued, peer };
     peer.onMessage((data) => {
+      const size = sizeOf(data);
+      if (inboundBytes + size > maxInbound) return refuseFrame(data);
+      inboundBytes += size;
       inbox.frames.push(data);
       const waiting = inbox.frames.length - inbox.head;
       if (waiting > INBOX_MAX) {
@@ -107,6 +140,10 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
     });
     peer.onClose(() => {
       sessions--;
+      // Frames this connection left unhandled give their bytes back to the budget.
+      for (let i = inbox.head; i < inbox.frames.length; i++) inboundBytes -= sizeOf(inbox.frames[i]!);
+      inbox.frames = [];
+      inbox.head = 0;
       outbox.stopRetry();
       // Nobody is listening any more: stop the work (each cancel ends its request and frees its KV).
       requests.cancelAll();
@@ -121,7 +158,7 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
     });
   };
 
-  return { onConnection, sessions: () => sessions, streams: () => streams };
+  return { onConnection, sessions: () => sessions, streams: () => streams, inboundBytes: () => inboundBytes };
 }
 
 /** A connection's waiting frames. */
