@@ -123,6 +123,16 @@ export function createInspectorRoutes(opts: InspectorRoutesOptions): InspectorRo
       const path = requestPath(req.url);
       if (path === null) return false;
       if (path !== '/inspector' && !path.startsWith('/inspector/')) return false;
+      if (path === '/inspector/auth') {
+        // What the upgrade would answer, readable by the page (a browser never sees why an upgrade was refused).
+        const refused = authorize(req);
+        res.writeHead(refused ? refused.status : 200, {
+          'Content-Type': 'application/json',
+          'Cache-Control': 'no-store',
+        });
+        res.end(JSON.stringify(refused ? { ok: false, status: refused.status, reason: refused.text } : { ok: true }));
+        return true;
+      }
       const asset = pageAsset(path === '/inspector' ? '/inspector/' : path);
       if (!asset || (req.method !== 'GET' && req.method !== 'HEAD')) {
         res.writeHead(404, { 'Content-Type': 'text/plain' });

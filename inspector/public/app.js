@@ -61,7 +61,9 @@ const connect = () => {
   setConn('connecting…', '');
   const ws = new WebSocket(`${proto}//${location.host}/v1/inspect`, protocols);
   socket = ws;
+  let opened = false;
   ws.onopen = () => {
+    opened = true;
     retryMs = 250;
     model = createModel();
     setConn('live', 'ok');
@@ -85,10 +87,31 @@ const connect = () => {
     if (socket !== ws) return;
     socket = null;
     if (replay) return;
-    setConn(e.code === 1008 ? `refused: ${e.reason || 'policy'}` : 'disconnected, retrying…', 'bad');
-    setTimeout(connect, retryMs);
-    retryMs = Math.min(retryMs * 2, 5000);
+    if (e.code === 1008) return setConn(`refused: ${e.reason || 'policy'}`, 'bad');
+    // A refused upgrade tells the browser nothing: ask the server why, and stop retrying when retrying cannot help.
+    const retry = () => {
+      setConn('disconnected, retrying…', 'bad');
+      setTimeout(connect, retryMs);
+      retryMs = Math.min(retryMs * 2, 5000);
+    };
+    if (opened) return retry();
+    whyRefused(token).then((why) => (why ? setConn(why, 'bad') : retry()));
   };
+};
+
+/** Why the server refuses this page's stream (no token, wrong token, origin), or null when it would accept it. */
+const whyRefused = async (token) => {
+  try {
+    const r = await fetch('/inspector/auth', { headers: token ? { Authorization: `Bearer ${token}` } : {} });
+    if (r.status === 401)
+      return token
+        ? 'refused: the token in the address (#token=…) is not accepted; not retrying'
+        : 'refused: this server needs a client token: open the page as /inspector/#token=<token>; not retrying';
+    if (r.status === 403) return 'refused: this page’s origin or host is not allowed (--allowed-origin); not retrying';
+    return null;
+  } catch {
+    return null;
+  }
 };
 
 const setConn = (text, cls) => {

@@ -221,12 +221,20 @@ describe('the inspector page in Chromium', () => {
       const page = await openPage(browser, []);
       try {
         await page.goto(`${server.url}/inspector`);
-        // The server refuses before the WebSocket upgrade completes (401), so the browser sees a failed connection
-        // with no close reason: the page must stay unconnected and show no node state.
+        // The server refuses before the WebSocket upgrade completes (401); the page asks why and says so, and stops
+        // retrying (it used to show "disconnected, retrying…" forever).
         await expect
           .poll(() => page.locator('[data-testid=connection]').textContent(), { timeout: 5_000 })
-          .toMatch(/disconnected|refused/);
+          .toMatch(/^refused: this server needs a client token.*not retrying$/);
         expect(await page.locator('[data-testid=gpu-tile]').count()).toBe(0);
+        // Still refused well after the first retry would have run (250 ms): a retry would show "connecting…".
+        await new Promise((r) => setTimeout(r, 1_500));
+        expect(await page.locator('[data-testid=connection]').textContent()).toMatch(/^refused:/);
+        await page.goto(`${server.url}/inspector/#token=wrong-token`);
+        await page.reload();
+        await expect
+          .poll(() => page.locator('[data-testid=connection]').textContent(), { timeout: 5_000 })
+          .toMatch(/^refused: the token in the address.*not accepted/);
         await page.goto(`${server.url}/inspector/#token=client-token-1`);
         await page.reload();
         await expect
