@@ -196,7 +196,13 @@ function idle(port: number, n: number): () => void {
 }
 
 /** Runs `cases` cases against a fresh `serve` process; `concurrency` at a time. */
-export async function runHttpFuzz(opts: { cases: number; seed?: number; concurrency?: number }): Promise<FuzzResult> {
+export async function runHttpFuzz(opts: {
+  cases: number;
+  seed?: number;
+  concurrency?: number;
+  /** Stop drawing cases after this long (ms); `cases` in the result is the exact count run. */
+  maxMs?: number;
+}): Promise<FuzzResult> {
   const served: Served = await serve(['--time-scale', '0.05', '--request-timeout-ms', '2000', '--drain-ms', '0']);
   const port = Number(new URL(served.url).port);
   let crashes = 0;
@@ -227,8 +233,9 @@ export async function runHttpFuzz(opts: { cases: number; seed?: number; concurre
     const closeIdle = idle(port, 200);
     const concurrency = opts.concurrency ?? 32;
     let next = 0;
+    const stopAt = performance.now() + (opts.maxMs ?? Infinity);
     const lane = async (): Promise<void> => {
-      while (next < opts.cases && crashes === 0) {
+      while (next < opts.cases && crashes === 0 && performance.now() < stopAt) {
         next++;
         const c = drawCase(r);
         const status = await send(port, c, 5_000);
@@ -271,15 +278,20 @@ function rssOf(pid: number | undefined): number {
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   const { values } = parseArgs({
-    options: { cases: { type: 'string', default: '1000000' }, seed: { type: 'string', default: '1' } },
+    options: {
+      cases: { type: 'string', default: '1000000' },
+      seed: { type: 'string', default: '1' },
+      'max-seconds': { type: 'string', default: '10800' },
+    },
     strict: true,
   });
   const cases = Number(values.cases);
-  if (!Number.isSafeInteger(cases) || cases < 1) {
-    process.stderr.write('usage: npx tsx test/fuzz/http-fuzz.ts [--cases N] [--seed S]\n');
+  const maxSeconds = Number(values['max-seconds']);
+  if (!Number.isSafeInteger(cases) || cases < 1 || !(maxSeconds > 0)) {
+    process.stderr.write('usage: npx tsx test/fuzz/http-fuzz.ts [--cases N] [--seed S] [--max-seconds 10800]\n');
     process.exit(2);
   }
-  runHttpFuzz({ cases, seed: Number(values.seed) }).then(
+  runHttpFuzz({ cases, seed: Number(values.seed), maxMs: maxSeconds * 1000 }).then(
     (r) => {
       for (const u of r.unexpected) process.stderr.write(`unexpected: ${u}\n`);
       const { unexpected, ...line } = r;
