@@ -298,17 +298,9 @@ function createRequestTable(
     const end = (): void => {
       if (live.delete(id)) counted(-1);
     };
+    const { type: _type, id: _id, text: withText, ...request } = m;
     const res = serving.submit(
-      {
-        model: m.model,
-        ...(m.version !== undefined ? { version: m.version } : {}),
-        ...(m.priority !== undefined ? { priority: m.priority } : {}),
-        ...(m.prompt !== undefined ? { prompt: m.prompt } : {}),
-        ...(m.promptTokens !== undefined ? { promptTokens: m.promptTokens } : {}),
-        maxTokens: m.maxTokens,
-        ...(m.deadlineMs !== undefined ? { deadlineMs: m.deadlineMs } : {}),
-        text: m.text ?? true,
-      },
+      request,
       {
         tokens: (seq, n, text) =>
           push(text === undefined ? { type: 'tokens', id, seq, n } : { type: 'tokens', id, seq, n, text }),
@@ -328,6 +320,7 @@ function createRequestTable(
           });
         },
       },
+      { text: withText ?? true },
     );
     if (!res.ok) {
       const f = res.failure;

@@ -4,7 +4,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { unixTimeMs } from '../../runtime/clock.ts';
 import { failure, type Failure } from '../../machines/outcomes.ts';
-import type { DoneInfo, SamplingRequest, Serving, StreamSink } from '../serving.ts';
+import type { ClientRequest } from '../../transport/client-protocol.ts';
+import type { DoneInfo, Serving, StreamSink } from '../serving.ts';
 import { estimateTokens } from '../pseudo-text.ts';
 import { errorBody, readJson, sendFailure, sendJson } from './io.ts';
 import {
@@ -32,16 +33,12 @@ export const DEFAULT_CHAT_TOKENS = 64;
 /** Bytes an SSE response may have queued before a slow reader is cut off. */
 const MAX_SSE_BUFFERED = 4 * 1024 * 1024;
 
-interface Parsed {
-  model: string;
+/** A parsed body: the request as every client API hands it to serving, and how this endpoint answers. */
+interface Parsed extends ClientRequest {
   prompt: string;
   promptTokens: number;
-  maxTokens: number;
   stream: boolean;
   includeUsage: boolean;
-  priority?: string;
-  deadlineMs?: number;
-  sampling: SamplingRequest;
 }
 
 const bad = (message: string): Failure => failure('invalid_request', message);
@@ -241,19 +238,8 @@ export async function handleCompletion(
       if (!res.writableEnded) res.end();
     },
   };
-  const r = serving.submit(
-    {
-      model: p.model,
-      prompt: p.prompt,
-      promptTokens: p.promptTokens,
-      maxTokens: p.maxTokens,
-      text: true,
-      sampling: p.sampling,
-      ...(p.priority !== undefined ? { priority: p.priority } : {}),
-      ...(p.deadlineMs !== undefined ? { deadlineMs: p.deadlineMs } : {}),
-    },
-    sink,
-  );
+  const { stream: _stream, includeUsage: _usage, ...request } = p;
+  const r = serving.submit(request, sink);
   if (!r.ok) return sendFailure(res, r.failure);
   id = `${chat ? 'chatcmpl' : 'cmpl'}-${r.request}`;
   res.on('close', () => {
