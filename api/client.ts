@@ -265,8 +265,11 @@ function submitMessage(
     ...(req.promptTokens !== undefined ? { promptTokens: req.promptTokens } : {}),
     maxTokens: req.maxTokens,
     ...(req.deadlineMs !== undefined ? { deadlineMs: req.deadlineMs } : {}),
-    ...(req.sampling !== undefined ? { sampling: req.sampling } : {}),
     ...(countsOnly ? { text: false } : {}),
+    ...(req.temperature !== undefined ? { temperature: req.temperature } : {}),
+    ...(req.topP !== undefined ? { topP: req.topP } : {}),
+    ...(req.seed !== undefined ? { seed: req.seed } : {}),
+    ...(req.stop !== undefined ? { stop: req.stop } : {}),
   };
 }
 

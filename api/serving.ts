@@ -23,7 +23,7 @@ function engineInput(
   req: ClientRequest,
 ): { prompt: number[]; sampling: Sampling } | null {
   if (!tokenizer) return null;
-  const s = req.sampling ?? {};
+  const s = req;
   const sampling = {
     ...(s.temperature !== undefined ? { temperature: s.temperature } : {}),
     ...(s.topP !== undefined ? { topP: s.topP } : {}),
@@ -112,9 +112,9 @@ export function createServing(
         },
         tokens: (_id, seq, n, t, text) => {
           if (firstSchedule < 0) firstSchedule = t;
-          // A real engine's text as it sampled it; the cost model's words otherwise.
-          const words = engine ? (text ?? '') : textRange(seed, seq, n);
-          sink.tokens(seq, n, delivery.text ? words : undefined);
+          // A real engine's text as it sampled it; the cost model's words otherwise (made only when asked for).
+          if (!delivery.text) sink.tokens(seq, n, undefined);
+          else sink.tokens(seq, n, engine ? (text ?? '') : textRange(seed, seq, n));
         },
         terminal: (_id, o) => {
           metrics.outcome(req.model, o);

@@ -24,18 +24,6 @@ const code = str({ min: 1, max: 64 });
 const count = int({ min: 0, max: 10_000_000 });
 const ms = num({ min: 0, max: 1e12 });
 
-/** Sampling a client asks for: temperature (0 = greedy, the default), top_p, seed, stop strings. A real engine
- * applies them; the cost model ignores them. */
-export const samplingSchema = obj({
-  temperature: optional(num({ min: 0, max: 2 })),
-  topP: optional(num({ min: 0, max: 1 })),
-  seed: optional(int({ min: 0, max: 2 ** 32 - 1 })),
-  stop: optional(arr(str({ min: 1, max: 1024 }), { max: 4 })),
-});
-
-/** Sampling parameters of a request. */
-export type Sampling = Infer<typeof samplingSchema>;
-
 /** The fields of a request, whichever client API it came by (the stream API's `submit`, OpenAI HTTP, chat). */
 const requestFields = {
   model: name,
@@ -47,7 +35,12 @@ const requestFields = {
   maxTokens: int({ min: 1, max: 1_000_000 }),
   /** Shortens the class's queue budget (ms from receipt). */
   deadlineMs: optional(ms),
-  sampling: optional(samplingSchema),
+  // Sampling, with the OpenAI API's bounds (temperature, top_p, seed, stop); they reach a real engine, the cost model
+  // ignores them.
+  temperature: optional(num({ min: 0, max: 2 })),
+  topP: optional(num({ min: 0, max: 1 })),
+  seed: optional(int({ min: 0, max: 2 ** 32 - 1 })),
+  stop: optional(arr(str({ min: 1, max: 1024 }), { max: 4 })),
 };
 
 /** The schema of a request as every client API hands it to serving. */
@@ -55,6 +48,9 @@ export const clientRequestSchema = obj(requestFields);
 
 /** The one request type from every client API to serving, which counts its prompt for the control plane. */
 export type ClientRequest = Infer<typeof clientRequestSchema>;
+
+/** The sampling parameters of a request. */
+export type Sampling = Pick<ClientRequest, 'temperature' | 'topP' | 'seed' | 'stop'>;
 
 /** Messages a client sends. */
 export const clientMessageSchema = union('type', {

@@ -88,11 +88,20 @@ describe('stream api', () => {
     const p = fakePeer();
     api.onConnection(p.peer);
     const sampling = { temperature: 0.7, topP: 0.9, seed: 4, stop: ['\n'] };
-    p.send({ type: 'submit', id: 'a', model: 'm', version: 'v1', prompt: 'hi', maxTokens: 3, sampling, text: false });
-    p.send({ type: 'submit', id: 'b', model: 'm', maxTokens: 3, sampling: { temperature: 3 } });
+    p.send({
+      type: 'submit',
+      id: 'a',
+      model: 'm',
+      version: 'v1',
+      prompt: 'hi',
+      maxTokens: 3,
+      ...sampling,
+      text: false,
+    });
+    p.send({ type: 'submit', id: 'b', model: 'm', maxTokens: 3, temperature: 3 });
     await tick();
     expect(s.submitted).toEqual([
-      { req: { model: 'm', version: 'v1', prompt: 'hi', maxTokens: 3, sampling }, delivery: { text: false } },
+      { req: { model: 'm', version: 'v1', prompt: 'hi', maxTokens: 3, ...sampling }, delivery: { text: false } },
     ]);
     expect(p.all().find((m) => m.type === 'error')).toMatchObject({ code: 'invalid_request' });
   });
