@@ -7,7 +7,8 @@ import { startRecording, writeRecording, type Recorder } from '../inspector/reco
 import type { ControlPlane } from '../actors/control-plane.ts';
 
 const USAGE =
-  'usage: switchyard simulate <scenario.yaml> [--seed N] [--json] [--wall] [--explain req.N] [--trace out.json]\n';
+  'usage: switchyard simulate <scenario.yaml> [--seed N] [--json] [--wall] [--explain req.N] [--trace out.json]\n' +
+  '  [--wire-check]  every frame crosses the codec (no link shortcut; the report is the same)\n';
 
 const FLAGS = {
   seed: flag.int({ min: 0, max: 2 ** 31 - 1 }),
@@ -15,6 +16,7 @@ const FLAGS = {
   trace: flag.str(),
   json: flag.bool(),
   wall: flag.bool(),
+  'wire-check': flag.bool(),
 };
 
 /** Runs the simulate command; returns the exit code. */
@@ -40,6 +42,7 @@ export function runSimulateCommand(argv: string[]): number {
   const report = simulate(scenario, {
     seed,
     wall: args.values.wall,
+    wireCheck: args.values['wire-check'] === true,
     explain,
     ...(typeof trace === 'string' ? { onStart: (cp: ControlPlane) => (recorder = startRecording(cp, { seed })) } : {}),
   });

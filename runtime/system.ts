@@ -39,6 +39,8 @@ export interface Runtime {
   /** Inspects every live supervised actor (replaying each one's current snapshot first) until cleared with null;
    * while no inspector is set, actors carry no inspection observer at all. */
   setInspector(observer: ((ev: InspectionEvent) => void) | null): void;
+  /** True while an inspector watches: actors must then take every event through their machines (no shortcuts). */
+  inspecting(): boolean;
 }
 
 /** Creates a runtime for one process. */
@@ -92,6 +94,7 @@ export function createRuntime(opts: { name: string; clock: Clock; rng: Rng; ids?
     },
     faults,
     dropped,
+    inspecting: () => inspector !== null,
     setInspector: (observer) => {
       inspector = observer;
       for (const e of inspectable.values()) {

@@ -60,6 +60,9 @@ export interface SimOptions {
   keepTraces?: boolean;
   /** Called with the control plane before traffic starts (tests, tracing). */
   onStart?(cp: ControlPlane): void;
+  /** Every frame between control plane and node crosses the codec (encode, pre-scan, decode, schema check); by
+   * default a lone step the node answers by itself skips it (the link shortcut; same report, byte for byte). */
+  wireCheck?: boolean;
 }
 
 /** Longest the initial placement may take to load (virtual ms) before simulate gives up. */
@@ -97,6 +100,7 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
     heartbeatMs: scenario.detection.heartbeatMs,
     lanes: scenario.placement.policy === 'share' ? 2 : 1,
   });
+  if (opts.wireCheck !== true) link.setShortcut(agent.shortcut);
   // Heartbeats keep the clock busy forever: the run ends when placement, requests and faults are all done.
   cp.placement.watch(maybeStop);
   opts.onStart?.(cp);
