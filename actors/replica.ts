@@ -239,7 +239,7 @@ function createStepLoop(d: StepLoopDeps) {
     ledger.reported.length = 0;
     ledger.pending = c.gpus.length;
     // A step is counted outside the machine unless an inspector watches (it must see every rank's report).
-    ledger.direct = engine === null && !runtime.inspecting();
+    ledger.direct = engine === null && !runtime.stepByStep();
     plan.predictedMs = o.cost.stepS(plan.shape) * 1000 * (o.slowdown ?? 1);
     const saturated = batcher.saturated();
     if (saturated !== ledger.saturated) {

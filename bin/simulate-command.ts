@@ -8,7 +8,8 @@ import type { ControlPlane } from '../actors/control-plane.ts';
 
 const USAGE =
   'usage: switchyard simulate <scenario.yaml> [--seed N] [--json] [--wall] [--explain req.N] [--trace out.json]\n' +
-  '  [--wire-check]  every frame crosses the codec (no link shortcut; the report is the same)\n';
+  '  [--wire-check]    every frame crosses the codec (no link shortcut; the report is the same)\n' +
+  '  [--step-by-step]  --wire-check, and every step through the replica machine (the reference run)\n';
 
 const FLAGS = {
   seed: flag.int({ min: 0, max: 2 ** 31 - 1 }),
@@ -17,6 +18,7 @@ const FLAGS = {
   json: flag.bool(),
   wall: flag.bool(),
   'wire-check': flag.bool(),
+  'step-by-step': flag.bool(),
 };
 
 /** Runs the simulate command; returns the exit code. */
@@ -43,6 +45,7 @@ export function runSimulateCommand(argv: string[]): number {
     seed,
     wall: args.values.wall,
     wireCheck: args.values['wire-check'] === true,
+    stepByStep: args.values['step-by-step'] === true,
     explain,
     ...(typeof trace === 'string' ? { onStart: (cp: ControlPlane) => (recorder = startRecording(cp, { seed })) } : {}),
   });

@@ -147,7 +147,10 @@ function stepShortcut(
       // As the executor's timer: clock.setTimeout(fn, ms) from the arrival.
       sentAt: arrival + (busyMs > 0 ? busyMs : 0),
       events: gpus.length,
-      replies: gpus.map((g) => ({ to: replica, msg: { type: 'step.completed', gpu: g, replica, epoch, step, busyMs } })),
+      replies: gpus.map((g) => ({
+        to: replica,
+        msg: { type: 'step.completed', gpu: g, replica, epoch, step, busyMs },
+      })),
       commit: () => {
         for (const g of gpus) timed.credit(g, busyMs);
       },
