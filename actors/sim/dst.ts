@@ -76,9 +76,11 @@ export interface DstOptions {
   simSeconds: number;
   faults?: DstFault[];
   mutation?: DstMutation;
-  /** The simulator's speed-ups: the link shortcut and replicas' direct steps (off by default: the DST keeps every
-   * frame on the codec and every step in the machines; the result is the same either way, a test shows it). */
-  fast?: boolean;
+  /** The link shortcut (see transport/sim-link.ts): off by default, so the DST keeps every frame on the codec. */
+  shortcut?: boolean;
+  /** The reference run: every step through the replica machines (replicas' direct steps off). The result is the same
+   * either way, with or without the shortcut; a test shows it. */
+  stepByStep?: boolean;
 }
 
 const LAYOUTS = ['small-exclusive', 'large-exclusive', 'mixed-switch'] as const;
@@ -191,9 +193,11 @@ interface DstClients {
   submit(spec: SubmitSpec, terminal?: (id: string, o: TerminalOutcome) => void): void;
 }
 
-function buildSystem(rng: Rng, scenario: Scenario, mutation: DstMutation, fast: boolean): DstSystem {
+function buildSystem(rng: Rng, scenario: Scenario, mutation: DstMutation, opts: DstOptions): DstSystem {
   const clock = createVirtualClock();
-  const control = createRuntime({ name: 'control', clock, rng: rng.fork('control'), stepByStep: !fast });
+  const stepByStep = opts.stepByStep === true;
+  const fast = opts.shortcut === true && !stepByStep;
+  const control = createRuntime({ name: 'control', clock, rng: rng.fork('control'), stepByStep });
   const nodeRt = createRuntime({ name: 'node', clock, rng: rng.fork('node') });
   const link = connectSimLink(control, nodeRt, clock, rng.fork('link'), { latencyMs: 0.05, jitterMs: 0.02 });
   const gpus = Array.from({ length: scenario.node.gpus }, (_, i) => i);
@@ -481,7 +485,7 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
     ) ||
     faults.some((f) => f.kind === 'worker-crash' && f.restartAt === undefined) ||
     faults.some((f) => f.kind === 'partition' && f.until === undefined);
-  const sys = buildSystem(rng, scenario, opts.mutation ?? 'none', opts.fast === true);
+  const sys = buildSystem(rng, scenario, opts.mutation ?? 'none', opts);
   const { clock, cp } = sys;
   clock.run(600_000);
   const origin = clock.now();
