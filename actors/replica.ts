@@ -315,6 +315,9 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
       releaseGpus: ({ context }) => gpu.release(context),
       dispatchStep: ({ context }) => loop.dispatch(context, context.step + ledger.extra),
       completeStep: () => loop.complete(),
+      crash: ({ event }) => {
+        if (event.type === 'step.crashed') throw event.error;
+      },
       abortStep: () => {
         ledger.plan = null;
         ledger.batch = null;

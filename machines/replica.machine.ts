@@ -110,10 +110,8 @@ export const replicaMachine = setup({
     interruptAll: () => {},
     /** Asks each GPU of the gang that is neither released nor failed to unload. */
     releaseGpus: () => {},
-    /** Rethrows a step loop's broken invariant inside the machine, so the actor errors as it would have. */
-    crash: ({ event }) => {
-      if (event.type === 'step.crashed') throw event.error;
-    },
+    /** Rethrows a step loop's broken invariant (`step.crashed`), so the actor errors as its step actions would have. */
+    crash: () => {},
     tellReady: emit(({ context }) => ({
       type: 'out' as const,
       to: 'placement',
