@@ -222,6 +222,20 @@ const scenarioFields = obj({
   models: arr(modelSchema, { min: 1, max: 16 }),
   traffic: dflt(arr(trafficSchema, { max: 64 }), []),
   faults: dflt(arr(faultSchema, { max: MAX_FAULTS }), []),
+  // Version rollouts started at `at` seconds (simulate: from the start of traffic; serve: from start-up).
+  rollout: dflt(
+    arr(
+      obj({
+        at: dflt(num({ min: 0, max: 1e7 }), 0),
+        model: str({ min: 1, max: 200 }),
+        from: str({ min: 1, max: 200 }),
+        to: str({ min: 1, max: 200 }),
+        steps: optional(int({ min: 1, max: 1024 })),
+      }),
+      { max: 16 },
+    ),
+    [],
+  ),
   sim: dflt(
     obj({
       checkInvariants: dflt(bool(), true),
@@ -246,6 +260,14 @@ export const scenarioSchema = refine(scenarioFields, (f, refuse) => {
   if (bad) refuse(bad.path, bad.message);
   f.faults.forEach((x, i) => {
     if (x.gpu >= gpus) refuse(`faults[${i}].gpu`, `the node has ${gpus} GPUs (0-${gpus - 1})`);
+  });
+  f.rollout.forEach((r, i) => {
+    const m = f.models.find((x) => x.name === r.model);
+    if (!m) return refuse(`rollout[${i}].model`, `unknown model (models: ${f.models.map((x) => x.name).join(', ')})`);
+    for (const k of ['from', 'to'] as const)
+      if (!m.versions.includes(r[k]))
+        refuse(`rollout[${i}].${k}`, `unknown version (versions: ${m.versions.join(', ')})`);
+    if (r.from === r.to) refuse(`rollout[${i}].to`, `the same version as from (${r.from})`);
   });
   return f;
 });

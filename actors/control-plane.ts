@@ -55,6 +55,8 @@ export interface ControlPlaneMutations {
   dropInterrupted?: boolean;
   /** The old hold: a resume may choose the failing replica, held requests leave only on replica-ready (P10). */
   heldOnReadyOnly?: boolean;
+  /** A restarted control plane adopts nothing its node reports: every loaded replica is reclaimed and reloaded (P12). */
+  adoptNothing?: boolean;
 }
 
 /** Options of a control plane. */
@@ -161,6 +163,7 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
       cp.onStep?.(r, plan);
       resumer.stepCompleted(r);
     },
+    ...(mutations.adoptNothing ? { adoptNothing: true } : {}),
   });
   // Replica failures and re-creations reach health as placement publishes them.
   placement.subscribe(health.observe);

@@ -1,9 +1,10 @@
-// The control plane's side of worker connections: registration with a protocol version and a fresh epoch, routing
-// of the runtime's remote messages over the link, and failing the node's GPUs when it goes away.
+// The control plane's side of worker connections: registration with a protocol version and a fresh epoch (continuing
+// from the epoch the node reports, so a restarted control plane never reuses one), routing of the runtime's remote
+// messages over the link, and failing the node's GPUs, as one event, when it goes away for good.
 import type { Runtime } from '../runtime/system.ts';
 import type { TimerId } from '../runtime/clock.ts';
 import { PROTOCOL_VERSION, type NodeMessage } from '../transport/protocol.ts';
-import { createLink, type Link, type LinkStats } from '../transport/ws-link.ts';
+import { createLink, type Link, type LinkStats } from '../transport/link.ts';
 import { CLOSE, type WsPeer } from '../transport/ws.ts';
 
 /** What the control plane knows about its worker. */
@@ -17,6 +18,8 @@ export interface NodeStatus {
   pendingFailure: number[];
   lastRefusal: string | null;
   link: LinkStats | null;
+  /** Loads the worker has run since it started, as its last heartbeat or inventory said (null before either). */
+  loads: number | null;
 }
 
 /** Options of the node link. */
@@ -56,6 +59,7 @@ export function startNodeLink(runtime: Runtime, opts: NodeLinkOptions): NodeLink
   let epoch = 0;
   let registrations = 0;
   let lastRefusal: string | null = null;
+  let loads: number | null = null;
   let lost: number[] = [];
   let graceTimer: TimerId | null = null;
   const pending = new Set<WsPeer>();
@@ -65,8 +69,11 @@ export function startNodeLink(runtime: Runtime, opts: NodeLinkOptions): NodeLink
     graceTimer = null;
     const gpus = lost;
     lost = [];
-    if (gpus.length > 0) log(`node lost: failing GPUs ${gpus.join(',')} (${why})`);
-    for (const gpu of gpus) runtime.send('placement', { type: 'gpu.failed', gpu, code: 'node_lost' });
+    if (gpus.length > 0) {
+      log(`node lost: failing GPUs ${gpus.join(',')} (${why})`);
+      // One event: every GPU fails before any interrupted request is resumed (none onto a GPU failing with it).
+      runtime.send('placement', { type: 'node.lost', gpus, code: 'node_lost' });
+    }
     nl.onChange?.();
   };
 
@@ -86,7 +93,8 @@ export function startNodeLink(runtime: Runtime, opts: NodeLinkOptions): NodeLink
     if (current) return refuse(peer, CLOSE.duplicateNode, `node ${current.node} is already registered`);
     // A registration is always a fresh incarnation: whatever the old one held is gone, so fail it before the new GPUs report.
     failLost('a new incarnation registered');
-    epoch++;
+    // Continue from the node's last epoch: a restarted control plane starts at 0 but the node remembers.
+    epoch = Math.max(epoch, m.epoch) + 1;
     registrations++;
     current = { peer, link, node: m.node, gpus: [...m.gpus] };
     runtime.setRemote((to, msg) => link.send(to, msg));
@@ -113,6 +121,7 @@ export function startNodeLink(runtime: Runtime, opts: NodeLinkOptions): NodeLink
               `node ${current.node} sent ${msg.type} for gpu ${msg.gpu}, which it did not register`,
             );
           }
+          if (msg.type === 'node.heartbeat' || msg.type === 'node.inventory') loads = msg.loads ?? loads;
           if (to !== 'control') return runtime.send(to, msg);
           if (msg.type === 'node.register' && !registered) {
             register(peer, link, msg);
@@ -147,6 +156,7 @@ export function startNodeLink(runtime: Runtime, opts: NodeLinkOptions): NodeLink
       pendingFailure: [...lost],
       lastRefusal,
       link: current ? { ...current.link.stats } : null,
+      loads,
     }),
     close: () => {
       if (graceTimer !== null) clock.clearTimeout(graceTimer);

@@ -9,6 +9,7 @@ import { createRng } from '../runtime/rng.ts';
 import { createRuntime, type Runtime } from '../runtime/system.ts';
 import { CLIENT_SUBPROTOCOLS } from '../transport/client-protocol.ts';
 import { createHttpHandler } from './http/handler.ts';
+import type { AdminHooks } from './http/admin.ts';
 import { createBoundedCollector } from './bounded-collector.ts';
 import { DEFAULT_MAX_BUFFERED, attachWsServer, isLoopback, tokenSet, type WsServer } from '../transport/ws.ts';
 import { createServerMetrics, type ServerMetrics } from './metrics.ts';
@@ -66,6 +67,8 @@ export interface ServerOptions {
   tokenizers?: ReadonlyMap<string, PromptTokenizer>;
   /** Extra fields for /admin/status. */
   status?(): Record<string, unknown>;
+  /** The operator layer (rollouts, the state file), made once the control plane exists. */
+  admin?(cp: ControlPlane, node: NodeLink): AdminHooks;
 }
 
 /** A running server. */
@@ -178,6 +181,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     edge,
     draining: gate.draining,
     ...(opts.status ? { status: opts.status } : {}),
+    ...(opts.admin ? { adminHooks: opts.admin(cp, node) } : {}),
   });
   const server = createHttpServer(opts, (req, res) => {
     try {

@@ -13,9 +13,9 @@ const FLEET_FILE = 'scenarios/fleet-mixed.yaml';
 /** The share of the fleet's capacity the bench offers. */
 const LOAD = 0.8;
 // Simulated seconds of traffic: the quick (CI) run keeps every part over a shorter window.
-const DURATION_S = quick ? 10 : 120;
+const DURATION_S = quick ? 5 : 120;
 /** Requests per model in the burst that measures one node's saturated throughput. */
-const CAPACITY_REQUESTS = quick ? 400 : 1500;
+const CAPACITY_REQUESTS = quick ? 1500 : 3000;
 
 function load(file: string, fleetSection?: unknown) {
   const raw = parse(readFileSync(file, 'utf8')) as Record<string, unknown>;

@@ -9,6 +9,7 @@ import type { ControlPlane } from '../actors/control-plane.ts';
 import { costOf, loadMsOf, rolesOf, UNLOAD_MS } from '../actors/placement/layout.ts';
 import { gpuTimeline, type FaultReport } from '../actors/placement/report.ts';
 import { printFigures, quick, writeChartData } from './lib/data.ts';
+import { runRestart, type RestartRun } from './lib/restart.ts';
 
 const SEED = 11;
 const SMALL_RATE = 100;
@@ -186,7 +187,22 @@ function largeWaitBoundS(scenario: Scenario): number {
   return r2((scenario.placement.drainDeadlineMs + UNLOAD_MS + loadMsOf(scenario, large!) + stepMs) / 1000);
 }
 
-function main(): void {
+/** The control-plane restart with real processes (bench/lib/restart.ts), as table lines. */
+function restartLines(r: RestartRun): string[] {
+  return [
+    'control-plane restart — serve --no-worker + a separate node-agent, eight llama-3-8b replicas loaded, one stream open;',
+    '  kill -9 of the control plane, a new one on the same port, config and state file (target: ready within 2 s, 0 reloads)',
+    `  ready ${r.restartReadyS} s after the new control plane listened; worker loads ${r.loadsBefore} before, ` +
+      `${r.reloadsAfterRestart} after; replicas ${r.replicasAfter.length} at the same epochs: ` +
+      `${JSON.stringify(r.replicasAfter) === JSON.stringify(r.replicasBefore) ? 'yes' : 'NO'}; ` +
+      `the open stream cut: ${r.streamCut ? 'yes' : 'no'}; a new request streamed ${r.newRequestTokens} chunks`,
+    '',
+  ];
+}
+
+async function main(): Promise<void> {
+  process.stderr.write('control-plane restart: real processes\n');
+  const restart = await runRestart();
   const out: string[] = [];
   const bound = largeWaitBoundS(starvationScenario(true));
   const sc = starvationScenario(true);
@@ -266,6 +282,7 @@ function main(): void {
   out.push(
     `  large-model requests refused with model_unavailable while down: ${faults.map((f) => f.rejectedUnavailable).join(' + ')}`,
   );
+  out.push(...restartLines(restart));
   process.stdout.write(`${out.join('\n')}\n`);
 
   const origin = a.sim.originMs ?? 0;
@@ -313,6 +330,8 @@ function main(): void {
       f.largeBackAfterRepairMs === null ? null : r2(f.largeBackAfterRepairMs / 1000),
     ),
     sameSeedIdentical: identical,
+    restartReadyS: restart.restartReadyS,
+    reloadsAfterRestart: restart.reloadsAfterRestart,
     quick,
   });
 }
@@ -337,4 +356,4 @@ function faultRow(f: FaultReport): string {
   ].join('  ');
 }
 
-main();
+void main();

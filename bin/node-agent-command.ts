@@ -6,7 +6,7 @@ import { flag, parseOrUsage } from './args.ts';
 
 const USAGE = `usage: switchyard node-agent --url ws://127.0.0.1:8080/v1/node [--token T | SWITCHYARD_WORKER_TOKEN=T]
                             [--gpus 8] [--node name] [--executor cost-model|zero-cost|fixed] [--step-ms 1]
-                            [--time-scale 1] [--repair-ms 60000]
+                            [--time-scale 1] [--repair-ms 60000] [--max-backoff-ms 1000] [--orphan-grace-ms 10000]
 `;
 
 /** The command's flags (exported so the deploy manifests' command lines are checked against them). */
@@ -20,6 +20,9 @@ export const FLAGS = {
   'time-scale': flag.numOr(1, { min: 1e-6, max: 1e6 }),
   'repair-ms': flag.int({ min: 0 }),
   'heartbeat-ms': flag.int({ min: 0 }),
+  // Reconnect attempts to a restarted control plane at least this often (a restart is ready again within it).
+  'max-backoff-ms': flag.intOr(1_000, { min: 10, max: 600_000 }),
+  'orphan-grace-ms': flag.intOr(10_000, { min: 0, max: 3_600_000 }),
 };
 
 /** Runs the node-agent command until SIGINT/SIGTERM; resolves with the exit code. */
@@ -45,6 +48,8 @@ export function runNodeAgentCommand(argv: string[]): Promise<number> {
       timeScale: args.values['time-scale'],
       ...(repairMs !== undefined ? { repairMs } : {}),
       ...(heartbeatMs !== undefined ? { heartbeatMs } : {}),
+      maxBackoffMs: args.values['max-backoff-ms'],
+      orphanGraceMs: args.values['orphan-grace-ms'],
       log: (line) => process.stdout.write(`${line}\n`),
       onUnauthorized: () => {
         process.stderr.write('switchyard node-agent: the control plane refused the worker token\n');

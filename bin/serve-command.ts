@@ -10,6 +10,11 @@ import { superviseWorker, type WorkerSupervisor } from '../actors/worker-supervi
 import { flag, parseOrUsage } from './args.ts';
 import { writeSecrets } from './secrets.ts';
 import { attachStatelyInspector } from '../inspector/stately.ts';
+import { loadState, StateFileError, type OperatorState } from '../actors/placement/state-file.ts';
+import { createOperator } from '../actors/placement/operator.ts';
+import type { ControlPlane } from '../actors/control-plane.ts';
+import type { NodeLink } from '../actors/node-link.ts';
+import type { AdminHooks } from '../api/http/admin.ts';
 
 /** The embedded default config (`npm start`). */
 export const DEFAULT_CONFIG = fileURLToPath(new URL('./default-config.yaml', import.meta.url));
@@ -19,6 +24,7 @@ const USAGE = `usage: switchyard serve [--config file.yaml] [--host 127.0.0.1] [
                        [--allowed-origin https://app.example ...] [--allowed-host name ...]
                        [--time-scale 1] [--executor cost-model|zero-cost|fixed] [--step-ms 1]
                        [--no-worker] [--node-grace-ms 2000] [--repair-ms 60000] [--drain-ms 30000] [--json]
+                       [--state-file F]  (operator state, restored at start; put it next to the config)
                        [--max-connections 8192] [--request-timeout-ms 30000]
                        [--stately-inspect ws://host:port]  (also send inspection events to Stately's inspector)
 tokens may also come from SWITCHYARD_CLIENT_TOKENS (comma-separated), SWITCHYARD_ADMIN_TOKEN, SWITCHYARD_WORKER_TOKEN;
@@ -50,6 +56,7 @@ export const FLAGS = {
   'drain-ms': flag.intOr(30_000, { min: 0, max: 3_600_000 }),
   json: flag.bool(),
   'stately-inspect': flag.str(),
+  'state-file': flag.str(),
 };
 
 const secret = (): string => randomBytes(24).toString('base64url');
@@ -82,6 +89,36 @@ async function loadTokenizers(
     }
   }
   return { ok: true, map };
+}
+
+/** The operator layer (rollouts, the state file, the config's `rollout:` entries), or the refused state file. */
+function operatorFor(
+  statePath: string | undefined,
+  scenario: Scenario,
+  log: (line: string) => void,
+): { ok: true; admin(cp: ControlPlane, node: NodeLink): AdminHooks } | { ok: false; message: string } {
+  let restored: OperatorState | null = null;
+  if (statePath) {
+    try {
+      restored = loadState(statePath, scenario.name);
+    } catch (e) {
+      if (e instanceof StateFileError) return { ok: false, message: `${e.message} [${e.code}]` };
+      throw e;
+    }
+  }
+  return {
+    ok: true,
+    admin: (cp, node) => {
+      const op = createOperator(cp, node, { ...(statePath ? { statePath } : {}), restored, log });
+      // The config's rollouts start `at` seconds after start-up (not again when a persisted one resumes).
+      for (const r of restored ? [] : scenario.rollout)
+        cp.runtime.clock.setTimeout(() => {
+          const started = op.rollouts.start(r);
+          log(started.ok ? `rollout of ${r.model} started` : `rollout of ${r.model}: ${started.failure.message}`);
+        }, r.at * 1000);
+      return { rollouts: op.rollouts, changed: op.changed };
+    },
+  };
 }
 
 /** Runs `serve` until SIGINT/SIGTERM; resolves with the exit code. */
@@ -118,6 +155,11 @@ export async function runServeCommand(argv: string[]): Promise<number> {
   const workerToken = workerGiven ?? secret();
   const clock = createWallClock();
   const log = (line: string): void => void process.stderr.write(`${line}\n`);
+  const operator = operatorFor(f['state-file'], scenario, log);
+  if (!operator.ok) {
+    process.stderr.write(`switchyard serve: ${operator.message}\n`);
+    return 2;
+  }
   let supervisor: WorkerSupervisor | null = null;
   let server: RunningServer;
   try {
@@ -139,6 +181,7 @@ export async function runServeCommand(argv: string[]): Promise<number> {
       clock,
       log,
       tokenizers: tokenizers.map,
+      admin: operator.admin,
       status: () => ({
         worker: {
           pid: supervisor?.pid() ?? null,

@@ -6,6 +6,7 @@ import { runServeCommand } from './serve-command.ts';
 import { runNodeAgentCommand } from './node-agent-command.ts';
 import { runChatCommand } from './chat-command.ts';
 import { runCalibrateCommand } from './calibrate-command.ts';
+import { runRolloutCommand } from './rollout-command.ts';
 
 const USAGE = `usage: switchyard <command> [options]
 
@@ -24,6 +25,8 @@ commands:
                        profiles/<name>.json next to the config (a model's \`calibration: <name>\` simulates on it)
   chat --model <name> "prompt" [--url http://127.0.0.1:8080] [--token T]
                        stream a reply from a running server
+  rollout --model M --from v1 --to v2 [--steps N] [--url http://127.0.0.1:8080] [--admin-token T]
+                       start a version rollout on a running server (POST /admin/rollout)
 `;
 
 async function main(argv: string[]): Promise<number> {
@@ -41,6 +44,8 @@ async function main(argv: string[]): Promise<number> {
       return exitWhenDone(runChatCommand(rest));
     case 'calibrate':
       return exitWhenDone(runCalibrateCommand(rest));
+    case 'rollout':
+      return exitWhenDone(runRolloutCommand(rest));
     case undefined:
     case '-h':
     case '--help':

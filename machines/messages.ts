@@ -49,13 +49,21 @@ export interface WireEngineSampled {
 /** Faults an operator or a test can inject into a GPU of the node. */
 export type InjectedFault = 'fault' | 'hang' | 'straggle' | 'repair' | 'silent';
 
+/** One device as its node reports it: its GPU machine's state and the replica (and epoch) it holds. */
+export interface NodeInventoryDevice {
+  gpu: number;
+  state: 'offline' | 'probing' | 'free' | 'loading' | 'serving' | 'unloading' | 'failed' | 'repairing';
+  replica?: string;
+  epoch?: number;
+}
+
 /** Messages between the control plane and a node agent (the node protocol). */
 export type NodeProtocolMessage =
   | { type: 'node.register'; node: string; protocol: number; gpus: number[]; epoch: number }
   /** The control plane's settings for the node: health heartbeat period, repair time, co-location lanes per GPU. */
   | { type: 'node.registered'; node: string; epoch: number; heartbeatMs?: number; repairMs?: number; lanes?: number }
   /** `gpus`: the devices that answered the node's health check since the last heartbeat. */
-  | { type: 'node.heartbeat'; node: string; epoch: number; t: number; gpus?: number[] }
+  | { type: 'node.heartbeat'; node: string; epoch: number; t: number; gpus?: number[]; loads?: number }
   | {
       type: 'gpu.assign';
       gpu: number;
@@ -76,8 +84,10 @@ export type NodeProtocolMessage =
   /** A fault on a free GPU reports replica null; placement forwards it to the owner without replica and epoch. */
   | { type: 'gpu.failed'; gpu: number; code: string; replica?: string | null; epoch?: number }
   | { type: 'gpu.inject'; gpu: number; fault: InjectedFault; factor?: number }
-  /** The control plane declares a device failed: the node takes it out of service. */
-  | { type: 'gpu.fence'; gpu: number; code: string }
+  /** The control plane declares a device failed: the node takes it out of service (once per `fence` id). */
+  | { type: 'gpu.fence'; gpu: number; code: string; fence?: number }
+  /** What a node holds, sent after each registration (see NodeInventoryDevice). */
+  | { type: 'node.inventory'; node: string; fence: number; loads: number; devices: NodeInventoryDevice[] }
   | {
       type: 'step.execute';
       replica: string;
@@ -108,7 +118,9 @@ export type ControlMessage =
   | { type: 'replica.ready'; replica: string; epoch: number; gpus: number[] }
   | { type: 'replica.failed'; replica: string; epoch: number; gpus: number[]; failedGpus: number[] }
   | { type: 'replica.stopped'; replica: string; epoch: number; gpus: number[]; failedGpus: number[] }
-  | { type: 'request.withdraw'; id: string };
+  | { type: 'request.withdraw'; id: string }
+  /** The node link lost its node for good (grace over, or a new incarnation): its GPUs fail as one event. */
+  | { type: 'node.lost'; gpus: number[]; code: string };
 
 /** Every message between entities. */
 export type Message = NodeProtocolMessage | ControlMessage;

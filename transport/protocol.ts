@@ -43,6 +43,8 @@ const engineOpen = obj({
   topP: optional(num({ min: 0, max: 1 })),
   seed: optional(int({ min: 0, max: 2 ** 32 - 1 })),
   stop: optional(arr(str({ min: 1, max: 1024 }), { max: 16 })),
+  /** How many of `tokens` (the last ones) the sequence generated before (a recompute): their text was streamed. */
+  generated: optional(int({ min: 0, max: ENGINE_WIRE_BOUNDS.maxTokens })),
 });
 
 /** One item of an engine step: prefill tokens [from, from + n) of the sequence's tokens, or a decode (n = 0). */
@@ -67,8 +69,8 @@ export const nodeMessageSchema = union('type', {
     repairMs: optional(ms),
     lanes: optional(int({ min: 1, max: 8 })),
   }),
-  // `gpus`: the devices that answered the node's health check since the last heartbeat.
-  'node.heartbeat': obj({ node: id, epoch, t: ms, gpus: optional(arr(gpu, { max: 128 })) }),
+  // `gpus`: the devices that answered the node's health check since the last heartbeat; `loads`: loads it ran so far.
+  'node.heartbeat': obj({ node: id, epoch, t: ms, gpus: optional(arr(gpu, { max: 128 })), loads: optional(count) }),
   'gpu.assign': obj({
     gpu,
     replica: id,
@@ -94,7 +96,24 @@ export const nodeMessageSchema = union('type', {
     factor: optional(num({ min: 1, max: 100 })),
   }),
   // The control plane declares a device failed (missed heartbeats, a hung rank): the node takes it out of service.
-  'gpu.fence': obj({ gpu, code: id }),
+  // `fence` numbers it, so a repeated fence (resent until confirmed) applies once.
+  'gpu.fence': obj({ gpu, code: id, fence: optional(int({ min: 1 })) }),
+  // What a node holds, sent after each registration: per device its state and the replica (and epoch) it serves,
+  // the highest fence it applied and how many loads it ran. A restarted control plane adopts what it can verify.
+  'node.inventory': obj({
+    node: id,
+    fence: int({ min: 0 }),
+    loads: int({ min: 0 }),
+    devices: arr(
+      obj({
+        gpu,
+        state: oneOf('offline', 'probing', 'free', 'loading', 'serving', 'unloading', 'failed', 'repairing'),
+        replica: optional(id),
+        epoch: optional(epoch),
+      }),
+      { max: 128 },
+    ),
+  }),
   // An engine replica's step also carries its items and the sequences it opens (see engineItem, engineOpen).
   'step.execute': obj({
     replica: id,

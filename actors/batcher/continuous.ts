@@ -95,13 +95,23 @@ function evictAll(st: BatchState): Sequence[] {
 /** Creates a batcher with the given limits. */
 export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBatcher {
   const st = createBatchState(limits);
+  // stats() is read by every admission for every candidate replica (the estimate and the class totals), so it is
+  // computed once per change of the ledger: every change goes through enqueue, plan, complete, withdraw or evictAll,
+  // which drop the cached copy before and after (listeners called in the middle may read stats()).
+  let cached: BatcherStats | null = null;
+  const change = <T>(f: () => T): T => {
+    cached = null;
+    const r = f();
+    cached = null;
+    return r;
+  };
   return {
     limits,
-    enqueue: (s, atHead = false) => enqueue(st, s, atHead),
-    plan: (now) => planStep(st, now),
-    complete: (p, now) => completeStep(st, p, now),
-    withdraw: (id) => withdraw(st, id),
-    evictAll: () => evictAll(st),
+    enqueue: (s, atHead = false) => change(() => enqueue(st, s, atHead)),
+    plan: (now) => change(() => planStep(st, now)),
+    complete: (p, now) => change(() => completeStep(st, p, now)),
+    withdraw: (id) => change(() => withdraw(st, id)),
+    evictAll: () => change(() => evictAll(st)),
     has: (id) => st.byId.has(id),
     hasWork: () => st.running.length > 0 || st.waiting.count > 0,
     saturated: () => {
@@ -109,9 +119,16 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       if (limits.policy === 'static') return st.running.length > 0;
       return headBlocked(st, st.waiting.peek()!);
     },
-    stats: () => batcherStats(st),
+    stats: () => (cached ??= batcherStats(st)),
     waitingList: () => st.waiting.list(),
     runningList: () => st.running,
-    checkInvariants: (p) => checkBatchState(st, p),
+    checkInvariants: (p) => {
+      checkBatchState(st, p);
+      if (cached !== null) {
+        const fresh = JSON.stringify(batcherStats(st));
+        if (JSON.stringify(cached) !== fresh)
+          throw new Error(`stale stats: cached ${JSON.stringify(cached)}, ledger ${fresh}`);
+      }
+    },
   };
 }

@@ -118,7 +118,12 @@ export function planFleet(base: Scenario, fleet: FleetSpec): FleetPlan {
  * full until the queue is gone. The rate is taken between the 10th and the 90th percentile of completion times, so the
  * ramp-up and the tail (a few long requests finishing alone) do not count; admission still refuses what would expire.
  */
-export function nodeCapacity(base: Scenario, pool: FleetSpec['pools'][number], model: string, requests: number): number {
+export function nodeCapacity(
+  base: Scenario,
+  pool: FleetSpec['pools'][number],
+  model: string,
+  requests: number,
+): number {
   const node = nodeScenario(base, pool);
   const traffic = node.traffic
     .filter((t) => t.model === model)

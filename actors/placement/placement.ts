@@ -13,6 +13,7 @@ import { createGpuLedger, type GpuRecord } from './ledger.ts';
 import { createModes, type Modes } from './modes.ts';
 import { createReconciler, type PlacementHooks, type Reconciler } from './reconciler.ts';
 import { createWatchdog } from './watchdog.ts';
+import { adoptInventory, type Adoption } from './adopt.ts';
 import {
   createTimeline,
   type FailureRecord,
@@ -55,9 +56,15 @@ export interface Placement {
   detectionBounds(stepMs: number): Record<DetectionPath, number>;
   /** Calls `fn` with every replica event (created, ready, failed, removed) as it happens. */
   subscribe(fn: (e: ReplicaEvent) => void): void;
+  /** What each node inventory led to (replicas adopted, devices reclaimed), latest last. */
+  readonly adoptions: Adoption[];
   /** Sets how many replicas of model@version the layout wants (rollouts): missing ones are placed as GPUs free up,
    * extra ones drain and finish what they hold. False if the model or version is unknown. */
   setReplicas(model: string, version: string, count: number): boolean;
+  /** The replica counts rollouts set, by `model@version` (persisted in the operator state file). */
+  replicaCounts(): Record<string, number>;
+  /** The placement policy in force (the admin API may have changed it). */
+  policy(): 'exclusive' | 'switch' | 'share';
 }
 
 /** Starts the placement actor for a scenario's models and placement policy. */
@@ -98,8 +105,17 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
     gpuRepaired: (gpu) => modes.actor.send({ type: 'gpu.repaired', gpu }),
   });
 
+  const adoptions: Adoption[] = [];
   runtime.register('placement', (msg) => {
-    if (!watchdog.handle(msg)) onReplicaMessage(msg);
+    if (msg.type === 'node.inventory') {
+      const a = adoptInventory(
+        { ledger, replicas, modes, timeline, now, watchdog, reconciler, adoptNothing: hooks.adoptNothing === true },
+        msg,
+      );
+      if (adoptions.length >= 100) adoptions.shift();
+      adoptions.push(a);
+      schedule();
+    } else if (!watchdog.handle(msg)) onReplicaMessage(msg);
     notify();
   });
   const onReplicaMessage = (msg: Msg): void => {
@@ -140,6 +156,7 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
     gpus: ledger.gpus,
     replicas,
     events: timeline.events,
+    adoptions,
     failures: timeline.failures,
     interruptions: timeline.interruptions,
     unavailable: (model) => {
@@ -180,6 +197,8 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
       schedule();
       return true;
     },
+    replicaCounts: () => modes.counts(),
+    policy: () => modes.policy(),
   };
 }
 

@@ -23,6 +23,8 @@ export interface PlacementHooks {
   onEngineMismatch?(r: ReplicaHandle, problem: string): void;
   /** Requests of `model` held because no replica of it is ready. */
   held?(model: string): number;
+  /** Mutation tests only: adopt nothing a node reports (every loaded replica is reclaimed and reloaded). */
+  adoptNothing?: boolean;
 }
 
 /** What the reconciler works on. */
@@ -50,6 +52,11 @@ export interface Reconciler {
   createdAt(id: string): number | undefined;
   /** The demand signal: work of `model` was held, released or refused (see Placement.demand). */
   demand(model: string, rejected: boolean, retryAfterMs: number): void;
+  /** A node reports `id` at `epoch`: this control plane's next epoch of it is later (no stale message is accepted). */
+  seeEpoch(id: string, epoch: number): void;
+  /** Creates the replica of `e` at the epoch its node still serves (a restarted control plane adopting it): its
+   * GPUs answer the assignment as loaded at once, so nothing is reloaded. */
+  adopt(e: LayoutEntry, epoch: number): void;
   /** Runs `fn` (failing several GPUs at once) and hands on the requests it interrupted only after it: none is
    * resumed onto a replica that fails in the same breath. */
   together(fn: () => void): void;
@@ -125,9 +132,9 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
     else r.send({ type: 'replica.drain', deadlineMs });
   };
 
-  const create = (e: LayoutEntry): void => {
-    const epoch = (epochs.get(e.id) ?? 0) + 1;
-    epochs.set(e.id, epoch);
+  const create = (e: LayoutEntry, at?: number): void => {
+    const epoch = at ?? (epochs.get(e.id) ?? 0) + 1;
+    epochs.set(e.id, Math.max(epoch, epochs.get(e.id) ?? 0));
     const opts = replicaOptions(scenario, e, epoch, {
       onInterrupted: (seqs, reason) => {
         const requests = seqs.map((s) => ({ id: s.id, tokens: s.generated }));
@@ -212,6 +219,14 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
     },
     createdAt: (id) => createdAt.get(id),
     demand: demand.signal,
+    seeEpoch: (id, epoch) => {
+      if (epoch > (epochs.get(id) ?? 0)) epochs.set(id, epoch);
+    },
+    adopt: (e, epoch) => {
+      create(e, epoch);
+      timeline.log({ kind: 'replica.adopted', replica: e.id, model: e.model.name, gpus: [...e.devices] });
+      schedule();
+    },
     together: (fn) => {
       if (interrupted) return fn();
       interrupted = [];

@@ -20,7 +20,9 @@ export interface PlacementEvent {
     | 'loading.started'
     | 'mode.switched'
     | 'mode.forced'
-    | 'node.stalled';
+    | 'node.stalled'
+    | 'replica.adopted'
+    | 'gpu.reclaimed';
   replica?: string;
   model?: string;
   gpu?: number;

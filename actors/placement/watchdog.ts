@@ -1,6 +1,7 @@
 // Placement's detection wiring: GPUs coming up, reported faults, node heartbeats and the detector's findings become
 // GPU ledger changes, `gpu.failed` for the replicas holding them, and fences for the node (repeated on heartbeats until
-// the node confirms them, since a fence may be lost in a partition); suspected GPUs; stalls of the whole node.
+// the node confirms them, since a fence may be lost in a partition, each with an id so that the node applies it once);
+// suspected GPUs; stalls of the whole node; a lost node's GPUs failed as one event.
 import type { Msg, Runtime } from '../../runtime/system.ts';
 import type { Scenario } from '../config.ts';
 import type { ReplicaHandle } from '../replica.ts';
@@ -30,14 +31,32 @@ export interface Watchdog {
   handle(msg: Msg): boolean;
   /** Milliseconds each detection path may take at most (for a step predicted at stepMs). */
   bounds(stepMs: number): Record<DetectionPath, number>;
+  /** Takes GPU g out of service at the node without failing it here (a device a restarted control plane cannot
+   * adopt): the node resets it and reports it ready again. A fence still pending for g is reused, not doubled. */
+  reclaim(g: number): void;
+  /** Fence ids continue past `applied` (the highest the node applied, from its inventory). */
+  continueFences(applied: number): void;
+  /** A device the node reports probed and free (or serving a replica adopted now). */
+  deviceUp(d: number): void;
+  /** A GPU the node reports failed (in its inventory). */
+  failedAtNode(g: number): void;
 }
+
+/** The code of a fence that reclaims a device nobody adopted; its `gpu.failed` echo is not a fault. */
+export const RECLAIM_CODE = 'reclaimed';
 
 /** Wires a detector to the ledger and the replicas. */
 export function createWatchdog(d: WatchdogDeps): Watchdog {
   const { runtime, ledger, replicas, timeline } = d;
   const now = (): number => runtime.clock.now();
   // Fences the node has not confirmed, with the heartbeats heard since each was sent.
-  const fencing = new Map<number, { code: string; beats: number }>();
+  const fencing = new Map<number, { code: string; beats: number; id: number }>();
+  let nextFence = 1;
+  const sendFence = (g: number, code: string): void => {
+    const id = fencing.get(g)?.id ?? nextFence++;
+    fencing.set(g, { code, beats: 0, id });
+    runtime.send('node', { type: 'gpu.fence', gpu: g, code, fence: id });
+  };
 
   const failGpu = (found: Detected): void => {
     const rec = ledger.gpus.get(found.gpu);
@@ -63,10 +82,7 @@ export function createWatchdog(d: WatchdogDeps): Watchdog {
     }
     // A GPU the control plane declared failed (rather than one that reported it) is taken out of service at the node;
     // the fence is repeated on later heartbeats until the node confirms it (it may be lost in a partition).
-    if (found.path !== 'reported') {
-      fencing.set(found.gpu, { code: found.code, beats: 0 });
-      runtime.send('node', { type: 'gpu.fence', gpu: found.gpu, code: found.code });
-    }
+    if (found.path !== 'reported') sendFence(found.gpu, found.code);
     d.gpuFailed(found.gpu);
   };
 
@@ -132,14 +148,22 @@ export function createWatchdog(d: WatchdogDeps): Watchdog {
           return true;
         case 'gpu.failed':
           fencing.delete(msg.gpu % ledger.n);
+          // A reclaimed device echoes its fence on its way to a reset: it is not broken, and gpu.ready follows.
+          if (msg.code === RECLAIM_CODE) return true;
           failGpu({ gpu: msg.gpu % ledger.n, code: msg.code, path: 'reported' });
+          d.schedule();
+          return true;
+        case 'node.lost':
+          d.together(() => {
+            for (const g of msg.gpus) failGpu({ gpu: g % ledger.n, code: msg.code, path: 'reported' });
+          });
           d.schedule();
           return true;
         case 'node.heartbeat':
           // Repeated from the second heartbeat after it was sent: the first may have been sent before the node read
           // it (a node back from a stall sends its overdue heartbeat first, then reads the fences that waited).
           for (const [g, f] of fencing)
-            if (++f.beats >= 2) runtime.send('node', { type: 'gpu.fence', gpu: g, code: f.code });
+            if (++f.beats >= 2) runtime.send('node', { type: 'gpu.fence', gpu: g, code: f.code, fence: f.id });
           detector.heartbeat(msg.gpus);
           return true;
         default:
@@ -147,5 +171,11 @@ export function createWatchdog(d: WatchdogDeps): Watchdog {
       }
     },
     bounds: (stepMs) => detector.bounds(stepMs),
+    reclaim: (g) => sendFence(g, fencing.get(g)?.code ?? RECLAIM_CODE),
+    continueFences: (applied) => {
+      nextFence = Math.max(nextFence, applied + 1);
+    },
+    deviceUp: (dev) => gpuReady(dev),
+    failedAtNode: (g) => failGpu({ gpu: g, code: 'failed_at_node', path: 'reported' }),
   };
 }

@@ -1,7 +1,9 @@
 // A rolling version update, one replica at a time: an old replica drains (it takes no new work and finishes what it
 // holds) and a new one loads on the GPUs it frees; the next step starts when the new one is ready. Unpinned traffic
 // is split between the versions in proportion to their ready replicas, and at the end the alias moves to the new
-// version, so the model keeps serving throughout with at most one replica out of service.
+// version, so the model keeps serving throughout with at most one replica out of service (`steps` fewer than the
+// replicas moves several per step). A step whose new replica cannot come (its GPU failed and nothing is loading or
+// draining) does not hold the rollout up: the next step goes on to the GPUs that remain.
 import type { Clock } from '../../runtime/clock.ts';
 import type { ReplicaHandle } from '../replica.ts';
 import type { Registry } from './registry.ts';
@@ -18,6 +20,8 @@ export interface RolloutSpec {
   alias?: string;
   /** How often progress is checked (ms). */
   pollMs?: number;
+  /** Steps to take (default one per replica). */
+  steps?: number;
 }
 
 /** A step of a rollout, for reports and tests. */
@@ -28,6 +32,7 @@ export interface RolloutEvent {
 
 /** A running rollout. */
 export interface Rollout {
+  readonly spec: RolloutSpec;
   readonly done: boolean;
   readonly events: readonly RolloutEvent[];
 }
@@ -58,6 +63,7 @@ export function startRollout(deps: RolloutDeps, spec: RolloutSpec): Rollout {
   let toTarget = live(spec.to).length;
   const finalTo = spec.replicas ?? Math.max(1, fromTarget);
   const pollMs = spec.pollMs ?? 500;
+  const perStep = Math.max(1, Math.ceil(Math.max(finalTo, fromTarget) / Math.max(1, spec.steps ?? Infinity)));
   let done = false;
   log(`rolling ${spec.model} from ${spec.from} (${fromTarget} replicas) to ${spec.to} (${toTarget} -> ${finalTo})`);
 
@@ -66,15 +72,19 @@ export function startRollout(deps: RolloutDeps, spec: RolloutSpec): Rollout {
     const readyTo = of(spec.to).filter(isReady).length;
     // Unpinned requests follow capacity: each version gets traffic in proportion to its ready replicas.
     if (readyFrom + readyTo > 0) deps.registry.setSplit(spec.model, { [spec.from]: readyFrom, [spec.to]: readyTo });
-    if (readyTo < toTarget) {
+    // Wait for the step's new replicas while any replica of the model is still on its way (loading or draining).
+    const moving = [...of(spec.from), ...of(spec.to)].some((r) => r.hasTag('live') && !isReady(r));
+    if (readyTo < toTarget && moving) {
       deps.clock.setTimeout(tick, pollMs);
       return;
     }
     if (fromTarget > 0 || toTarget < finalTo) {
       // Both counts change together so the new replica takes the place the old one leaves (no reshuffling).
-      if (fromTarget > 0) deps.placement.setReplicas(spec.model, spec.from, --fromTarget);
-      if (toTarget < finalTo) deps.placement.setReplicas(spec.model, spec.to, ++toTarget);
-      log(`${spec.from}: ${fromTarget} replicas (one draining), ${spec.to}: ${toTarget}/${finalTo} (one loading)`);
+      fromTarget = Math.max(0, fromTarget - perStep);
+      toTarget = Math.min(finalTo, toTarget + perStep);
+      deps.placement.setReplicas(spec.model, spec.from, fromTarget);
+      deps.placement.setReplicas(spec.model, spec.to, toTarget);
+      log(`${spec.from}: ${fromTarget} replicas, ${spec.to}: ${toTarget}/${finalTo}`);
       deps.clock.setTimeout(tick, pollMs);
       return;
     }
@@ -85,6 +95,7 @@ export function startRollout(deps: RolloutDeps, spec: RolloutSpec): Rollout {
   };
   tick();
   return {
+    spec: { ...spec, replicas: finalTo },
     get done() {
       return done;
     },

@@ -2,23 +2,14 @@
 // seed with a random schedule of faults, and the promises P1–P11 checked while it runs. A failing seed is
 // reproducible from its number and its fault schedule can be shrunk.
 import { createHash } from 'node:crypto';
-import { createVirtualClock } from '../../runtime/clock.ts';
 import { createRng, type Rng } from '../../runtime/rng.ts';
-import { createRuntime, type Runtime } from '../../runtime/system.ts';
 import type { InjectedFault } from '../../machines/messages.ts';
-import { createCostModelExecutor } from '../gpu/executor.ts';
-import { startNodeAgent, type NodeAgent } from '../worker/agent.ts';
-import {
-  startControlPlane,
-  type ControlPlane,
-  type ControlPlaneMutations,
-  type SubmitSpec,
-  type TerminalOutcome,
-} from '../control-plane.ts';
+import type { ControlPlane, ControlPlaneMutations, SubmitSpec, TerminalOutcome } from '../control-plane.ts';
 import { normalizeScenario, type Scenario } from '../config.ts';
 import { loadTrace, type TraceRow } from './traffic.ts';
-import { connectSimLink, type SimLink } from '../../transport/sim-link.ts';
-import type { VirtualClock } from '../../runtime/clock.ts';
+import { createVirtualClock } from '../../runtime/clock.ts';
+import { buildDstSystem, type DstSystem } from './dst-system.ts';
+import { watchRestart, type RestartCheck } from './dst-restart.ts';
 
 /** A fault the harness can inject, at virtual seconds from the start of traffic. */
 export type DstFault =
@@ -29,10 +20,12 @@ export type DstFault =
   | { kind: 'partition'; at: number; until?: number; direction: 'both' | 'aToB' | 'bToA' }
   | { kind: 'delay'; at: number; until: number; ms: number }
   | { kind: 'worker-crash'; at: number; restartAt?: number }
-  | { kind: 'client-disconnect'; at: number; count: number };
+  | { kind: 'client-disconnect'; at: number; count: number }
+  /** The control plane is killed at `at` (as `kill -9`) and a new one starts `downMs` later. */
+  | { kind: 'control-restart'; at: number; downMs: number };
 
 /** Test-only mutations that break a promise on purpose, to show the battery catches them. */
-export type DstMutation = 'none' | 'skip-gpu-release' | 'drop-interrupted' | 'held-on-ready-only';
+export type DstMutation = 'none' | 'skip-gpu-release' | 'drop-interrupted' | 'held-on-ready-only' | 'adopt-nothing';
 
 /** Every mutation, for the CLI. */
 export const DST_MUTATIONS: readonly DstMutation[] = [
@@ -40,6 +33,7 @@ export const DST_MUTATIONS: readonly DstMutation[] = [
   'skip-gpu-release',
   'drop-interrupted',
   'held-on-ready-only',
+  'adopt-nothing',
 ];
 
 /** The control plane's mutation options for a DST mutation. */
@@ -48,6 +42,7 @@ const MUTATIONS: Record<DstMutation, ControlPlaneMutations> = {
   'skip-gpu-release': { dropGpuReleases: true },
   'drop-interrupted': { dropInterrupted: true },
   'held-on-ready-only': { heldOnReadyOnly: true },
+  'adopt-nothing': { adoptNothing: true },
 };
 
 /** How often work conservation (P10) is sampled (virtual ms). */
@@ -159,6 +154,13 @@ export function drawFaults(rng: Rng, simSeconds: number, gpus: number): { faults
         faults.push({ kind: 'client-disconnect', at, count: 1 + rng.int(5) });
     }
   }
+  // Control-plane restarts are drawn after the rest (a seed's other faults stay what they were), at any moment:
+  // mid-switch, mid-repair, during a partition.
+  const restarts = rng.next() < 0.4 ? 1 + rng.int(2) : 0;
+  for (let i = 0; i < restarts; i++) {
+    const at = Math.round(rng.next() * simSeconds * 0.6 * 10) / 10;
+    faults.push({ kind: 'control-restart', at, downMs: Math.round(rng.next() * 3000) });
+  }
   return { faults, permanent };
 }
 
@@ -168,19 +170,10 @@ interface ClientView {
   terminal: TerminalOutcome | null;
   terminals: number;
   streaming: boolean;
-}
-
-/** One seed's system: virtual clock, both runtimes and their link, the control plane, and the node agent. */
-interface DstSystem {
-  clock: VirtualClock;
-  control: Runtime;
-  nodeRt: Runtime;
-  link: SimLink;
-  cp: ControlPlane;
-  scenario: Scenario;
-  startAgent(): void;
-  stopAgent(): void;
-  agentRunning(): boolean;
+  /** Its control plane crashed before it ended: the client saw its connection drop (its one outcome). */
+  lost: boolean;
+  /** The control plane incarnation that accepted it. */
+  plane: number;
 }
 
 /** A seed's clients and the checks on what they hear (P1, P2, P5). */
@@ -189,52 +182,14 @@ interface DstClients {
   hash: ReturnType<typeof createHash>;
   violate(p: string, what: string): void;
   violations: string[];
-  /** Submits as a client, registering the client's view before the control plane can answer. */
-  submit(spec: SubmitSpec, terminal?: (id: string, o: TerminalOutcome) => void): void;
+  /** Submits as a client, registering the client's view before the control plane can answer; false while no control
+   * plane is up (the client cannot connect: nothing was accepted). */
+  submit(spec: SubmitSpec, terminal?: (id: string, o: TerminalOutcome) => void): boolean;
+  /** The control plane crashed: its clients' requests that had not ended see their connection drop. */
+  dropPlane(plane: number): void;
 }
 
-function buildSystem(rng: Rng, scenario: Scenario, mutation: DstMutation, opts: DstOptions): DstSystem {
-  const clock = createVirtualClock();
-  const stepByStep = opts.stepByStep === true;
-  const fast = opts.shortcut === true && !stepByStep;
-  const control = createRuntime({ name: 'control', clock, rng: rng.fork('control'), stepByStep });
-  const nodeRt = createRuntime({ name: 'node', clock, rng: rng.fork('node') });
-  const link = connectSimLink(control, nodeRt, clock, rng.fork('link'), { latencyMs: 0.05, jitterMs: 0.02 });
-  const gpus = Array.from({ length: scenario.node.gpus }, (_, i) => i);
-  const cp = startControlPlane(control, scenario, {
-    checkInvariants: true,
-    keepTraces: true,
-    mutations: MUTATIONS[mutation],
-  });
-  let agent: NodeAgent | null = null;
-  const sys: DstSystem = {
-    clock,
-    control,
-    nodeRt,
-    link,
-    cp,
-    scenario,
-    startAgent: () => {
-      agent = startNodeAgent(nodeRt, {
-        gpus,
-        executor: createCostModelExecutor(clock),
-        repairMs: scenario.node.repairMs,
-        heartbeatMs: scenario.detection.heartbeatMs,
-      });
-      if (fast) link.setShortcut(agent.shortcut);
-    },
-    stopAgent: () => {
-      link.setShortcut(null);
-      agent?.stop();
-      agent = null;
-    },
-    agentRunning: () => agent !== null,
-  };
-  sys.startAgent();
-  return sys;
-}
-
-function attachClients(cp: ControlPlane): DstClients {
+function attachClients(sys: DstSystem): DstClients {
   const views = new Map<string, ClientView>();
   const hash = createHash('sha256');
   const violations: string[] = [];
@@ -245,7 +200,7 @@ function attachClients(cp: ControlPlane): DstClients {
     tokens: (id: string, seqNo: number, n: number) => {
       const c = views.get(id);
       if (!c) return violate('P2', `tokens for unknown request ${id}`);
-      if (c.terminal) violate('P2', `${id}: token after its terminal outcome`);
+      if (c.terminal || c.lost) violate('P2', `${id}: token after its terminal outcome`);
       if (seqNo !== c.expected) violate('P2', `${id}: token sequence ${seqNo} where ${c.expected} was expected`);
       c.expected = seqNo + n;
       c.streaming = true;
@@ -254,7 +209,7 @@ function attachClients(cp: ControlPlane): DstClients {
       const c = views.get(id);
       if (!c) return violate('P1', `terminal for unknown request ${id}`);
       c.terminals++;
-      if (c.terminals > 1) violate('P1', `${id}: a second terminal outcome (${o.outcome})`);
+      if (c.terminals > 1 || c.lost) violate('P1', `${id}: a second terminal outcome (${o.outcome})`);
       c.terminal = o;
       if (o.tokens !== c.expected)
         violate('P2', `${id}: terminal says ${o.tokens} tokens, the client received ${c.expected}`);
@@ -269,15 +224,36 @@ function attachClients(cp: ControlPlane): DstClients {
     violate,
     violations,
     submit: (spec, terminal) => {
+      const cp = sys.cp;
+      if (!cp) return false;
       // `submit` reports synchronously for rejections, so the view is registered before the listener can fire.
-      const id = cp.runtime.ids.next('req');
-      views.set(id, { model: spec.model, expected: 0, terminal: null, terminals: 0, streaming: false });
+      // A restarted control plane's ids start again: its clients' ids carry the incarnation.
+      const plane = sys.planes.length - 1;
+      const id = `${plane > 0 ? `c${plane}.` : ''}${cp.runtime.ids.next('req')}`;
+      views.set(id, {
+        model: spec.model,
+        expected: 0,
+        terminal: null,
+        terminals: 0,
+        streaming: false,
+        lost: false,
+        plane,
+      });
       const res = cp.submit(
         { ...spec, id },
         terminal ? { ...listener, terminal: (i, o) => (listener.terminal(i, o), terminal(i, o)) } : listener,
       );
       if (!res.ok && views.get(res.id)!.terminals === 0)
         violate('P1', `${res.id}: rejected without a terminal outcome`);
+      return true;
+    },
+    dropPlane: (plane) => {
+      for (const [id, c] of views) {
+        if (c.plane !== plane || c.terminal || c.lost) continue;
+        c.lost = true;
+        c.terminals++;
+        hash.update(`${id}:lost:${c.expected};`);
+      }
     },
   };
 }
@@ -300,8 +276,8 @@ function scheduleTraffic(sys: DstSystem, clients: DstClients, rng: Rng, layout: 
       if (t >= endMs) break;
       const row = rows[r.int(rows.length)]!;
       sys.clock.at(t, () => {
-        counter.submitted++;
-        clients.submit({ model, promptTokens: row.prompt, maxTokens: row.output, outputTokens: row.output });
+        if (clients.submit({ model, promptTokens: row.prompt, maxTokens: row.output, outputTokens: row.output }))
+          counter.submitted++;
       });
     }
   }
@@ -309,8 +285,14 @@ function scheduleTraffic(sys: DstSystem, clients: DstClients, rng: Rng, layout: 
 }
 
 /** Schedules the faults; answers when the last one ends and the windows in which a fault was active. */
-function scheduleFaults(sys: DstSystem, clients: DstClients, faults: DstFault[], origin: number) {
-  const { clock, link, nodeRt, cp } = sys;
+function scheduleFaults(
+  sys: DstSystem,
+  clients: DstClients,
+  faults: DstFault[],
+  origin: number,
+  restart: RestartCheck,
+) {
+  const { clock, nodeRt } = sys;
   let lastFaultEnd = origin;
   const windows: [number, number][] = [];
   const at = (s: number, fn: () => void): void => {
@@ -321,7 +303,16 @@ function scheduleFaults(sys: DstSystem, clients: DstClients, faults: DstFault[],
   const inject = (gpu: number, fault: InjectedFault, factor?: number): void =>
     nodeRt.send('node', { type: 'gpu.inject', gpu, fault, ...(factor ? { factor } : {}) });
   for (const f of faults) {
-    const end = 'repairAt' in f ? f.repairAt : 'until' in f ? f.until : 'restartAt' in f ? f.restartAt : f.at;
+    const end =
+      'repairAt' in f
+        ? f.repairAt
+        : 'until' in f
+          ? f.until
+          : 'restartAt' in f
+            ? f.restartAt
+            : 'downMs' in f
+              ? f.at + f.downMs / 1000
+              : f.at;
     windows.push([origin + f.at * 1000, end === undefined ? Infinity : origin + end * 1000]);
     switch (f.kind) {
       case 'gpu-fault':
@@ -334,23 +325,23 @@ function scheduleFaults(sys: DstSystem, clients: DstClients, faults: DstFault[],
         if (f.repairAt !== undefined) at(f.repairAt, () => inject(f.gpu, 'repair'));
         break;
       case 'partition':
-        at(f.at, () => link.cut(f.direction));
-        if (f.until !== undefined) at(f.until, () => link.heal());
+        at(f.at, () => sys.cut(f.direction));
+        if (f.until !== undefined) at(f.until, () => sys.heal());
         break;
       case 'delay':
-        at(f.at, () => link.setExtraLatency(f.ms));
-        at(f.until, () => link.setExtraLatency(0));
+        at(f.at, () => sys.setExtraLatency(f.ms));
+        at(f.until, () => sys.setExtraLatency(0));
         break;
       case 'worker-crash':
         at(f.at, () => {
           sys.stopAgent();
-          link.cut('both');
+          sys.cut('both');
         });
         if (f.restartAt !== undefined)
           at(f.restartAt, () => {
             // A worker that is already running (restarted by an earlier crash's restart) is not started twice.
-            if (sys.agentRunning()) return;
-            link.heal();
+            if (sys.agent()) return;
+            sys.heal();
             sys.startAgent();
           });
         break;
@@ -359,11 +350,23 @@ function scheduleFaults(sys: DstSystem, clients: DstClients, faults: DstFault[],
           let n = f.count;
           for (const [id, c] of clients.views) {
             if (n <= 0) break;
-            if (c.streaming && !c.terminal) {
-              cp.cancel(id);
+            if (c.streaming && !c.terminal && !c.lost && sys.cp && c.plane === sys.planes.length - 1) {
+              sys.cp.cancel(id);
               n--;
             }
           }
+        });
+        break;
+      case 'control-restart':
+        at(f.at, () => {
+          if (!sys.cp) return;
+          restart.crashed();
+          clients.dropPlane(sys.planes.length - 1);
+          sys.crashControl();
+        });
+        at(f.at + f.downMs / 1000, () => {
+          if (sys.cp) return;
+          restart.started(attachMonitors(sys, clients, sys.startControl()));
         });
         break;
     }
@@ -374,16 +377,12 @@ function scheduleFaults(sys: DstSystem, clients: DstClients, faults: DstFault[],
 /** Checks while it runs: P6 ownership and gangs, P5 bounded queues after every step; P7 readiness each second;
  * P10 work conservation every CONSERVATION_SAMPLE_MS. */
 function startMonitors(sys: DstSystem, clients: DstClients, origin: number, simSeconds: number): void {
-  const { cp, scenario, clock } = sys;
-  const classLimit = new Map(scenario.models.map((m) => [m.name, Math.max(...m.classes.map((c) => c.maxQueued))]));
-  cp.onStep = (r) => {
-    for (const v of cp.placement.checkInvariants()) clients.violate('P6', v);
-    const st = r.batcher.stats();
-    if (st.waiting > (classLimit.get(r.model) ?? Infinity) * 2)
-      clients.violate('P5', `${r.id} queue of ${st.waiting} beyond its bounds`);
-  };
-  const healthy = (): number => [...cp.placement.gpus.values()].filter((g) => g.healthy).length;
+  const { scenario, clock } = sys;
+  attachMonitors(sys, clients, sys.cp!);
   const checkReadiness = (): void => {
+    const cp = sys.cp;
+    if (!cp) return;
+    const healthy = (): number => [...cp.placement.gpus.values()].filter((g) => g.healthy).length;
     for (const m of scenario.models) {
       if (healthy() < m.tp && cp.placement.unavailable(m.name) === null)
         clients.violate('P7', `${m.name} reported available with ${healthy()} healthy GPUs`);
@@ -392,16 +391,29 @@ function startMonitors(sys: DstSystem, clients: DstClients, origin: number, simS
   for (let s = 1; s < simSeconds; s += 1) clock.at(origin + s * 1000, checkReadiness);
   for (let t = origin; t < origin + simSeconds * 1000; t += CONSERVATION_SAMPLE_MS)
     clock.at(t, () => {
-      for (const v of cp.checkWorkConservation()) clients.violate('P10', v);
+      for (const v of sys.cp?.checkWorkConservation() ?? []) clients.violate('P10', v);
     });
+}
+
+/** P6 ownership and gangs, P5 bounded queues after every step of `cp` (each control plane as it starts). */
+function attachMonitors(sys: DstSystem, clients: DstClients, cp: ControlPlane): ControlPlane {
+  const classLimit = new Map(sys.scenario.models.map((m) => [m.name, Math.max(...m.classes.map((c) => c.maxQueued))]));
+  cp.onStep = (r) => {
+    for (const v of cp.placement.checkInvariants()) clients.violate('P6', v);
+    const st = r.batcher.stats();
+    if (st.waiting > (classLimit.get(r.model) ?? Infinity) * 2)
+      clients.violate('P5', `${r.id} queue of ${st.waiting} beyond its bounds`);
+  };
+  return cp;
 }
 
 /** P9 liveness: once faults stop, every model the healthy GPUs can hold serves again within the bound. */
 function probeLiveness(sys: DstSystem, clients: DstClients, lastFaultEnd: number): void {
-  const { cp, clock, scenario } = sys;
+  const { clock, scenario } = sys;
   const settleMs = 180_000;
   const probeAt = Math.max(clock.now(), lastFaultEnd) + settleMs;
   clock.run(probeAt);
+  const cp = sys.cp!;
   // A probe behaves as a client should: on `overloaded` it retries after retryAfterMs (a switch may be needed
   // first), for as long as the bound allows.
   const probeBoundMs = 300_000;
@@ -433,13 +445,14 @@ function probeLiveness(sys: DstSystem, clients: DstClients, lastFaultEnd: number
 
 /** The checks at the end: P1 one outcome each, P3 queue budgets, P4 resumes, P8 ledger, P11 admission. */
 function finalChecks(sys: DstSystem, clients: DstClients, faultWindows: [number, number][]): void {
-  const { cp, scenario, control, nodeRt } = sys;
+  const { scenario, nodeRt, planes } = sys;
   const { violate } = clients;
-  for (const [id, c] of clients.views) if (!c.terminal) violate('P1', `${id}: no terminal outcome`);
-  if (cp.collector.overBudget() > 0)
-    violate('P3', `${cp.collector.overBudget()} requests waited past their queue budget`);
+  for (const [id, c] of clients.views) if (!c.terminal && !c.lost) violate('P1', `${id}: no terminal outcome`);
+  const overBudget = planes.reduce((n, cp) => n + cp.collector.overBudget(), 0);
+  if (overBudget > 0) violate('P3', `${overBudget} requests waited past their queue budget`);
   const maxResumes = new Map(scenario.models.map((m) => [m.name, m.resume.maxResumes]));
-  const records = new Map(cp.collector.records.map((r) => [r.id, r]));
+  // Records of requests a crashed control plane held are gone with it (their clients saw the connection drop).
+  const records = new Map(planes.flatMap((cp) => cp.collector.records.map((r) => [r.id, r] as const)));
   for (const r of records.values()) {
     if (r.resumes > (maxResumes.get(r.model) ?? 0)) violate('P4', `${r.id}: resumed ${r.resumes} times`);
   }
@@ -448,9 +461,12 @@ function finalChecks(sys: DstSystem, clients: DstClients, faultWindows: [number,
     if (c.terminal?.outcome === 'done' && rec && rec.tokens !== c.expected)
       violate('P4', `${id}: done with ${rec.tokens} tokens recorded, ${c.expected} streamed`);
   }
-  for (const v of cp.violations) violate('P8', v);
-  for (const v of admittedToExpire(cp, faultWindows)) violate('P11', v);
-  for (const f of [...control.faults, ...nodeRt.faults]) violate('actor', `${f.actor}: ${String(f.error)}`);
+  for (const cp of planes) {
+    for (const v of cp.violations) violate('P8', v);
+    for (const v of admittedToExpire(cp, faultWindows)) violate('P11', v);
+    for (const f of cp.runtime.faults) violate('actor', `${f.actor}: ${String(f.error)}`);
+  }
+  for (const f of nodeRt.faults) violate('actor', `${f.actor}: ${String(f.error)}`);
 }
 
 /**
@@ -485,16 +501,20 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
     ) ||
     faults.some((f) => f.kind === 'worker-crash' && f.restartAt === undefined) ||
     faults.some((f) => f.kind === 'partition' && f.until === undefined);
-  const sys = buildSystem(rng, scenario, opts.mutation ?? 'none', opts);
-  const { clock, cp } = sys;
+  const clock = createVirtualClock();
+  const sys = buildDstSystem(clock, rng, scenario, MUTATIONS[opts.mutation ?? 'none'], {
+    shortcut: opts.shortcut === true,
+    stepByStep: opts.stepByStep === true,
+  });
   clock.run(600_000);
   const origin = clock.now();
-  const clients = attachClients(cp);
-  if (cp.placement.replicas.size === 0) clients.violate('boot', 'the initial placement did not load');
+  const clients = attachClients(sys);
+  if (sys.cp!.placement.replicas.size === 0) clients.violate('boot', 'the initial placement did not load');
 
   const endMs = origin + opts.simSeconds * 1000;
   const traffic = scheduleTraffic(sys, clients, rng.fork('traffic'), layout, origin, origin + opts.simSeconds * 750);
-  const { lastFaultEnd, windows } = scheduleFaults(sys, clients, faults, origin);
+  const restart = watchRestart(sys, faults, origin, clients.violate);
+  const { lastFaultEnd, windows } = scheduleFaults(sys, clients, faults, origin, restart);
   startMonitors(sys, clients, origin, opts.simSeconds);
   clock.run(endMs);
   probeLiveness(sys, clients, lastFaultEnd);
@@ -502,10 +522,16 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
 
   const outcomes: Record<string, number> = {};
   for (const c of clients.views.values()) {
-    const k = c.terminal ? (c.terminal.outcome === 'done' ? 'done' : (c.terminal.code ?? c.terminal.outcome)) : 'none';
+    const k = c.lost
+      ? 'connection_lost'
+      : c.terminal
+        ? c.terminal.outcome === 'done'
+          ? 'done'
+          : (c.terminal.code ?? c.terminal.outcome)
+        : 'none';
     outcomes[k] = (outcomes[k] ?? 0) + 1;
   }
-  clients.hash.update(JSON.stringify(cp.placement.events));
+  for (const cp of sys.planes) clients.hash.update(JSON.stringify(cp.placement.events));
   return {
     seed,
     layout,

@@ -14,6 +14,7 @@ import type { EstimateError } from '../metrics/collector.ts';
 import type { DecisionTrace } from '../router/router.ts';
 import type { PlacementEvent } from '../placement/placement.ts';
 import { failureReport, type FaultReport } from '../placement/report.ts';
+import { createRollouts } from '../placement/rollouts.ts';
 
 /** The JSON report of a simulation. */
 export interface SimReport {
@@ -160,6 +161,15 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
     }
   };
   startFaults();
+  const rollouts = createRollouts(cp);
+  for (const r of scenario.rollout) {
+    pendingFaults++;
+    clock.at(origin + r.at * 1000, () => {
+      pendingFaults--;
+      const started = rollouts.start(r);
+      if (!started.ok) cp.violations.push(`rollout of ${r.model}: ${started.failure.message}`);
+    });
+  }
   for (const s of streams) pump(s);
   events += clock.run(origin + scenario.sim.maxSimSeconds * 1000);
   const simMs = clock.now() - origin;

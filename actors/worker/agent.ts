@@ -5,7 +5,7 @@ import type { CostModel, StepShape } from '../gpu/cost-model.ts';
 import { costModelFor } from '../gpu/profile-cost-model.ts';
 import type { Executor } from '../gpu/executor.ts';
 import type { Msg, Runtime } from '../../runtime/system.ts';
-import type { InjectedFault, MessageOf } from '../../machines/messages.ts';
+import type { InjectedFault, MessageOf, NodeInventoryDevice } from '../../machines/messages.ts';
 import type { TimerId } from '../../runtime/clock.ts';
 import { createEngineManager, type EngineManager, type EngineManagerOptions } from './engines.ts';
 import type { LinkShortcut } from '../../transport/sim-link.ts';
@@ -31,6 +31,15 @@ export interface NodeAgent {
   /** The simulator's link shortcut: a cost-model step whose every rank would start at once and take the same time
    * is answered without its timers (see transport/sim-link.ts); anything else takes the wire. */
   readonly shortcut: LinkShortcut;
+  /** Loads this agent started (a GPU entering `loading` for a new replica or epoch), in all and per device. */
+  loads(gpu?: number): number;
+  /** What the node holds, as `node.inventory` reports it to a (re)started control plane. */
+  inventory(): MessageOf<'node.inventory'>;
+  /** Sends the inventory to placement (after each registration). */
+  announce(): void;
+  /** The control plane that asked for the work in flight is gone: frees every engine sequence and abandons the
+   * steps in flight. Loaded replicas stay loaded. Answers how many sequences were freed. */
+  orphan(): number;
   stop(): void;
 }
 
@@ -158,6 +167,15 @@ function stepShortcut(
   };
 }
 
+/** A device's inventory entry from its GPU actor's snapshot. */
+function deviceOf(g: number, snap: ReturnType<ActorRefFrom<typeof gpuMachine>['getSnapshot']>): NodeInventoryDevice {
+  const v = snap.value;
+  const state: NodeInventoryDevice['state'] =
+    typeof v === 'string' ? (v as NodeInventoryDevice['state']) : (v.allocated as NodeInventoryDevice['state']);
+  const held = snap.hasTag('holdsGpu') && snap.context.replica !== null;
+  return { gpu: g, state, ...(held ? { replica: snap.context.replica!, epoch: snap.context.epoch } : {}) };
+}
+
 /** Starts a node agent on `runtime`: one GPU actor per device, registered as `gpu.<n>`, and the `node` inbox. */
 export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAgent {
   const id = opts.id ?? 'node';
@@ -169,6 +187,11 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   const lanesOf = (g: number): number[] => Array.from({ length: opts.lanes ?? 1 }, (_, l) => (g % stride) + l * stride);
   const devices = opts.gpus.flatMap(lanesOf);
   let heartbeat: TimerId | null = null;
+  // Fences applied, by id (a fence is resent until confirmed: a repeat must not reset a GPU given anew since).
+  const fences = new Set<number>();
+  let maxFence = 0;
+  const loadsOf = new Map<number, number>();
+  let loads = 0;
 
   /** Starts device g's GPU actor (again, after a reset: a fresh actor, nothing loaded, probed before use). */
   const spawnGpu = (g: number): ActorRefFrom<typeof gpuMachine> => {
@@ -195,7 +218,15 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     if (!slot) return;
     const m = msg;
     if (m.type === 'gpu.assign') {
+      const before = slot.actor.getSnapshot();
+      const holds = before.hasTag('holdsGpu') && before.context.replica === m.replica;
       assignGpu(slot, m, costs, scale);
+      const after = slot.actor.getSnapshot();
+      // A load: the device entered `loading` for a replica or epoch it did not hold (a repeat answers at once).
+      if (after.matches({ allocated: 'loading' }) && !(holds && before.context.epoch === m.epoch)) {
+        loads++;
+        loadsOf.set(g, (loadsOf.get(g) ?? 0) + 1);
+      }
       if (m.engine) engines.assign({ ...m, engine: m.engine });
     } else if (m.type === 'gpu.release') {
       engines.release(m.replica, m.epoch);
@@ -203,8 +234,19 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     } else if (m.type === 'gpu.inject') {
       inject(g, m.fault, m.factor);
     } else if (m.type === 'gpu.fence') {
-      fence(g, m.code);
+      fenceOnce(g, m.code, m.fence);
     }
+  };
+  /** Applies a fence unless its id was applied already. */
+  const fenceOnce = (g: number, code: string, id: number | undefined): void => {
+    if (id !== undefined) {
+      if (fences.has(id)) return;
+      fences.add(id);
+      maxFence = Math.max(maxFence, id);
+      // Ids only grow (a restarted control plane continues from the inventory's `fence`): old ones can be forgotten.
+      if (fences.size > 1024) for (const f of fences) if (f < maxFence - 1024) fences.delete(f);
+    }
+    fence(g, code);
   };
 
   /** Runs one rank's share of a step if the GPU is serving that replica's epoch; reports `step.completed`. */
@@ -268,7 +310,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   };
   const beat = (): void => {
     const alive = opts.gpus.filter(answers);
-    send('placement', { type: 'node.heartbeat', node: id, epoch: 0, t: clock.now(), gpus: alive });
+    send('placement', { type: 'node.heartbeat', node: id, epoch: 0, t: clock.now(), gpus: alive, loads });
     heartbeat = clock.setTimeout(beat, opts.heartbeatMs!);
   };
 
@@ -284,8 +326,15 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     } else if (m.type === 'gpu.inject') {
       inject(m.gpu, m.fault, m.factor);
     } else if (m.type === 'gpu.fence') {
-      fence(m.gpu, m.code);
+      fenceOnce(m.gpu, m.code, m.fence);
     }
+  });
+  const inventory = (): MessageOf<'node.inventory'> => ({
+    type: 'node.inventory',
+    node: id,
+    fence: maxFence,
+    loads,
+    devices: [...slots].map(([g, slot]) => deviceOf(g, slot.actor.getSnapshot())),
   });
 
   for (const { actor } of slots.values()) actor.start();
@@ -299,6 +348,16 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     shortcut,
     gpuState: (g) => JSON.stringify(slots.get(g)?.actor.getSnapshot().value ?? 'unknown'),
     busyMs: (g) => opts.executor.busyMs(g),
+    loads: (g) => (g === undefined ? loads : (loadsOf.get(g) ?? 0)),
+    inventory,
+    announce: () => send('placement', inventory()),
+    orphan: () => {
+      for (const [g, slot] of slots) {
+        if (slot.inflight) opts.executor.abort(g);
+        slot.inflight = null;
+      }
+      return engines.freeAll();
+    },
     stop: () => {
       engines.stopAll();
       if (heartbeat !== null) clock.clearTimeout(heartbeat);

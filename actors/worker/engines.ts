@@ -59,6 +59,8 @@ export interface EngineManager {
   gpuFault(g: number): void;
   /** The host process of a replica, for tests and views. */
   pid(replica: string): number | undefined;
+  /** Frees every open sequence of every host (their control plane is gone); answers how many. */
+  freeAll(): number;
   /** Kills every host (the worker is going away). */
   stopAll(): void;
 }
@@ -68,6 +70,8 @@ interface OpenSeq {
   tokens: number[];
   sampling: SamplingParams;
   left: number;
+  /** Tokens it generated before this residency (a recompute), whose text was streamed already. */
+  streamed: number[];
 }
 
 /** One host and what the worker keeps beside it. */
@@ -92,7 +96,10 @@ const samplingOf = (o: Open): SamplingParams => ({
 
 /** Turns wire items into engine items over the sequences' tokens; opens new sequences first. */
 function planOf(h: Hosted, m: Execute): StepItem[] {
-  for (const o of m.open ?? []) h.seqs.set(o.seq, { tokens: [...o.tokens], sampling: samplingOf(o), left: o.left });
+  for (const o of m.open ?? []) {
+    const streamed = o.generated ? o.tokens.slice(Math.max(0, o.tokens.length - o.generated)) : [];
+    h.seqs.set(o.seq, { tokens: [...o.tokens], sampling: samplingOf(o), left: o.left, streamed });
+  }
   const opened = new Set((m.open ?? []).map((o) => o.seq));
   return (m.items ?? []).map((it): StepItem => {
     const s = h.seqs.get(it.seq);
@@ -107,6 +114,7 @@ function planOf(h: Hosted, m: Execute): StepItem[] {
       tokens,
       sample: it.sample,
       ...(opened.has(it.seq) && it.from === 0 ? { sampling: s.sampling } : {}),
+      ...(opened.has(it.seq) && it.from === 0 && s.streamed.length > 0 ? { streamed: s.streamed } : {}),
     };
   });
 }
@@ -267,6 +275,22 @@ export function createEngineManager(opts: EngineManagerOptions): EngineManager {
       for (const h of [...hosts.values()]) if (h.gpus.includes(g)) end(h, false);
     },
     pid: (replica) => hosts.get(replica)?.host.pid,
+    freeAll: () => {
+      let n = 0;
+      for (const h of hosts.values()) {
+        const seqs = [...h.seqs.keys()];
+        n += seqs.length;
+        // In order with the steps already queued: a step in flight still finds its sequences.
+        if (seqs.length > 0)
+          queue(h, async () => {
+            for (const s of seqs) {
+              h.seqs.delete(s);
+              await h.host.free(s);
+            }
+          });
+      }
+      return n;
+    },
     stopAll: () => {
       gathering.clear();
       for (const h of [...hosts.values()]) end(h, false);

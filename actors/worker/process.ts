@@ -1,5 +1,8 @@
 // The worker process: the node-agent machine drives the link to the control plane (connect, register with protocol
-// version and epoch, serve, reconnect with back-off); each registration starts fresh GPU actors and an executor.
+// version and epoch, serve, reconnect with back-off). The worker owns what is loaded: its GPU actors, engines and
+// executor outlive the link, and after each registration it reports them (`node.inventory`) so that a restarted
+// control plane adopts them instead of reloading. Work in flight for a control plane that is gone is abandoned after
+// `orphanGraceMs`, or at once when a control plane registers it again.
 import { createActor } from 'xstate';
 import { nodeAgentMachine } from '../../machines/node-agent.machine.ts';
 import { createWallClock, type Clock } from '../../runtime/clock.ts';
@@ -12,7 +15,7 @@ import {
   type Executor,
 } from '../gpu/executor.ts';
 import { PROTOCOL_VERSION } from '../../transport/protocol.ts';
-import { createLink, type Link } from '../../transport/ws-link.ts';
+import { createLink, type Link } from '../../transport/link.ts';
 import { connectWs, type WsPeer } from '../../transport/ws.ts';
 import { startNodeAgent, type NodeAgent } from './agent.ts';
 import { stateName } from '../../machines/state-name.ts';
@@ -37,6 +40,8 @@ export interface NodeProcessOptions {
   baseBackoffMs?: number;
   maxBackoffMs?: number;
   heartbeatMs?: number;
+  /** How long work in flight (engine sequences, steps) is kept while no control plane is connected (default 10 s). */
+  orphanGraceMs?: number;
   clock?: Clock;
   log?(line: string): void;
   /** Called when the control plane refuses the token (retrying cannot help). */
@@ -47,6 +52,8 @@ export interface NodeProcessOptions {
 export interface NodeProcess {
   state(): string;
   epoch(): number;
+  /** Loads the worker started since it began (a reconnect that adopts loads nothing). */
+  loads(): number;
   stop(): void;
 }
 
@@ -72,6 +79,11 @@ export function startNodeProcess(opts: NodeProcessOptions): NodeProcess {
   let agent: NodeAgent | null = null;
   let stopped = false;
   let incarnation = 0;
+  let orphanTimer: ReturnType<Clock['setTimeout']> | null = null;
+  const clearOrphan = (): void => {
+    if (orphanTimer !== null) clock.clearTimeout(orphanTimer);
+    orphanTimer = null;
+  };
   // What the control plane said with the registration; a local repairMs option overrides its repair time.
   let settings: { heartbeatMs?: number | undefined; repairMs?: number | undefined; lanes?: number | undefined } = {};
 
@@ -138,8 +150,20 @@ export function startNodeProcess(opts: NodeProcessOptions): NodeProcess {
         });
       },
       startGpus: ({ context, self }) => {
-        dropAgent();
         const l = link;
+        clearOrphan();
+        if (agent && runtime) {
+          // Registered again (a restarted control plane, or the same one after a cut): what is loaded stays loaded;
+          // the work in flight belonged to the link that dropped, so it is abandoned; the inventory says the rest.
+          runtime.setRemote((to, msg) => l?.send(to, msg));
+          const freed = agent.orphan();
+          agent.announce();
+          log(
+            `registered again as ${nodeName} at epoch ${context.epoch}; kept what is loaded (${freed} sequences freed)`,
+          );
+          self.send({ type: 'gpus.ready' });
+          return;
+        }
         const repairMs = opts.repairMs ?? (settings.repairMs !== undefined ? settings.repairMs * scale : undefined);
         runtime = createRuntime({ name: `node@${context.epoch}`, clock, rng: createRng(context.epoch).fork('node') });
         runtime.setRemote((to, msg) => l?.send(to, msg));
@@ -153,10 +177,22 @@ export function startNodeProcess(opts: NodeProcessOptions): NodeProcess {
           ...(settings.lanes ? { lanes: settings.lanes } : {}),
           ...(opts.probeMs !== undefined ? { probeMs: opts.probeMs } : {}),
         });
+        agent.announce();
         log(`registered as ${nodeName} with GPUs ${opts.gpus.join(',')} at epoch ${context.epoch}`);
         self.send({ type: 'gpus.ready' });
       },
-      onDisconnect: () => dropAgent(),
+      onDisconnect: () => {
+        // Nothing is unloaded: messages wait for no one while cut off, and work in flight is abandoned after the grace.
+        runtime?.setRemote(null);
+        clearOrphan();
+        orphanTimer = clock.setTimeout(() => {
+          orphanTimer = null;
+          const freed = agent?.orphan() ?? 0;
+          log(
+            `no control plane for ${opts.orphanGraceMs ?? 10_000} ms: abandoned the work in flight (${freed} sequences freed)`,
+          );
+        }, opts.orphanGraceMs ?? 10_000);
+      },
     },
   });
   const actor = createActor(machine, {
@@ -169,8 +205,10 @@ export function startNodeProcess(opts: NodeProcessOptions): NodeProcess {
   return {
     state: () => stateName(actor.getSnapshot().value),
     epoch: () => actor.getSnapshot().context.epoch,
+    loads: () => agent?.loads() ?? 0,
     stop: () => {
       stopped = true;
+      clearOrphan();
       dropAgent();
       actor.stop();
       peer?.close(1001, 'worker stopping');

@@ -6,7 +6,8 @@ import type { RoutingPolicy } from '../../actors/router/router.ts';
 import type { ControlPlane } from '../../actors/control-plane.ts';
 import type { NodeLink } from '../../actors/node-link.ts';
 import { readBody, sendFailure, sendJson } from './io.ts';
-import { num, obj, oneOf, optional } from '../../transport/schema.ts';
+import { int, num, obj, oneOf, optional, str } from '../../transport/schema.ts';
+import type { Rollouts } from '../../actors/placement/rollouts.ts';
 
 /** Body of POST /admin/replicas/<id>/drain. */
 const drainBody = obj({ deadlineMs: optional(num({ min: 0, max: 3_600_000 })) });
@@ -14,6 +15,23 @@ const drainBody = obj({ deadlineMs: optional(num({ min: 0, max: 3_600_000 })) })
 const routingBody = obj({ policy: oneOf<RoutingPolicy[]>('cost', 'round-robin', 'least-requests', 'power-of-two') });
 /** Body of POST /admin/placement. */
 const placementBody = obj({ policy: oneOf('exclusive', 'switch', 'share') });
+/** Body of POST /admin/rollout. */
+const rolloutBody = obj(
+  {
+    model: str({ min: 1, max: 200 }),
+    from: str({ min: 1, max: 200 }),
+    to: str({ min: 1, max: 200 }),
+    steps: optional(int({ min: 1, max: 1024 })),
+  },
+  { strict: true },
+);
+
+/** What the operator layer adds to the admin API: rollouts, and a call after each change (the state file). */
+export interface AdminHooks {
+  rollouts?: Rollouts;
+  /** An admin call changed operator state (a policy, a GPU marked failed or repaired, a rollout). */
+  changed?(change: { gpu?: number; failed?: boolean }): void;
+}
 
 /** A path segment decoded; null for a malformed `%` escape (a 400, not a thrown URIError). */
 function decodeSegment(s: string): string | null {
@@ -32,6 +50,7 @@ export interface AdminDeps {
   live: { placement: string };
   /** Extra status fields (the worker supervisor's pid and restarts). */
   status?(): Record<string, unknown>;
+  hooks?: AdminHooks;
 }
 
 /** Placement as the admin API may find it: a policy switch exists only when the placement actor provides one. */
@@ -65,6 +84,7 @@ export async function handleAdmin(
         ...r.batcher.stats(),
       })),
       live: cp.live(),
+      ...(deps.hooks?.rollouts ? { rollouts: deps.hooks.rollouts.list() } : {}),
       ...(deps.status?.() ?? {}),
     });
   }
@@ -91,13 +111,24 @@ export async function handleAdmin(
       return sendFailure(res, failure('model_unavailable', 'no worker is registered to act on the GPU'));
     const fault = m[2] === 'fail' ? 'fault' : 'repair';
     cp.runtime.send('node', { type: 'gpu.inject', gpu, fault });
+    deps.hooks?.changed?.({ gpu, failed: fault === 'fault' });
     return sendJson(res, 202, { gpu, action: m[2] });
+  }
+  if (path === '/admin/rollout') {
+    const body = await readBody(req, rolloutBody);
+    if (!body.ok) return sendFailure(res, body.failure, body.status);
+    if (!deps.hooks?.rollouts) return sendFailure(res, failure('invalid_request', 'rollouts are not enabled'), 501);
+    const started = deps.hooks.rollouts.start(body.value);
+    if (!started.ok) return sendFailure(res, started.failure);
+    deps.hooks.changed?.({});
+    return sendJson(res, 202, { rollout: body.value, events: started.rollout.events });
   }
   if (path === '/admin/placement' || path === '/admin/routing') {
     if (path === '/admin/routing') {
       const body = await readBody(req, routingBody);
       if (!body.ok) return sendFailure(res, body.failure, body.status);
       cp.router.setPolicy(body.value.policy);
+      deps.hooks?.changed?.({});
       return sendJson(res, 200, { routing: body.value.policy });
     }
     const body = await readBody(req, placementBody);
@@ -114,6 +145,7 @@ export async function handleAdmin(
     const result = p.setPolicy(policy);
     if (result && typeof result === 'object' && 'code' in result) return sendFailure(res, result as never);
     deps.live.placement = policy;
+    deps.hooks?.changed?.({});
     return sendJson(res, 200, { placement: policy });
   }
   return sendFailure(res, failure('invalid_request', `no admin action ${method} ${path}`), 404);

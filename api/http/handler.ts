@@ -8,7 +8,7 @@ import type { ServerMetrics } from '../metrics.ts';
 import type { Serving } from '../serving.ts';
 import { bearerToken, requestPath, type TokenSet } from '../../transport/ws.ts';
 import { hasBody, hostAllowed, isJsonContent, originAllowed, type EdgePolicy } from './edge.ts';
-import { handleAdmin } from './admin.ts';
+import { handleAdmin, type AdminHooks } from './admin.ts';
 import { sendFailure, sendJson } from './io.ts';
 import { handleCompletion, handleModels } from './openai.ts';
 
@@ -23,6 +23,8 @@ export interface HttpDeps {
   adminTokens: TokenSet;
   /** Extra fields for /admin/status. */
   status?(): Record<string, unknown>;
+  /** Rollouts and the state file's hook. */
+  adminHooks?: AdminHooks;
   /** Host and Origin rules; absent accepts any (tests of the routes alone). */
   edge?: EdgePolicy;
   /** True once the server is stopping: not ready, no new requests. */
@@ -78,7 +80,13 @@ export function createHttpHandler(deps: HttpDeps): (req: IncomingMessage, res: S
         );
       }
       return handleAdmin(
-        { cp: deps.cp, node: deps.node, live, ...(deps.status ? { status: deps.status } : {}) },
+        {
+          cp: deps.cp,
+          node: deps.node,
+          live,
+          ...(deps.status ? { status: deps.status } : {}),
+          ...(deps.adminHooks ? { hooks: deps.adminHooks } : {}),
+        },
         req,
         res,
         path,

@@ -28,7 +28,17 @@ const samples: { [T in NodeProtocolMessage['type']]: Extract<NodeProtocolMessage
   'gpu.ready': { type: 'gpu.ready', gpu: 3 },
   'gpu.failed': { type: 'gpu.failed', gpu: 3, code: 'xid_79', replica: null },
   'gpu.inject': { type: 'gpu.inject', gpu: 3, fault: 'straggle', factor: 2 },
-  'gpu.fence': { type: 'gpu.fence', gpu: 3, code: 'missed_heartbeats' },
+  'gpu.fence': { type: 'gpu.fence', gpu: 3, code: 'missed_heartbeats', fence: 4 },
+  'node.inventory': {
+    type: 'node.inventory',
+    node: 'node',
+    fence: 4,
+    loads: 2,
+    devices: [
+      { gpu: 0, state: 'serving', replica: 'replica.m@v#0', epoch: 3 },
+      { gpu: 1, state: 'free' },
+    ],
+  },
   'step.execute': {
     type: 'step.execute',
     replica: 'replica.m@v#0',
