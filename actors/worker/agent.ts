@@ -176,6 +176,47 @@ function deviceOf(g: number, snap: ReturnType<ActorRefFrom<typeof gpuMachine>['g
   return { gpu: g, state, ...(held ? { replica: snap.context.replica!, epoch: snap.context.epoch } : {}) };
 }
 
+/** Applies an injected fault (or its repair) to one device. */
+function applyFault(slot: GpuSlot, g: number, engines: EngineManager, fault: InjectedFault, factor?: number): void {
+  if (fault === 'fault') engines.gpuFault(g);
+  if (fault === 'fault') slot.actor.send({ type: 'gpu.fault', code: 'xid_79' });
+  else if (fault === 'hang') slot.hung = true;
+  else if (fault === 'silent') {
+    slot.hung = true;
+    slot.silent = true;
+  } else if (fault === 'straggle') slot.slowdown = factor ?? 2;
+  else if (fault === 'repair') {
+    slot.hung = false;
+    slot.silent = false;
+    slot.slowdown = 1;
+    slot.actor.send({ type: 'gpu.repair' });
+  }
+}
+
+/** Fences applied, by id: a fence is resent until confirmed, and a repeat must not reset a GPU given anew since. */
+function createFenceLog(): { first(id: number): boolean; max(): number } {
+  const seen = new Set<number>();
+  let max = 0;
+  return {
+    first: (id) => {
+      if (seen.has(id)) return false;
+      seen.add(id);
+      max = Math.max(max, id);
+      // Ids only grow (a restarted control plane continues from the inventory's `fence`): old ones can be forgotten.
+      if (seen.size > 1024) for (const f of seen) if (f < max - 1024) seen.delete(f);
+      return true;
+    },
+    max: () => max,
+  };
+}
+
+/** The health check: a crashed device answers nothing; a hung one cannot run the probe, so only a serving one
+ * (whose health is its steps, judged by the control plane's progress check) is listed while hung. */
+function answersHealthCheck(slot: GpuSlot | undefined): boolean {
+  if (!slot || slot.silent) return false;
+  return !slot.hung || slot.actor.getSnapshot().hasTag('serving');
+}
+
 /** Starts a node agent on `runtime`: one GPU actor per device, registered as `gpu.<n>`, and the `node` inbox. */
 export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAgent {
   const id = opts.id ?? 'node';
@@ -187,9 +228,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   const lanesOf = (g: number): number[] => Array.from({ length: opts.lanes ?? 1 }, (_, l) => (g % stride) + l * stride);
   const devices = opts.gpus.flatMap(lanesOf);
   let heartbeat: TimerId | null = null;
-  // Fences applied, by id (a fence is resent until confirmed: a repeat must not reset a GPU given anew since).
-  const fences = new Set<number>();
-  let maxFence = 0;
+  const fences = createFenceLog();
   const loadsOf = new Map<number, number>();
   let loads = 0;
 
@@ -239,13 +278,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   };
   /** Applies a fence unless its id was applied already. */
   const fenceOnce = (g: number, code: string, id: number | undefined): void => {
-    if (id !== undefined) {
-      if (fences.has(id)) return;
-      fences.add(id);
-      maxFence = Math.max(maxFence, id);
-      // Ids only grow (a restarted control plane continues from the inventory's `fence`): old ones can be forgotten.
-      if (fences.size > 1024) for (const f of fences) if (f < maxFence - 1024) fences.delete(f);
-    }
+    if (id !== undefined && !fences.first(id)) return;
     fence(g, code);
   };
 
@@ -267,20 +300,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   };
   const injectDevice = (g: number, fault: InjectedFault, factor?: number): void => {
     const slot = slots.get(g);
-    if (!slot) return;
-    if (fault === 'fault') engines.gpuFault(g);
-    if (fault === 'fault') slot.actor.send({ type: 'gpu.fault', code: 'xid_79' });
-    else if (fault === 'hang') slot.hung = true;
-    else if (fault === 'silent') {
-      slot.hung = true;
-      slot.silent = true;
-    } else if (fault === 'straggle') slot.slowdown = factor ?? 2;
-    else if (fault === 'repair') {
-      slot.hung = false;
-      slot.silent = false;
-      slot.slowdown = 1;
-      slot.actor.send({ type: 'gpu.repair' });
-    }
+    if (slot) applyFault(slot, g, engines, fault, factor);
   };
   // The control plane declared the GPU failed: every lane of it leaves service (and reports gpu.failed).
   const fence = (g: number, code: string): void => {
@@ -301,13 +321,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
       }
     }
   };
-  /** The health check: a crashed device answers nothing; a hung one cannot run the probe, so only a serving one
-   * (whose health is its steps, judged by the control plane's progress check) is listed while hung. */
-  const answers = (g: number): boolean => {
-    const slot = slots.get(g);
-    if (!slot || slot.silent) return false;
-    return !slot.hung || slot.actor.getSnapshot().hasTag('serving');
-  };
+  const answers = (g: number): boolean => answersHealthCheck(slots.get(g));
   const beat = (): void => {
     const alive = opts.gpus.filter(answers);
     send('placement', { type: 'node.heartbeat', node: id, epoch: 0, t: clock.now(), gpus: alive, loads });
@@ -332,7 +346,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   const inventory = (): MessageOf<'node.inventory'> => ({
     type: 'node.inventory',
     node: id,
-    fence: maxFence,
+    fence: fences.max(),
     loads,
     devices: [...slots].map(([g, slot]) => deviceOf(g, slot.actor.getSnapshot())),
   });
