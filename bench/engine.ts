@@ -100,14 +100,14 @@ for (const [name, k] of [
   for (const p of ['p50', 'p90', 'p99'] as const) lines.push(row(`${name} ${p} ms`, a[k][p], e[k][p]));
 }
 // In process: the scheduler's CPU between steps ÷ the engine steps' CPU. Served: the CPU of serve, worker and the
-// host's own threads ÷ the CPU of the host's llama_decode threads (bench/lib/engine-served.ts).
+// host's main thread ÷ the CPU of the host's other threads, llama_decode's (bench/lib/engine-served.ts).
 const overheadShare = served ? served.cpu.switchyardMs / served.cpu.engineMs : s!.schedCpuMs / s!.engineCpuMs;
 lines.push(
   `requests ended by EOS: switchyard ${a.eosEnded}, engine ${e.eosEnded}; batch tokens: switchyard budget ` +
     `${b.tokenBudget}, node-llama-cpp batch ${alone.batchTokens}`,
   served
-    ? `switchyard's processes: ${(served.cpu.switchyardMs / 1e3).toFixed(2)} s CPU (serve, worker, host main and ` +
-        `helper threads) vs the engine's llama_decode threads ${(served.cpu.engineMs / 1e3).toFixed(2)} s CPU: ` +
+    ? `switchyard's processes: ${(served.cpu.switchyardMs / 1e3).toFixed(2)} s CPU (serve, worker, the host's main ` +
+        `thread) vs the engine host's other threads (llama_decode) ${(served.cpu.engineMs / 1e3).toFixed(2)} s CPU: ` +
         `${(overheadShare * 100).toFixed(2)} %; failures ${JSON.stringify(served.failures)}, ` +
         `${served.retries} submissions refused as overloaded and retried`
     : `switchyard per step: ${s!.steps} steps, scheduler ${((s!.schedCpuMs / s!.steps) * 1e3).toFixed(1)} us CPU ` +

@@ -3,9 +3,10 @@
 // (when each token chunk arrived); CPU time is read per process and per thread from /proc, so switchyard's own share
 // can be told from the engine's on a shared machine.
 //
-// The engine's CPU is the engine host's libuv worker threads, where node-llama-cpp runs llama_decode (and sampling);
-// everything else — the control plane and the worker (all their threads) and the host's main thread (IPC, plan
-// checks, text streams) and its V8 helper threads — is switchyard's overhead.
+// The engine's CPU is the engine host's threads other than its main thread: node-llama-cpp runs llama_decode (and
+// sampling) on libuv's thread pool; V8's helper threads (garbage collection) count there too, as Node 20 names every
+// thread "node". Everything else — the control plane and the worker (all their threads) and the host's main thread
+// (IPC, plan checks, text streams) — is switchyard's overhead.
 import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -56,7 +57,7 @@ function childrenOf(pid: number): { pid: number; args: string }[] {
 
 /** CPU split of the serving processes at one moment. */
 interface CpuSnapshot {
-  /** The engine hosts' libuv worker threads (llama_decode). */
+  /** The engine hosts' threads but the main one (llama_decode on libuv's pool). */
   engineMs: number;
   /** Everything else of serve, worker and hosts. */
   switchyardMs: number;
@@ -67,7 +68,7 @@ function cpuSnapshot(servePid: number, workerPid: number, hostPids: readonly num
   let switchyardMs = statCpuMs(`/proc/${servePid}/stat`) + statCpuMs(`/proc/${workerPid}/stat`);
   for (const pid of hostPids) {
     for (const t of threadsCpu(pid)) {
-      if (t.name.startsWith('libuv-worker')) engineMs += t.ms;
+      if (t.tid !== String(pid)) engineMs += t.ms;
       else switchyardMs += t.ms;
     }
   }
