@@ -109,7 +109,8 @@ lines.push(
     ? `switchyard's processes: ${(served.cpu.switchyardMs / 1e3).toFixed(2)} s CPU (serve, worker, the host's main ` +
         `thread) vs the engine host's other threads (llama_decode) ${(served.cpu.engineMs / 1e3).toFixed(2)} s CPU: ` +
         `${(overheadShare * 100).toFixed(2)} %; failures ${JSON.stringify(served.failures)}, ` +
-        `${served.retries} submissions refused as overloaded and retried`
+        `${served.retries} submissions refused as overloaded and retried` +
+        (served.cpu.hostsGone > 0 ? `; ${served.cpu.hostsGone} engine host(s) exited mid-run: share NOT valid` : '')
     : `switchyard per step: ${s!.steps} steps, scheduler ${((s!.schedCpuMs / s!.steps) * 1e3).toFixed(1)} us CPU ` +
         `(${((s!.schedWallMs / s!.steps) * 1e3).toFixed(1)} us wall) vs engine step ` +
         `${(s!.engineCpuMs / s!.steps).toFixed(2)} ms CPU (${(s!.engineWallMs / s!.steps).toFixed(2)} ms wall): ` +
@@ -136,5 +137,6 @@ printFigures({
   requests: reqs.length,
   clock: clockKind,
   path,
+  ...(served ? { hostsGone: served.cpu.hostsGone, failures: served.failures } : {}),
   load: loadAfter.replace(/.*load average: /, ''),
 });

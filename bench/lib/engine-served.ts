@@ -26,9 +26,15 @@ const statCpuMs = (path: string): number => {
 };
 
 /** Per-thread CPU ms of a process, keyed by thread name (comm) and id. */
-function threadsCpu(pid: number): { name: string; tid: string; ms: number }[] {
+function threadsCpu(pid: number): { name: string; tid: string; ms: number }[] | null {
   const out: { name: string; tid: string; ms: number }[] = [];
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return null; // the process is gone
+  }
+  for (const tid of tids) {
     try {
       const name = readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim();
       out.push({ name, tid, ms: statCpuMs(`/proc/${pid}/task/${tid}/stat`) });
@@ -61,23 +67,28 @@ interface CpuSnapshot {
   engineMs: number;
   /** Everything else of serve, worker and hosts. */
   switchyardMs: number;
+  /** Engine hosts that had exited (a replica failed and was replaced): the split misses their CPU. */
+  hostsGone: number;
 }
 
 function cpuSnapshot(servePid: number, workerPid: number, hostPids: readonly number[]): CpuSnapshot {
   let engineMs = 0;
+  let hostsGone = 0;
   let switchyardMs = statCpuMs(`/proc/${servePid}/stat`) + statCpuMs(`/proc/${workerPid}/stat`);
   for (const pid of hostPids) {
-    for (const t of threadsCpu(pid)) {
+    const threads = threadsCpu(pid);
+    if (!threads) hostsGone++;
+    for (const t of threads ?? []) {
       if (t.tid !== String(pid)) engineMs += t.ms;
       else switchyardMs += t.ms;
     }
   }
-  return { engineMs, switchyardMs };
+  return { engineMs, switchyardMs, hostsGone };
 }
 
 /** What a served run adds to a ServeRun: the CPU split over the run. */
 export interface ServedRun extends ServeRun {
-  cpu: { engineMs: number; switchyardMs: number };
+  cpu: { engineMs: number; switchyardMs: number; hostsGone: number };
   /** Requests that did not end well (rejected, failed), by code. */
   failures: Record<string, number>;
   /** Submissions refused as overloaded and retried. */
@@ -180,7 +191,11 @@ async function drive(
   const wallS = (performance.now() - wall0) / 1e3;
   const cpu1 = cpuSnapshot(servePid, workerPid, hostPids);
   client.close();
-  const cpu = { engineMs: cpu1.engineMs - cpu0.engineMs, switchyardMs: cpu1.switchyardMs - cpu0.switchyardMs };
+  const cpu = {
+    engineMs: cpu1.engineMs - cpu0.engineMs,
+    switchyardMs: cpu1.switchyardMs - cpu0.switchyardMs,
+    hostsGone: cpu1.hostsGone,
+  };
   return {
     side: 'switchyard served',
     clock: 'wall',
