@@ -106,8 +106,9 @@ lines.push(
   `requests ended by EOS: switchyard ${a.eosEnded}, engine ${e.eosEnded}; batch tokens: switchyard budget ` +
     `${b.tokenBudget}, node-llama-cpp batch ${alone.batchTokens}`,
   served
-    ? `switchyard's processes: ${(served.cpu.switchyardMs / 1e3).toFixed(2)} s CPU (serve, worker, the host's main ` +
-        `thread) vs the engine host's other threads (llama_decode) ${(served.cpu.engineMs / 1e3).toFixed(2)} s CPU: ` +
+    ? `switchyard's processes: ${(served.cpu.switchyardMs / 1e3).toFixed(2)} s CPU (serve ` +
+        `${(served.cpu.serveMs / 1e3).toFixed(2)}, worker ${(served.cpu.workerMs / 1e3).toFixed(2)}, the host's main ` +
+        `thread ${(served.cpu.hostMainMs / 1e3).toFixed(2)}) vs the engine host's other threads (llama_decode) ${(served.cpu.engineMs / 1e3).toFixed(2)} s CPU: ` +
         `${(overheadShare * 100).toFixed(2)} %; failures ${JSON.stringify(served.failures)}, ` +
         `${served.retries} submissions refused as overloaded and retried` +
         (served.cpu.hostsGone > 0 ? `; ${served.cpu.hostsGone} engine host(s) exited mid-run: share NOT valid` : '')

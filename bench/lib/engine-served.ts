@@ -69,26 +69,32 @@ interface CpuSnapshot {
   switchyardMs: number;
   /** Engine hosts that had exited (a replica failed and was replaced): the split misses their CPU. */
   hostsGone: number;
+  /** The overhead's parts: the control plane, the worker, the hosts' main threads. */
+  serveMs: number;
+  workerMs: number;
+  hostMainMs: number;
 }
 
 function cpuSnapshot(servePid: number, workerPid: number, hostPids: readonly number[]): CpuSnapshot {
   let engineMs = 0;
   let hostsGone = 0;
-  let switchyardMs = statCpuMs(`/proc/${servePid}/stat`) + statCpuMs(`/proc/${workerPid}/stat`);
+  const serveMs = statCpuMs(`/proc/${servePid}/stat`);
+  const workerMs = statCpuMs(`/proc/${workerPid}/stat`);
+  let hostMainMs = 0;
   for (const pid of hostPids) {
     const threads = threadsCpu(pid);
     if (!threads) hostsGone++;
     for (const t of threads ?? []) {
       if (t.tid !== String(pid)) engineMs += t.ms;
-      else switchyardMs += t.ms;
+      else hostMainMs += t.ms;
     }
   }
-  return { engineMs, switchyardMs, hostsGone };
+  return { engineMs, switchyardMs: serveMs + workerMs + hostMainMs, hostsGone, serveMs, workerMs, hostMainMs };
 }
 
 /** What a served run adds to a ServeRun: the CPU split over the run. */
 export interface ServedRun extends ServeRun {
-  cpu: { engineMs: number; switchyardMs: number; hostsGone: number };
+  cpu: Omit<CpuSnapshot, 'hostsGone'> & { hostsGone: number };
   /** Requests that did not end well (rejected, failed), by code. */
   failures: Record<string, number>;
   /** Submissions refused as overloaded and retried. */
@@ -195,6 +201,9 @@ async function drive(
     engineMs: cpu1.engineMs - cpu0.engineMs,
     switchyardMs: cpu1.switchyardMs - cpu0.switchyardMs,
     hostsGone: cpu1.hostsGone,
+    serveMs: cpu1.serveMs - cpu0.serveMs,
+    workerMs: cpu1.workerMs - cpu0.workerMs,
+    hostMainMs: cpu1.hostMainMs - cpu0.hostMainMs,
   };
   return {
     side: 'switchyard served',
