@@ -217,6 +217,15 @@ function answersHealthCheck(slot: GpuSlot | undefined): boolean {
   return !slot.hung || slot.actor.getSnapshot().hasTag('serving');
 }
 
+/** The node lost its control plane: steps in flight are abandoned and every engine sequence freed. */
+function orphanSteps(slots: ReadonlyMap<number, GpuSlot>, executor: Executor, engines: EngineManager): number {
+  for (const [g, slot] of slots) {
+    if (slot.inflight) executor.abort(g);
+    slot.inflight = null;
+  }
+  return engines.freeAll();
+}
+
 /** Starts a node agent on `runtime`: one GPU actor per device, registered as `gpu.<n>`, and the `node` inbox. */
 export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAgent {
   const id = opts.id ?? 'node';
@@ -365,13 +374,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     loads: (g) => (g === undefined ? loads : (loadsOf.get(g) ?? 0)),
     inventory,
     announce: () => send('placement', inventory()),
-    orphan: () => {
-      for (const [g, slot] of slots) {
-        if (slot.inflight) opts.executor.abort(g);
-        slot.inflight = null;
-      }
-      return engines.freeAll();
-    },
+    orphan: () => orphanSteps(slots, opts.executor, engines),
     stop: () => {
       engines.stopAll();
       if (heartbeat !== null) clock.clearTimeout(heartbeat);
