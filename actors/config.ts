@@ -344,13 +344,12 @@ function statelessBatching(
 }
 
 /**
- * Reads and validates a YAML (or JSON) scenario file; its models' calibrated profiles are read too (relative to the
- * file) unless `calibrations` is false (`switchyard calibrate` writes them).
+ * Reads a scenario file's YAML (or JSON), bounded in size before anything is read or parsed: a huge file is refused at
+ * once, not after minutes of parsing.
  */
-export function loadScenario(path: string, opts: { calibrations?: boolean } = {}): Scenario {
+export function readScenarioFile(path: string): unknown {
   let text: string;
   try {
-    // Bounded before anything is read or parsed: a huge file is refused at once, not after minutes of parsing.
     const size = statSync(path).size;
     if (size > MAX_SCENARIO_BYTES)
       throw new ConfigError('(file)', `${path} is ${size} bytes; a scenario may hold at most ${MAX_SCENARIO_BYTES}`);
@@ -361,15 +360,28 @@ export function loadScenario(path: string, opts: { calibrations?: boolean } = {}
   }
   if (text.length > MAX_SCENARIO_BYTES)
     throw new ConfigError('(file)', `${path} grew past ${MAX_SCENARIO_BYTES} bytes`);
-  let raw: unknown;
   try {
-    raw = parse(text, { maxAliasCount: 100 });
+    return parse(text, { maxAliasCount: 100 });
   } catch (e) {
     throw new ConfigError('(yaml)', (e as Error).message);
   }
-  const scenario = normalizeScenario(raw);
-  // Engine files are resolved against the config's folder and checked before anything starts.
+}
+
+/** Engine files resolved against the config's folder and checked, then calibrated profiles applied (unless off). */
+export function finishScenario(scenario: Scenario, path: string, opts: { calibrations?: boolean } = {}): Scenario {
   const bad = prepareModelFiles(scenario.models, dirname(resolve(path)));
   if (bad) throw new ConfigError(bad[0], bad[1]);
   return opts.calibrations === false ? scenario : applyCalibrations(scenario, dirname(path));
+}
+
+/**
+ * Reads and validates a YAML (or JSON) scenario file; its models' calibrated profiles are read too (relative to the
+ * file) unless `calibrations` is false (`switchyard calibrate` writes them). A file with a `fleet:` section is a fleet
+ * scenario: refused here with a pointer to `--fleet`.
+ */
+export function loadScenario(path: string, opts: { calibrations?: boolean } = {}): Scenario {
+  const raw = readScenarioFile(path);
+  if (raw && typeof raw === 'object' && !Array.isArray(raw) && 'fleet' in raw)
+    throw new ConfigError('fleet', 'this scenario describes a fleet of nodes: run it with --fleet');
+  return finishScenario(normalizeScenario(raw), path, opts);
 }

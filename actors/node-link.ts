@@ -4,7 +4,7 @@
 import type { Runtime } from '../runtime/system.ts';
 import type { TimerId } from '../runtime/clock.ts';
 import { PROTOCOL_VERSION, type NodeMessage } from '../transport/protocol.ts';
-import { createLink, type Link, type LinkStats } from '../transport/ws-link.ts';
+import { createLink, type Link, type LinkStats } from '../transport/link.ts';
 import { CLOSE, type WsPeer } from '../transport/ws.ts';
 
 /** What the control plane knows about its worker. */

@@ -67,7 +67,14 @@ export function createEngineSteps(replica: string, limits: Pick<ContinuousLimits
         const tokens = [...s.tokens.prompt, ...s.tokens.out];
         if (tokens.length !== s.prefillGoal)
           throw new Error(`sequence ${s.id} holds ${tokens.length} token ids, its prefill needs ${s.prefillGoal}`);
-        open.push({ seq: s.id, tokens, left: Math.max(1, s.maxTokens - s.generated), ...samplingFields(s) });
+        const generated = s.tokens.out.length;
+        open.push({
+          seq: s.id,
+          tokens,
+          left: Math.max(1, s.maxTokens - s.generated),
+          ...samplingFields(s),
+          ...(generated > 0 ? { generated } : {}),
+        });
         held.add(s.id);
       }
       const sample = chunk === 0 || s.computed + chunk >= s.prefillGoal;

@@ -41,6 +41,12 @@ export interface StreamRequest {
   deadlineMs?: number;
   /** Receive counts only (default false: tokens carry text). */
   countsOnly?: boolean;
+  /** Sampling (a real engine's; the cost model ignores it): 0 = greedy, the default. */
+  temperature?: number;
+  topP?: number;
+  seed?: number;
+  /** Up to 4 stop strings: generation ends before the first one, which is not streamed. */
+  stop?: string[];
 }
 
 /** Tokens received in one frame: `seq` is the index of the first, contiguous with the previous chunk. */
@@ -273,6 +279,10 @@ function submitMessage(id: string, req: StreamRequest): Extract<ClientMessage, {
     maxTokens: req.maxTokens,
     ...(req.deadlineMs !== undefined ? { deadlineMs: req.deadlineMs } : {}),
     ...(req.countsOnly ? { text: false } : {}),
+    ...(req.temperature !== undefined ? { temperature: req.temperature } : {}),
+    ...(req.topP !== undefined ? { topP: req.topP } : {}),
+    ...(req.seed !== undefined ? { seed: req.seed } : {}),
+    ...(req.stop !== undefined ? { stop: req.stop } : {}),
   };
 }
 

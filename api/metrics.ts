@@ -269,23 +269,60 @@ function outcomeMetrics(registers: Registry[], models: readonly string[]): Omit<
     registers,
   });
 
+  // The series of each bounded label set, looked up once: every request and every step records into them, and
+  // prom-client would otherwise hash the labels on each call.
+  const perModel = new Map<
+    string,
+    {
+      tokens: Counter.Internal;
+      ttft: Histogram.Internal<'model'>;
+      tpot: Histogram.Internal<'model'>;
+      e2e: Histogram.Internal<'model'>;
+      batch: Histogram.Internal<'model'>;
+    }
+  >();
+  const seriesOf = (model: string) => {
+    let m = perModel.get(model);
+    if (!m) {
+      m = {
+        tokens: tokens.labels({ model }),
+        ttft: ttft.labels({ model }),
+        tpot: tpot.labels({ model }),
+        e2e: e2e.labels({ model }),
+        batch: batch.labels({ model }),
+      };
+      perModel.set(model, m);
+    }
+    return m;
+  };
+  const outcomeSeries = new Map<string, Counter.Internal>();
+  const outcomeOf = (model: string, outcome: string, code: string): Counter.Internal => {
+    const k = `${model}\u0000${outcome}\u0000${code}`;
+    let c = outcomeSeries.get(k);
+    if (!c) {
+      c = requests.labels({ model, outcome, code });
+      outcomeSeries.set(k, c);
+    }
+    return c;
+  };
+
   return {
     outcome: (name, o) => {
       // A client chooses the model string: only configured names become labels, so series stay bounded.
       const model = modelLabel(name);
       const code = o.code === undefined ? '' : codeLabel(o.code);
-      requests.inc({ model, outcome: o.outcome, code });
+      const m = seriesOf(model);
+      outcomeOf(model, o.outcome, code).inc();
       if (o.outcome === 'rejected') rejections.inc({ model, code: code || 'rejected' });
-      if (o.tokens > 0) tokens.inc({ model }, o.tokens);
+      if (o.tokens > 0) m.tokens.inc(o.tokens);
       if (o.outcome !== 'done') return;
       const { receivedAt, firstTokenAt, finishedAt } = o.timings;
-      if (firstTokenAt >= 0) ttft.observe({ model }, (firstTokenAt - receivedAt) / 1000);
-      if (firstTokenAt >= 0 && o.tokens > 1)
-        tpot.observe({ model }, (finishedAt - firstTokenAt) / (o.tokens - 1) / 1000);
-      e2e.observe({ model }, (finishedAt - receivedAt) / 1000);
+      if (firstTokenAt >= 0) m.ttft.observe((firstTokenAt - receivedAt) / 1000);
+      if (firstTokenAt >= 0 && o.tokens > 1) m.tpot.observe((finishedAt - firstTokenAt) / (o.tokens - 1) / 1000);
+      m.e2e.observe((finishedAt - receivedAt) / 1000);
     },
     refused: (code) => edgeRefusals.inc({ code: refusalLabel(code) }),
-    step: (model, size) => batch.observe({ model: modelLabel(model) }, size),
+    step: (model, size) => seriesOf(modelLabel(model)).batch.observe(size),
     handlerFailed: () => handlerFailures.inc(),
   };
 }

@@ -124,9 +124,9 @@ export function createServing(
         },
         tokens: (_id, seq, n, t, text) => {
           if (firstSchedule < 0) firstSchedule = t;
-          // A real engine's text as it sampled it; the cost model's words otherwise.
-          const words = engine ? (text ?? '') : textRange(seed, seq, n);
-          sink.tokens(seq, n, req.text ? words : undefined);
+          // A real engine's text as it sampled it; the cost model's words otherwise (made only when asked for).
+          if (!req.text) sink.tokens(seq, n, undefined);
+          else sink.tokens(seq, n, engine ? (text ?? '') : textRange(seed, seq, n));
         },
         terminal: (_id, o) => {
           metrics.outcome(req.model, o);

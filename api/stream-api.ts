@@ -64,7 +64,7 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
       congestionRetryMs: opts.congestionRetryMs ?? 5,
     });
     const push = outbox.push;
-    const requests = createRequestTable(serving, metrics, opts.maxStreamsPerConnection, push, (d) => (streams += d));
+    const requests = createRequestTable(serving, metrics, opts.maxStreamsPerConnection, outbox, (d) => (streams += d));
 
     const handle = (data: Uint8Array | string): void => {
       const frame = decodeClientFrame(data, format);
@@ -77,6 +77,8 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
         if (m.type === 'submit') requests.submit(m);
         else requests.cancel(m.id);
       }
+      // The answers to a frame (accepted, rejected) leave when this turn's work is done, not a loop iteration later.
+      outbox.soon();
     };
     // Frames wait in a bounded inbox and are handled on later turns, round-robin across connections within one time
     // budget, so a burst of submits cannot hold back the node link, timers and other clients; a full inbox stops
@@ -167,10 +169,20 @@ function createPacer(clock: Clock, budgetMs: number): { wake(inbox: Inbox): void
   };
 }
 
+/** A request's latest tokens message while it still waits in the outbox (`gen` names the outbox's batch). */
+interface TokensSlot {
+  msg: TokensMsg | null;
+  gen: number;
+}
+
 /** A connection's outgoing queue. */
 interface Outbox {
-  /** Queues a message; it leaves with the others queued in this turn, merged into the last tokens while congested. */
+  /** Queues a message; it leaves with the others queued in this turn. */
   push(m: ServerMessage): void;
+  /** Queues a request's tokens, merged into its tokens message still waiting (same turn, or congested). */
+  pushTokens(slot: TokensSlot, id: string, seq: number, n: number, text: string | undefined): void;
+  /** Sends what is queued at the end of the current task instead of the end of the loop's turn. */
+  soon(): void;
   /** Cancels a pending congestion retry (the connection closed); later pushes are no longer scheduled. */
   stopRetry(): void;
   /** Drops whatever is still queued. */
@@ -186,8 +198,8 @@ function createOutbox(
   o: { clock: Clock; perFrame: number; maxQueuedBytes: number; congestionRetryMs: number },
 ): Outbox {
   let out: ServerMessage[] = [];
-  // The latest queued tokens message per request, while it is still in `out` (merged into when congested).
-  const lastTokens = new Map<string, TokensMsg>();
+  // Which batch `out` holds: a request's slot merges tokens only into a message of the current batch.
+  let gen = 0;
   let scheduled = false;
   let retry: TimerId | null = null;
   // Rough size of what waits in `out` (merged token text included): a client that never reads is bounded by it.
@@ -213,39 +225,58 @@ function createOutbox(
     }
     const msgs = out;
     out = [];
+    gen++;
     waitingBytes = 0;
-    lastTokens.clear();
     for (let i = 0; i < msgs.length; i += o.perFrame)
       peer.send(encodeFrame(i === 0 && msgs.length <= o.perFrame ? msgs : msgs.slice(i, i + o.perFrame), format));
   };
-  const push = (m: ServerMessage): void => {
-    waitingBytes += m.type === 'tokens' ? 24 + (m.text?.length ?? 0) : 128;
-    if (m.type === 'tokens') {
-      const prev = lastTokens.get(m.id);
-      if (prev && prev.seq + prev.n === m.seq) {
-        prev.n += m.n;
-        if (m.text !== undefined) prev.text = (prev.text ?? '') + m.text;
-        return;
-      }
-      lastTokens.set(m.id, m);
-    } else {
-      if ('id' in m && m.id !== undefined) lastTokens.delete(m.id);
-    }
-    out.push(m);
+  const schedule = (): void => {
     if (!scheduled && retry === null) {
       scheduled = true;
       // At the end of the loop's turn: tokens from every step applied in this turn share one frame per client.
       o.clock.setTimeout(flush, 0);
     }
   };
+  const push = (m: ServerMessage): void => {
+    waitingBytes += m.type === 'tokens' ? 24 + (m.text?.length ?? 0) : 128;
+    out.push(m);
+    schedule();
+  };
+  const pushTokens = (slot: TokensSlot, id: string, seq: number, n: number, text: string | undefined): void => {
+    waitingBytes += 24 + (text?.length ?? 0);
+    const prev = slot.gen === gen ? slot.msg : null;
+    if (prev && prev.seq + prev.n === seq) {
+      prev.n += n;
+      if (text !== undefined) prev.text = (prev.text ?? '') + text;
+      return;
+    }
+    const m: TokensMsg = text === undefined ? { type: 'tokens', id, seq, n } : { type: 'tokens', id, seq, n, text };
+    slot.msg = m;
+    slot.gen = gen;
+    out.push(m);
+    schedule();
+  };
+  let soonPending = false;
+  const soon = (): void => {
+    if (soonPending || out.length === 0) return;
+    soonPending = true;
+    // The flush scheduled for the end of the turn then finds nothing left (or what was queued after this one).
+    queueMicrotask(() => {
+      soonPending = false;
+      flush();
+    });
+  };
   return {
     push,
+    pushTokens,
+    soon,
     // `retry` is left set on purpose, as before the split: nothing pushed after the close schedules a flush.
     stopRetry: () => {
       if (retry !== null) o.clock.clearTimeout(retry);
     },
     drop: () => {
       out = [];
+      gen++;
     },
   };
 }
@@ -258,15 +289,16 @@ interface RequestTable {
   cancelAll(): void;
 }
 
-/** Submits to the serving facade and relays each request's tokens and end to `push`; `counted` hears +1 when a
+/** Submits to the serving facade and relays each request's tokens and end to the outbox; `counted` hears +1 when a
  * request goes live and -1 when it ends. */
 function createRequestTable(
   serving: Serving,
   metrics: ServerMetrics,
   maxStreams: number,
-  push: (m: ServerMessage) => void,
+  outbox: Pick<Outbox, 'push' | 'pushTokens'>,
   counted: (delta: 1 | -1) => void,
 ): RequestTable {
+  const { push, pushTokens } = outbox;
   const live = new Map<string, { cancel(): void }>();
   const submit = (m: Extract<ClientMessage, { type: 'submit' }>): void => {
     if (live.has(m.id)) {
@@ -295,7 +327,10 @@ function createRequestTable(
       return;
     }
     const id = m.id;
+    // Nothing merges into tokens queued before the request's end.
+    const slot: TokensSlot = { msg: null, gen: -1 };
     const end = (): void => {
+      slot.msg = null;
       if (live.delete(id)) counted(-1);
     };
     const res = serving.submit(
@@ -308,10 +343,15 @@ function createRequestTable(
         maxTokens: m.maxTokens,
         ...(m.deadlineMs !== undefined ? { deadlineMs: m.deadlineMs } : {}),
         text: m.text ?? true,
+        sampling: {
+          ...(m.temperature !== undefined ? { temperature: m.temperature } : {}),
+          ...(m.topP !== undefined ? { topP: m.topP } : {}),
+          ...(m.seed !== undefined ? { seed: m.seed } : {}),
+          ...(m.stop !== undefined ? { stop: m.stop } : {}),
+        },
       },
       {
-        tokens: (seq, n, text) =>
-          push(text === undefined ? { type: 'tokens', id, seq, n } : { type: 'tokens', id, seq, n, text }),
+        tokens: (seq, n, text) => pushTokens(slot, id, seq, n, text),
         done: (info) => {
           end();
           push({ type: 'done', id, ...info });

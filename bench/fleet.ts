@@ -5,13 +5,17 @@ import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
 import { normalizeFleetScenario } from '../actors/fleet/config.ts';
 import { simulateFleet, type FleetReport } from '../actors/fleet/fleet.ts';
-import { planFleet } from '../actors/fleet/plan.ts';
+import { nodeCapacity, planFleet } from '../actors/fleet/plan.ts';
 import { FLEET_ROUTER_POLICIES } from '../actors/fleet/router.ts';
 import { printFigures, quick } from './lib/data.ts';
 
 const FLEET_FILE = 'scenarios/fleet-mixed.yaml';
-// The quick (CI) run keeps every part but a tenth of the requests and an earlier loss.
-const SCALE = quick ? 0.1 : 1;
+/** The share of the fleet's capacity the bench offers. */
+const LOAD = 0.8;
+// Simulated seconds of traffic: the quick (CI) run keeps every part over a shorter window.
+const DURATION_S = quick ? 5 : 120;
+/** Requests per model in the burst that measures one node's saturated throughput. */
+const CAPACITY_REQUESTS = quick ? 1500 : 3000;
 
 function load(file: string, fleetSection?: unknown) {
   const raw = parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
@@ -19,15 +23,34 @@ function load(file: string, fleetSection?: unknown) {
 }
 
 const { scenario, fleet } = load(FLEET_FILE);
+// The fleet's capacity per model: a node of the first pool serving it, saturated, times the nodes serving it.
+const capacity: Record<string, { perNode: number; nodes: number; fleetRps: number; offeredRps: number }> = {};
+for (const m of scenario.models) {
+  const pools = fleet.pools.filter((p) => p.models.includes(m.name));
+  const perNode = nodeCapacity(scenario, pools[0]!, m.name, CAPACITY_REQUESTS);
+  const nodes = pools.reduce((a, p) => a + p.nodes, 0);
+  const fleetRps = perNode * nodes;
+  capacity[m.name] = { perNode, nodes, fleetRps, offeredRps: Math.round(LOAD * fleetRps * 1000) / 1000 };
+}
 const scaled = {
   ...scenario,
-  traffic: scenario.traffic.map((t) => ({ ...t, requests: Math.max(1, Math.round(t.requests * SCALE)) })),
+  traffic: scenario.traffic.map((t) => {
+    const rate = capacity[t.model]!.offeredRps;
+    return { ...t, requests: Math.max(1, Math.round(rate * DURATION_S)), arrival: { ...t.arrival, rate } };
+  }),
 };
-const scaledFleet = { ...fleet, nodeLoss: fleet.nodeLoss.map((l) => ({ ...l, at: l.at * SCALE })) };
+// The node loss moves to mid-run.
+const scaledFleet = { ...fleet, nodeLoss: fleet.nodeLoss.map((l) => ({ ...l, at: DURATION_S / 2 })) };
 console.log(
   `bench:fleet — ${FLEET_FILE}: ${fleet.pools.map((p) => `${p.nodes} × ${p.name}`).join(', ')}, ` +
-    `${scaled.traffic.reduce((a, t) => a + t.requests, 0)} requests, node loss ${JSON.stringify(scaledFleet.nodeLoss)}`,
+    `${scaled.traffic.reduce((a, t) => a + t.requests, 0)} requests over ${DURATION_S} s at ${LOAD * 100}% of ` +
+    `capacity, node loss ${JSON.stringify(scaledFleet.nodeLoss)}`,
 );
+for (const [model, c] of Object.entries(capacity))
+  console.log(
+    `  ${model}: one node saturated completes ${c.perNode} req/s; ${c.nodes} nodes → ${c.fleetRps.toFixed(1)} req/s; ` +
+      `offered ${c.offeredRps} req/s`,
+  );
 
 const runs: Record<string, { report: FleetReport; wallS: number }> = {};
 for (const router of FLEET_ROUTER_POLICIES) {
@@ -86,6 +109,7 @@ printFigures({
     ...Object.fromEntries(plan.pools.map((p) => [p.pool, p.nodes])),
     switchFleet: plan.switchFleet.nodes,
   },
+  offeredRps: Object.fromEntries(Object.entries(capacity).map(([m, c]) => [m, c.offeredRps])),
   fleetSimRequestsPerWallS: Math.round(simulated / wall),
   quick,
 });

@@ -33,6 +33,8 @@ interface Req {
 }
 
 const clock = createWallClock();
+/** Frames and bytes every connection of this process received (how finely the server split its output). */
+const received = { frames: 0, bytes: 0 };
 const now = (): number => performance.now();
 const sleep = (ms: number): Promise<void> => new Promise((r) => clock.setTimeout(r, ms));
 
@@ -60,6 +62,8 @@ async function openConns(url: string, n: number, onMsg: (m: ServerMessage) => vo
         process.stderr.write(`loadgen: connection closed by the server (${code} ${reason})\n`);
     });
     peer.onMessage((data) => {
+      received.frames++;
+      received.bytes += data.length;
       const f = decodeServerFrame(data, 'msgpack');
       if (!f.ok) throw new Error(`loadgen: bad frame: ${f.error.message}`);
       for (const m of f.messages) onMsg(m);
@@ -132,6 +136,8 @@ async function latency(s: Extract<LoadSpec, { mode: 'latency' }>): Promise<Recor
   const reqs = new Map<string, Req>();
   const ttft: number[] = [];
   const tbt: number[] = [];
+  // TTFT as the server saw it (receipt to first token, from the done message): the rest is the wire and the client.
+  const serverTtft: number[] = [];
   let rejected = 0;
   let errors = 0;
   let finished = 0;
@@ -147,8 +153,10 @@ async function latency(s: Extract<LoadSpec, { mode: 'latency' }>): Promise<Recor
       } else tbt.push(t - r.lastAt);
       r.lastAt = t;
       r.tokens += m.n;
-    } else if (m.type === 'done') finished++;
-    else if (m.type === 'rejected' || (m.type === 'error' && m.id)) {
+    } else if (m.type === 'done') {
+      finished++;
+      serverTtft.push(m.timings.ttftMs);
+    } else if (m.type === 'rejected' || (m.type === 'error' && m.id)) {
       if (m.type === 'rejected') rejected++;
       else errors++;
       firstFailure ||= `${m.code}: ${m.message}`;
@@ -180,6 +188,10 @@ async function latency(s: Extract<LoadSpec, { mode: 'latency' }>): Promise<Recor
     ttftP99Ms: r2(percentile(ttft, 99)),
     tbtP50Ms: r2(percentile(tbt, 50)),
     tbtP99Ms: r2(percentile(tbt, 99)),
+    serverTtftP50Ms: r2(percentile(serverTtft, 50)),
+    serverTtftP99Ms: r2(percentile(serverTtft, 99)),
+    framesIn: received.frames,
+    bytesIn: received.bytes,
     firstFailure,
   };
 }

@@ -12,7 +12,7 @@ import {
   formatOf,
   type ServerMessage,
 } from '../transport/client-protocol.ts';
-import { createLink } from '../transport/ws-link.ts';
+import { createLink } from '../transport/link.ts';
 import { attachWsServer, connectWs, type WsPeer } from '../transport/ws.ts';
 
 /** Lanes stepping independently, like switchyard's eight single-GPU replicas. */

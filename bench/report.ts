@@ -39,6 +39,7 @@ const BENCHES: Bench[] = [
     title: 'Simulation fidelity against the real engine',
     seeds: '1 (CPU-time clock)',
   },
+  { name: 'fleet', script: 'bench/fleet.ts', title: 'A fleet of nodes behind the cluster router', seeds: '7' },
 ];
 
 const quickMode = process.argv.includes('--quick');

@@ -9,7 +9,8 @@ const USAGE = `usage: switchyard node-agent --url ws://127.0.0.1:8080/v1/node [-
                             [--time-scale 1] [--repair-ms 60000] [--max-backoff-ms 1000] [--orphan-grace-ms 10000]
 `;
 
-const FLAGS = {
+/** The command's flags (exported so the deploy manifests' command lines are checked against them). */
+export const FLAGS = {
   url: flag.str(),
   token: flag.str(),
   gpus: flag.intOr(8, { min: 1, max: 64 }),

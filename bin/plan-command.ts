@@ -3,9 +3,10 @@
 import { plan, type CandidateResult, type PlanProgress, type PlanResult } from '../actors/placement/planner.ts';
 import { flag, parseOrUsage } from './args.ts';
 import { scenarioOrReport } from './scenario-file.ts';
+import { runFleetPlan } from './fleet-command.ts';
 
-const USAGE = 'usage: switchyard plan <scenario.yaml> [--seed N] [--json]\n';
-const FLAGS = { seed: flag.int({ min: 0, max: 2 ** 31 - 1 }), json: flag.bool() };
+const USAGE = 'usage: switchyard plan [--fleet] <scenario.yaml> [--seed N] [--json]\n';
+const FLAGS = { seed: flag.int({ min: 0, max: 2 ** 31 - 1 }), json: flag.bool(), fleet: flag.bool() };
 
 /** Runs the plan command; returns the exit code (0 feasible, 3 infeasible, 2 usage or config error). */
 export function runPlanCommand(argv: string[]): number {
@@ -16,6 +17,11 @@ export function runPlanCommand(argv: string[]): number {
     process.stderr.write(USAGE);
     return 2;
   }
+  if (args.values.fleet)
+    return runFleetPlan(file, {
+      json: args.values.json,
+      ...(args.values.seed !== undefined ? { seed: args.values.seed } : {}),
+    });
   let scenario = scenarioOrReport(file);
   if (!scenario) return 2;
   scenario = { ...scenario, seed: args.values.seed ?? scenario.seed };

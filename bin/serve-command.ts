@@ -31,7 +31,8 @@ tokens may also come from SWITCHYARD_CLIENT_TOKENS (comma-separated), SWITCHYARD
 a supplied token is never printed; generated ones are printed once, or written to --secrets-file (mode 0600)
 `;
 
-const FLAGS = {
+/** The command's flags (exported so the deploy manifests' command lines are checked against them). */
+export const FLAGS = {
   config: flag.str(),
   host: flag.strOr('127.0.0.1'),
   port: flag.intOr(8080, { min: 0, max: 65_535 }),
@@ -45,6 +46,7 @@ const FLAGS = {
   executor: flag.oneOf('cost-model', 'cost-model', 'zero-cost', 'fixed'),
   'step-ms': flag.str(),
   'no-worker': flag.bool(),
+  insecure: flag.bool(),
   'node-grace-ms': flag.intOr(2_000, { min: 0, max: 3_600_000 }),
   'repair-ms': flag.int({ min: 0, max: 3_600_000 }),
   'heartbeat-ms': flag.int({ min: 0, max: 3_600_000 }),

@@ -2,12 +2,16 @@
 import { simulate, type SimReport } from '../actors/sim/simulate.ts';
 import { flag, parseOrUsage } from './args.ts';
 import { scenarioOrReport } from './scenario-file.ts';
+import { runFleetSimulate } from './fleet-command.ts';
 import { formatTraces } from '../actors/router/explain.ts';
 import { startRecording, writeRecording, type Recorder } from '../inspector/record.ts';
 import type { ControlPlane } from '../actors/control-plane.ts';
 
 const USAGE =
-  'usage: switchyard simulate <scenario.yaml> [--seed N] [--json] [--wall] [--explain req.N] [--trace out.json]\n';
+  'usage: switchyard simulate <scenario.yaml> [--seed N] [--json] [--wall] [--explain req.N] [--trace out.json]\n' +
+  '  [--wire-check]    every frame crosses the codec (no link shortcut; the report is the same)\n' +
+  '  [--step-by-step]  --wire-check, and every step through the replica machine (the reference run)\n' +
+  '       switchyard simulate --fleet <fleet-scenario.yaml> [--seed N] [--router gie-like|predicted] [--json] [--wall]\n';
 
 const FLAGS = {
   seed: flag.int({ min: 0, max: 2 ** 31 - 1 }),
@@ -15,6 +19,10 @@ const FLAGS = {
   trace: flag.str(),
   json: flag.bool(),
   wall: flag.bool(),
+  'wire-check': flag.bool(),
+  'step-by-step': flag.bool(),
+  fleet: flag.bool(),
+  router: flag.str(),
 };
 
 /** Runs the simulate command; returns the exit code. */
@@ -30,6 +38,11 @@ export function runSimulateCommand(argv: string[]): number {
     process.stderr.write(USAGE);
     return 2;
   }
+  if (args.values.fleet) return fleetSimulate(file, args.values);
+  if (args.values.router !== undefined) {
+    process.stderr.write(`switchyard simulate: --router applies to --fleet runs only\n${USAGE}`);
+    return 2;
+  }
   const scenario = scenarioOrReport(file);
   if (!scenario) return 2;
   const seed = args.values.seed ?? scenario.seed;
@@ -40,6 +53,8 @@ export function runSimulateCommand(argv: string[]): number {
   const report = simulate(scenario, {
     seed,
     wall: args.values.wall,
+    wireCheck: args.values['wire-check'] === true,
+    stepByStep: args.values['step-by-step'] === true,
     explain,
     ...(typeof trace === 'string' ? { onStart: (cp: ControlPlane) => (recorder = startRecording(cp, { seed })) } : {}),
   });
@@ -55,6 +70,26 @@ export function runSimulateCommand(argv: string[]): number {
   if (args.values.json) process.stdout.write(`${JSON.stringify(report)}\n`);
   else process.stdout.write(formatReport(report));
   return report.invariants.violations.length > 0 ? 1 : 0;
+}
+
+function fleetSimulate(
+  file: string,
+  v: { seed: number | undefined; router: string | undefined; json: boolean; wall: boolean; explain?: string },
+): number {
+  if (v.router !== undefined && v.router !== 'gie-like' && v.router !== 'predicted') {
+    process.stderr.write(`switchyard simulate: --router: expected gie-like or predicted, got "${v.router}"\n${USAGE}`);
+    return 2;
+  }
+  if (v.explain !== undefined) {
+    process.stderr.write(`switchyard simulate: --explain applies to single-node runs only\n${USAGE}`);
+    return 2;
+  }
+  return runFleetSimulate(file, {
+    ...(v.seed !== undefined ? { seed: v.seed } : {}),
+    ...(v.router !== undefined ? { router: v.router } : {}),
+    json: v.json,
+    wall: v.wall,
+  });
 }
 
 /** A human-readable table of a report. */

@@ -40,6 +40,11 @@ export const clientMessageSchema = union('type', {
     deadlineMs: optional(ms),
     /** Send the pseudo-text of each token (default true); false sends counts only. */
     text: optional(bool()),
+    // Sampling, with the OpenAI API's bounds (temperature, top_p, seed, stop); they reach a real engine.
+    temperature: optional(num({ min: 0, max: 2 })),
+    topP: optional(num({ min: 0, max: 1 })),
+    seed: optional(int({ min: 0, max: 2 ** 32 - 1 })),
+    stop: optional(arr(str({ min: 1, max: 1024 }), { max: 4 })),
   }),
   cancel: obj({ id: reqId }),
 });

@@ -43,6 +43,8 @@ const engineOpen = obj({
   topP: optional(num({ min: 0, max: 1 })),
   seed: optional(int({ min: 0, max: 2 ** 32 - 1 })),
   stop: optional(arr(str({ min: 1, max: 1024 }), { max: 16 })),
+  /** How many of `tokens` (the last ones) the sequence generated before (a recompute): their text was streamed. */
+  generated: optional(int({ min: 0, max: ENGINE_WIRE_BOUNDS.maxTokens })),
 });
 
 /** One item of an engine step: prefill tokens [from, from + n) of the sequence's tokens, or a decode (n = 0). */

@@ -28,15 +28,16 @@ export async function calibrateFile(
   timing: StepTiming = 'wall',
 ): Promise<EngineProfile> {
   const maxDecode = Math.max(...grid.decodeSeqs);
+  const maxChunks = Math.max(1, ...(grid.prefillChunks ?? [1]));
   const maxContext = Math.max(...grid.contextTokens);
   const maxCached = Math.max(0, ...(grid.cachedTokens ?? [0]));
   const cachedKinds = (grid.cachedTokens ?? [0]).length;
-  // Timed decodes per context: one per shape and round (the warm-up round included).
-  const drift = grid.prefillTokens.length * cachedKinds * grid.decodeSeqs.length * (grid.repetitions + 1);
+  // Timed decodes per round: one per shape (the decoding sequences are set up again each round).
+  const drift = grid.prefillTokens.length * cachedKinds * maxChunks * grid.decodeSeqs.length;
   const started = performance.now();
   const engine = await loadLlamaEngine(file, {
     threads,
-    sequences: maxDecode + 1,
+    sequences: maxDecode + maxChunks,
     contextTokens: Math.max(maxContext + drift + 2, maxCached + Math.max(...grid.prefillTokens) + 1),
     batchTokens: Math.max(Math.max(...grid.prefillTokens) + maxDecode, maxContext, maxCached),
   });

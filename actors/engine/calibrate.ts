@@ -33,16 +33,26 @@ export interface CalibrationGrid {
   contextTokens: readonly number[];
   /** Tokens already cached in the prefilling sequence (a chunk continuing a prompt); default [0]. */
   cachedTokens?: readonly number[];
+  /**
+   * Prefill chunks the prefill tokens are split over (the tail of one prompt beside the head of the next, as chunked
+   * prefill plans them); default [1]. With 2, the first chunk continues after the cached tokens, the second is fresh.
+   */
+  prefillChunks?: readonly number[];
   repetitions: number;
 }
 
-/** The default grid: 112 shapes (prefill chunks fresh and after 192 cached tokens), 5 repetitions each. */
+/**
+ * The default grid: 171 shapes — one or two prefill chunks (fresh, or continuing after 192 cached tokens) beside 0 to
+ * 6 decodes at three contexts — 7 repetitions each. Prefills stop at 64 tokens, the largest chunk a step of the
+ * benchmarks' budget holds: larger ones would pull the fit towards shapes that are never served.
+ */
 export const DEFAULT_GRID: CalibrationGrid = Object.freeze({
-  prefillTokens: [0, 16, 64, 128, 256],
-  decodeSeqs: [0, 1, 2, 4, 8],
-  contextTokens: [32, 128, 512],
+  prefillTokens: [0, 8, 24, 48, 64],
+  decodeSeqs: [0, 1, 2, 4, 6],
+  contextTokens: [32, 128, 384],
   cachedTokens: [0, 192],
-  repetitions: 5,
+  prefillChunks: [1, 2],
+  repetitions: 7,
 });
 
 /** Features of a sample, in the order of the coefficients. */
@@ -111,20 +121,35 @@ export function fitProfile(samples: readonly CalibrationSample[]): {
 /** Filler prompt tokens: printable bytes, valid in any byte-level vocabulary. */
 const filler = (n: number, salt: number): number[] => Array.from({ length: n }, (_, i) => 97 + ((i + salt) % 26));
 
-/** One shape of the grid: a prefill chunk of `prefill` tokens after `cached` ones, beside `decode` decodes. */
+/**
+ * One shape of the grid: `prefill` tokens in `chunks` chunks (the first after `cached` tokens, a second one fresh),
+ * beside `decode` decodes.
+ */
 interface GridShape {
   prefill: number;
   cached: number;
+  chunks: number;
   decode: number;
 }
+
+/** The prefilling sequences of the calibration: the first continues after the cached tokens. */
+const PREFILLING = ['cal.p', 'cal.q'] as const;
+
+/** The chunk sizes of a shape's prefill: split as evenly as possible. */
+const chunkSizes = (s: GridShape): number[] =>
+  Array.from({ length: s.chunks }, (_, i) => Math.floor(s.prefill / s.chunks) + (i < s.prefill % s.chunks ? 1 : 0));
 
 /** The shapes of the grid worth timing (the context does not matter without decodes, nor the cache without prefill). */
 const gridShapes = (grid: CalibrationGrid, context: number): GridShape[] =>
   grid.prefillTokens.flatMap((prefill) =>
     (prefill > 0 ? (grid.cachedTokens ?? [0]) : [0]).flatMap((cached) =>
-      grid.decodeSeqs
-        .filter((decode) => (prefill > 0 || decode > 0) && (decode > 0 || context === grid.contextTokens[0]))
-        .map((decode) => ({ prefill, cached, decode })),
+      (prefill > 0 ? (grid.prefillChunks ?? [1]) : [0])
+        .filter((chunks) => chunks <= Math.min(prefill, PREFILLING.length))
+        .flatMap((chunks) =>
+          grid.decodeSeqs
+            .filter((decode) => (prefill > 0 || decode > 0) && (decode > 0 || context === grid.contextTokens[0]))
+            .map((decode) => ({ prefill, cached, chunks, decode })),
+        ),
     ),
   );
 
@@ -157,12 +182,14 @@ export async function measureGrid(
   const samples: CalibrationSample[] = [];
   const decoding = Array.from({ length: Math.max(...grid.decodeSeqs) }, (_, i) => `cal.d${i}`);
   for (const context of grid.contextTokens) {
-    // Set-up steps, not timed: each decoding sequence holds `context` tokens and has a sampled token pending.
-    for (const [i, seq] of decoding.entries()) {
-      await engine.step({ items: [{ seq, kind: 'prefill', tokens: filler(context, i), sample: true }] });
-    }
     const shapes = gridShapes(grid, context).map((shape) => ({ ...shape, runs: [] as [number, number][] }));
     for (let r = -1; r < grid.repetitions; r++) {
+      // Set-up steps, not timed: each decoding sequence holds `context` tokens and has a sampled token pending
+      // (again each round, so the contexts drift by at most one round's decodes).
+      for (const [i, seq] of decoding.entries()) {
+        await engine.free(seq);
+        await engine.step({ items: [{ seq, kind: 'prefill', tokens: filler(context, i), sample: true }] });
+      }
       for (const shape of shapes) {
         if (shape.cached > 0) {
           await engine.step({
@@ -170,13 +197,13 @@ export async function measureGrid(
           });
         }
         const items: StepItem[] = decoding.slice(0, shape.decode).map((seq) => ({ seq, kind: 'decode' as const }));
-        if (shape.prefill > 0) {
-          items.push({ seq: 'cal.p', kind: 'prefill', tokens: filler(shape.prefill, r + 7), sample: true });
-        }
+        chunkSizes(shape).forEach((n, i) => {
+          items.push({ seq: PREFILLING[i]!, kind: 'prefill', tokens: filler(n, r + 7 + i), sample: true });
+        });
         const used = engine.capacity().used;
         const held = decoding.slice(0, shape.decode).reduce((sum, seq) => sum + (used[seq] ?? 0) + 1, 0);
         const seconds = await timeStep(engine, items, timing);
-        await engine.free('cal.p');
+        for (const seq of PREFILLING) await engine.free(seq);
         if (r < 0) continue; // the first round warms caches and threads up
         shape.runs.push([seconds, held]);
       }
@@ -186,10 +213,11 @@ export async function measureGrid(
       // inflates CPU time, through shared caches and memory bandwidth, and the serving steps pay that too).
       const sorted = s.runs.sort((x, y) => x[0] - y[0]);
       const [seconds, held] = sorted[timing === 'wall' ? 0 : Math.floor((sorted.length - 1) / 2)]!;
+      const sizes = chunkSizes(s);
       samples.push({
         prefillTokens: s.prefill,
-        prefillPairs: s.prefill * (s.cached + s.prefill / 2),
-        prefillSeqs: s.prefill > 0 ? 1 : 0,
+        prefillPairs: sizes.reduce((sum, n, i) => sum + n * ((i === 0 ? s.cached : 0) + n / 2), 0),
+        prefillSeqs: sizes.length,
         decodeSeqs: s.decode,
         contextTokens: held,
         seconds,

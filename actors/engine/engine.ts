@@ -68,9 +68,22 @@ export interface SamplingParams {
   stop?: readonly string[];
 }
 
-/** One item of a step: a prefill chunk of a sequence, or one decode token of a running sequence. */
+/**
+ * One item of a step: a prefill chunk of a sequence, or one decode token of a running sequence. The first prefill of
+ * a recomputed sequence (preempted, or resumed elsewhere) names in `streamed` the tokens it had generated, whose text
+ * was streamed already: the engine's text stream replays them without emitting, so what it held back (an incomplete
+ * character, a possible stop-string prefix) is neither lost nor sent twice, and a stop string spanning the
+ * preemption is still found.
+ */
 export type StepItem =
-  | { seq: string; kind: 'prefill'; tokens: readonly number[]; sample: boolean; sampling?: SamplingParams }
+  | {
+      seq: string;
+      kind: 'prefill';
+      tokens: readonly number[];
+      sample: boolean;
+      sampling?: SamplingParams;
+      streamed?: readonly number[];
+    }
   | { seq: string; kind: 'decode' };
 
 /** A step as switchyard's batcher planned it; executed as exactly one engine batch. */

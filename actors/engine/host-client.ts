@@ -96,35 +96,23 @@ interface Pending {
   timer: unknown;
 }
 
-/** Spawns an engine host child process and starts loading its model; watch it with subscribe() or ready(). */
-export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
-  const timers = opts.timers ?? nodeHostTimers;
-  const bounds = { ...DEFAULTS, ...opts };
+/** The life of one host as its client sees it: the state, its listeners, the ready promise, pending commands. */
+interface HostLife {
+  readonly state: HostState;
+  readonly pending: Map<number, Pending>;
+  readonly ready: Promise<void>;
+  /** Moves to `to` unless already there or ended; ending rejects the ready promise and every pending command. */
+  moveTo(to: HostState, failure?: EngineFailure): void;
+  subscribe(listener: (event: HostStateChanged) => void): () => void;
+}
+
+function createHostLife(id: string, timers: HostTimers): HostLife {
   let state: HostState = 'loading';
-  let capacity: EngineCapacity | undefined;
-  let unloadRequested = false;
-  let stderrTail = '';
-  let nextId = 1;
   const pending = new Map<number, Pending>();
   const listeners = new Set<(e: HostStateChanged) => void>();
-  const open = new Set<string>();
   let settleReady: { resolve: () => void; reject: (e: EngineError) => void } | undefined;
-  const readyPromise = new Promise<void>((resolve, reject) => (settleReady = { resolve, reject }));
-  readyPromise.catch(() => undefined); // a host nobody waits on may fail without an unhandled rejection
-  let settleExit: () => void = () => undefined;
-  const exited = new Promise<void>((resolve) => (settleExit = resolve));
-
-  const child: ChildProcess = fork(opts.entry ?? defaultEntry(), [], {
-    execArgv: ['--import', tsxLoader()],
-    env: { ...process.env, ...opts.env, CUDA_VISIBLE_DEVICES: opts.gpus.join(',') },
-    stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
-    serialization: 'json',
-  });
-  child.stderr?.setEncoding('utf8');
-  child.stderr?.on('data', (chunk: string) => {
-    stderrTail = (stderrTail + chunk).slice(-STDERR_TAIL);
-  });
-
+  const ready = new Promise<void>((resolve, reject) => (settleReady = { resolve, reject }));
+  ready.catch(() => undefined); // a host nobody waits on may fail without an unhandled rejection
   const moveTo = (to: HostState, failure?: EngineFailure): void => {
     if (state === to || state === 'failed' || state === 'stopped') return;
     const from = state;
@@ -133,23 +121,66 @@ export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
     if (to === 'failed' || to === 'stopped') {
       const err = new EngineError(
         failure?.code ?? 'engine_failed',
-        failure?.message ?? `engine host ${opts.id} stopped`,
+        failure?.message ?? `engine host ${id} stopped`,
         true,
       );
       settleReady?.reject(err);
-      for (const [id, p] of pending) {
+      for (const [n, p] of pending) {
         timers.clear(p.timer);
         p.reject(err);
-        pending.delete(id);
+        pending.delete(n);
       }
     }
-    const event: HostStateChanged = { type: 'host.state_changed', host: opts.id, from, to };
+    const event: HostStateChanged = { type: 'host.state_changed', host: id, from, to };
     if (failure) event.failure = failure;
     for (const l of listeners) l(event);
   };
+  return {
+    get state() {
+      return state;
+    },
+    pending,
+    ready,
+    moveTo,
+    subscribe(listener) {
+      listeners.add(listener);
+      return () => listeners.delete(listener);
+    },
+  };
+}
+
+/** Forks the host script on exactly the given GPUs; `stderrTail()` is the last bytes it wrote to stderr. */
+function forkHost(opts: EngineHostOptions): { child: ChildProcess; stderrTail: () => string } {
+  let tail = '';
+  const child: ChildProcess = fork(opts.entry ?? defaultEntry(), [], {
+    execArgv: ['--import', tsxLoader()],
+    env: { ...process.env, ...opts.env, CUDA_VISIBLE_DEVICES: opts.gpus.join(',') },
+    stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+    serialization: 'json',
+  });
+  child.stderr?.setEncoding('utf8');
+  child.stderr?.on('data', (chunk: string) => {
+    tail = (tail + chunk).slice(-STDERR_TAIL);
+  });
+  return { child, stderrTail: () => tail };
+}
+
+/** Spawns an engine host child process and starts loading its model; watch it with subscribe() or ready(). */
+export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
+  const timers = opts.timers ?? nodeHostTimers;
+  const bounds = { ...DEFAULTS, ...opts };
+  const life = createHostLife(opts.id, timers);
+  const { pending, moveTo } = life;
+  let capacity: EngineCapacity | undefined;
+  let unloadRequested = false;
+  let nextId = 1;
+  const open = new Set<string>();
+  let settleExit: () => void = () => undefined;
+  const exited = new Promise<void>((resolve) => (settleExit = resolve));
+  const { child, stderrTail } = forkHost(opts);
 
   const failWith = (message: string, code: EngineFailure['code'] = 'engine_failed'): void => {
-    const tail = stderrTail.trim() ? `; stderr: ${stderrTail.trim().slice(-512)}` : '';
+    const tail = stderrTail().trim() ? `; stderr: ${stderrTail().trim().slice(-512)}` : '';
     moveTo('failed', {
       code,
       message: `engine host ${opts.id}: ${message}${tail}`,
@@ -159,6 +190,7 @@ export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
   };
 
   const command = (cmd: HostCommand, timeoutMs: number, what: string): Promise<HostReplyValue> => {
+    const state = life.state;
     if (state === 'failed' || state === 'stopped') {
       return Promise.reject(new EngineError('engine_failed', `engine host ${opts.id} is ${state}`, true));
     }
@@ -219,6 +251,7 @@ export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
   };
 
   const step = async (plan: StepPlan): Promise<StepResult> => {
+    const state = life.state;
     if (state === 'loading') throw new EngineError('not_loaded', `engine host ${opts.id} is still loading`, true);
     const fresh = plan.items.filter((i) => i.kind === 'prefill' && !open.has(i.seq)).map((i) => i.seq);
     if (state === 'draining' && fresh.length > 0) {
@@ -235,14 +268,11 @@ export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
       return child.pid;
     },
     get state() {
-      return state;
+      return life.state;
     },
     capacity: () => capacity,
-    subscribe(listener) {
-      listeners.add(listener);
-      return () => listeners.delete(listener);
-    },
-    ready: () => readyPromise,
+    subscribe: life.subscribe,
+    ready: () => life.ready,
     tokenize: async (text) => {
       const v = await command({ v: 1, type: 'tokenize', id: nextId++, text }, bounds.stepTimeoutMs, 'tokenize');
       return (v as Extract<HostReplyValue, { kind: 'tokenize' }>).tokens;
@@ -255,10 +285,10 @@ export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
     },
     probe,
     drain: () => {
-      if (state === 'ready') moveTo('draining');
+      if (life.state === 'ready') moveTo('draining');
     },
     unload: async () => {
-      if (state !== 'failed' && state !== 'stopped') {
+      if (life.state !== 'failed' && life.state !== 'stopped') {
         unloadRequested = true;
         child.send({ v: 1, type: 'unload' } satisfies HostCommand);
       }

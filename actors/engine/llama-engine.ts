@@ -2,7 +2,16 @@
 //
 // Iteration-level control: the context's batching `dispatchSchedule` does nothing, so node-llama-cpp only queues
 // what each sequence's `controlledEvaluate` asks for; `dispatchPendingBatch()` then evaluates the whole queue as one
-// batch. Logits are requested only where a token is sampled. Context shifting is made impossible twice over: every
+// batch (first in, first out: whole items, in the order queued). Logits are requested only where a token is sampled.
+//
+// Passes. With one cache stream per sequence (the addon's kv_unified = false), llama.cpp splits a batch into
+// micro-batches (`split_equal(…, sequential)`) that only group sequences whose ids rise by one in batch order; each
+// micro-batch reads all the weights once (on this CPU build ~2 ms of the bench model, ~1.5 ms per decode token on
+// top). Queued in plan order, the grouping depended on which slots the sequences happened to get, so the same step
+// shape cost one pass or eight (8 decodes: ~16 ms or ~30 ms) — a cost no model of the shape can predict. Items are
+// queued in descending slot order, so every step runs exactly one pass per sequence: the same cost for the same
+// shape, what the calibrated cost model prices. (Grouping consecutive slots would be faster, but the step cost would
+// then depend on slot numbers the planner and the simulator do not see; see actors/engine/README.md.) Context shifting is made impossible twice over: every
 // plan is checked against the cells left before anything is queued, and the sequences' shift strategy throws.
 import { setImmediate as nextMacrotask } from 'node:timers/promises';
 import {
@@ -31,6 +40,8 @@ import { createTextStream, type TextStream } from './text-stream.ts';
 /** One live sequence: its llama.cpp sequence, the sampled token not yet in the cache, and its text stream. */
 interface Live {
   sequence: LlamaContextSequence;
+  /** The llama.cpp sequence id (slot): creation order of the context's sequences. */
+  slot: number;
   sampling: SamplingParams;
   stream: TextStream;
   pending: number | undefined;
@@ -77,9 +88,10 @@ function checkPlan(plan: StepPlan, live: Map<string, Live>, cap: EngineCapacity,
     }
     if (item.tokens.length === 0) refuse(`prefill of ${item.seq} has no tokens`);
     if (state?.pending !== undefined) refuse(`sequence ${item.seq} is decoding; free it before prefilling again`);
-    for (const t of item.tokens) {
+    for (const t of [...item.tokens, ...(item.streamed ?? [])]) {
       if (!Number.isInteger(t) || t < 0 || t >= vocab) refuse(`prefill of ${item.seq} holds invalid token ${t}`);
     }
+    if ((item.streamed?.length ?? 0) > cap.cellsPerSequence) refuse(`prefill of ${item.seq} replays too many tokens`);
     if (held + item.tokens.length > cap.cellsPerSequence) {
       refuse(
         `context overflow: sequence ${item.seq} would hold ${held + item.tokens.length} tokens, ` +
@@ -94,6 +106,12 @@ function checkPlan(plan: StepPlan, live: Map<string, Live>, cap: EngineCapacity,
   return { fresh, tokens };
 }
 
+/** A recomputed sequence's text stream, brought to where it was: its streamed tokens pushed, their text dropped. */
+const replayed = (stream: TextStream, item: StepPlan['items'][number]): TextStream => {
+  if (item.kind === 'prefill') for (const t of item.streamed ?? []) stream.push(t);
+  return stream;
+};
+
 const samplerOptions = (s: SamplingParams, position: number) => ({
   temperature: s.temperature ?? 0,
   topP: s.topP ?? 1,
@@ -101,6 +119,21 @@ const samplerOptions = (s: SamplingParams, position: number) => ({
   minP: 0,
   seed: positionSeed(s.seed ?? 0, position),
 });
+
+/** The tokens an item evaluates (a decode: its pending sampled token), sampling after the last when it samples. */
+function evaluationInput(
+  item: StepPlan['items'][number],
+  state: Live,
+): { input: ControlledEvaluateInputItem[]; sampleAt: number } {
+  const input: ControlledEvaluateInputItem[] = (
+    item.kind === 'decode' ? [state.pending!] : [...item.tokens]
+  ) as Token[];
+  const last = input.length - 1;
+  if (item.kind === 'prefill' && !item.sample) return { input, sampleAt: -1 };
+  const options = samplerOptions(state.sampling, state.sequence.nextTokenIndex + input.length);
+  input[last] = [input[last] as Token, { generateNext: { token: true, options } }];
+  return { input, sampleAt: last };
+}
 
 /** Loads a GGUF file into llama.cpp; a missing, unreadable or invalid file is refused with invalid_model_file. */
 export async function loadLlamaEngine(file: string, opts: EngineLoadOptions): Promise<Engine> {
@@ -143,6 +176,7 @@ async function createLlamaEngine(file: string, llama: Llama, model: LlamaModel, 
     threads: opts.threads ?? 1,
     batchSize: opts.batchTokens ?? opts.contextTokens,
     batching: {
+      itemPrioritizationStrategy: 'firstInFirstOut',
       // Switchyard dispatches each step itself; only a decode queued after that dispatch is let through here.
       dispatchSchedule: (dispatch) => {
         if (gate.armed) {
@@ -155,8 +189,11 @@ async function createLlamaEngine(file: string, llama: Llama, model: LlamaModel, 
   const overflow = (): never => {
     throw new EngineError('invalid_request', 'context overflow: llama.cpp asked to shift the context');
   };
-  const idle: LlamaContextSequence[] = [];
-  for (let i = 0; i < opts.sequences; i++) idle.push(context.getSequence({ contextShift: { strategy: overflow } }));
+  // A fresh context hands out sequence ids 0, 1, 2, … in order: the index here is the llama.cpp sequence id.
+  const idle: { sequence: LlamaContextSequence; slot: number }[] = [];
+  for (let slot = 0; slot < opts.sequences; slot++) {
+    idle.push({ sequence: context.getSequence({ contextShift: { strategy: overflow } }), slot });
+  }
   const live = new Map<string, Live>();
   const vocab = (model.fileInfo.metadata as { tokenizer?: { ggml?: { tokens?: readonly string[] } } }).tokenizer?.ggml
     ?.tokens?.length;
@@ -190,29 +227,26 @@ async function createLlamaEngine(file: string, llama: Llama, model: LlamaModel, 
     const { tokens } = checkPlan(plan, live, capacity(), vocab ?? Number.MAX_SAFE_INTEGER);
     const evaluations: Promise<unknown[]>[] = [];
     const order: { seq: string; state: Live; sampleAt: number }[] = [];
+    const queued: { item: StepPlan['items'][number]; state: Live }[] = [];
     for (const item of plan.items) {
       let state = live.get(item.seq);
       if (!state) {
         const sampling = item.kind === 'prefill' ? (item.sampling ?? {}) : {};
-        const stream = createTextStream(detokenize, sampling.stop);
-        state = { sequence: idle.pop()!, sampling, stream, pending: undefined, finished: false };
+        const stream = replayed(createTextStream(detokenize, sampling.stop), item);
+        state = { ...idle.pop()!, sampling, stream, pending: undefined, finished: false };
         live.set(item.seq, state);
       } else if (item.kind === 'prefill' && item.sampling) {
         state.sampling = item.sampling;
-        state.stream = createTextStream(detokenize, item.sampling.stop);
+        state.stream = replayed(createTextStream(detokenize, item.sampling.stop), item);
       }
-      const input: ControlledEvaluateInputItem[] = (
-        item.kind === 'decode' ? [state.pending!] : [...item.tokens]
-      ) as Token[];
-      const sample = item.kind === 'decode' || item.sample;
-      const last = input.length - 1;
-      if (sample) {
-        const position = state.sequence.nextTokenIndex + input.length;
-        const options = samplerOptions(state.sampling, position);
-        input[last] = [input[last] as Token, { generateNext: { token: true, options } }];
-      }
+      queued.push({ item, state });
+    }
+    // Descending slots: no two neighbours in the batch have ids rising by one, so one pass per sequence (header).
+    queued.sort((a, b) => b.state.slot - a.state.slot);
+    for (const { item, state } of queued) {
+      const { input, sampleAt } = evaluationInput(item, state);
       if (item.kind === 'decode') state.pending = undefined;
-      order.push({ seq: item.seq, state, sampleAt: sample ? last : -1 });
+      order.push({ seq: item.seq, state, sampleAt });
       evaluations.push(state.sequence.controlledEvaluate(input));
     }
     const lateBefore = gate.late;
@@ -246,6 +280,9 @@ async function createLlamaEngine(file: string, llama: Llama, model: LlamaModel, 
       if (stopped) state.finished = true;
       sampled.push(stopped ? { seq, token, text, finish: 'stop' } : { seq, token, text });
     });
+    // Reported in the plan's order, whatever order the batch ran in.
+    const rank = new Map(plan.items.map((item, i) => [item.seq, i]));
+    sampled.sort((a, b) => rank.get(a.seq)! - rank.get(b.seq)!);
     return { sampled, ms, tokens, dispatches: 1 + gate.late - lateBefore };
   };
 
@@ -255,7 +292,7 @@ async function createLlamaEngine(file: string, llama: Llama, model: LlamaModel, 
     live.delete(seq);
     const text = state.finished ? '' : state.stream.flush();
     await state.sequence.clearHistory();
-    idle.push(state.sequence);
+    idle.push({ sequence: state.sequence, slot: state.slot });
     return { text };
   };
 

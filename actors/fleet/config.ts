@@ -1,7 +1,7 @@
 // The `fleet:` section of a scenario file: pools of 8-GPU nodes, the cluster router, node losses and rescheduling.
 // Validated with the project's one schema library; an error names the field (`fleet.pools[1].models[0]: …`).
 import { arr, int, num, obj, oneOf, optional, str, validate, type Infer } from '../../transport/schema.ts';
-import { ConfigError, normalizeScenario, type Scenario } from '../config.ts';
+import { ConfigError, finishScenario, normalizeScenario, readScenarioFile, type Scenario } from '../config.ts';
 
 const fleetSchema = obj({
   router: optional(oneOf('gie-like', 'predicted')),
@@ -82,4 +82,10 @@ export function normalizeFleetScenario(raw: unknown): { scenario: Scenario; flee
       nodeLoss: f.nodeLoss ?? [],
     },
   };
+}
+
+/** Reads and validates a fleet scenario file (size-bounded like every scenario; engine files and profiles checked). */
+export function loadFleetScenario(path: string): { scenario: Scenario; fleet: FleetSpec } {
+  const { scenario, fleet } = normalizeFleetScenario(readScenarioFile(path));
+  return { scenario: finishScenario(scenario, path), fleet };
 }

@@ -3,6 +3,8 @@
 import type { Scenario } from '../config.ts';
 import { evaluate, smallest, type CandidateResult } from '../placement/planner.ts';
 import type { FleetSpec } from './config.ts';
+import type { RequestRecord } from '../metrics/collector.ts';
+import { simulate } from '../sim/simulate.ts';
 import { nodeScenario } from './fleet.ts';
 
 /** One pool's size as planned. */
@@ -108,4 +110,40 @@ export function planFleet(base: Scenario, fleet: FleetSpec): FleetPlan {
     feasible: dedicated !== null,
     findings,
   };
+}
+
+/**
+ * A node's saturated throughput for one model of a pool (completed requests per simulated second): the pool's node
+ * given `requests` of that model's traffic at once (arrivals far faster than any node serves), so its replicas run
+ * full until the queue is gone. The rate is taken between the 10th and the 90th percentile of completion times, so the
+ * ramp-up and the tail (a few long requests finishing alone) do not count; admission still refuses what would expire.
+ */
+export function nodeCapacity(
+  base: Scenario,
+  pool: FleetSpec['pools'][number],
+  model: string,
+  requests: number,
+): number {
+  const node = nodeScenario(base, pool);
+  const traffic = node.traffic
+    .filter((t) => t.model === model)
+    .slice(0, 1)
+    .map((t) => ({ ...t, requests, arrival: { process: 'poisson' as const, rate: 10_000 } }));
+  if (traffic.length === 0) throw new Error(`pool ${pool.name} has no traffic for ${model}`);
+  let records: readonly RequestRecord[] = [];
+  simulate(
+    { ...node, name: `${node.name} capacity`, traffic },
+    {
+      onStart: (cp) => {
+        records = cp.collector.records;
+      },
+    },
+  );
+  const finished = records.filter((r) => r.outcome === 'done').map((r) => r.finishedAt);
+  finished.sort((a, b) => a - b);
+  if (finished.length < 10) return 0;
+  const lo = Math.floor(finished.length * 0.1);
+  const hi = Math.floor(finished.length * 0.9);
+  const spanS = (finished[hi]! - finished[lo]!) / 1000;
+  return spanS > 0 ? Math.round(((hi - lo) / spanS) * 1000) / 1000 : 0;
 }

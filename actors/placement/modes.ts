@@ -62,7 +62,21 @@ export function createModes(d: ModeDeps): Modes {
     replicaCounts.get(`${m.name}@${version}`) ?? m.replicas;
   const layout = (mode: LayoutMode | PlacementMode): LayoutEntry[] =>
     layoutFor(scenario, mode as LayoutMode, ledger.healthy(), countOf);
-  const places = (mode: PlacementMode, model: string): boolean => layout(mode).some((e) => e.model.name === model);
+  // Which models a mode places, per mode, healthy GPUs and replica counts: admission asks for every request
+  // (through reasonFor), and a layout only changes with those.
+  let countsVersion = 0;
+  const placed = new Map<string, Set<string>>();
+  const places = (mode: PlacementMode, model: string): boolean => {
+    const healthy = ledger.healthy();
+    const key = `${mode}|${countsVersion}|${[...healthy].join(',')}`;
+    let names = placed.get(key);
+    if (!names) {
+      if (placed.size >= 64) placed.clear();
+      names = new Set(layoutFor(scenario, mode as LayoutMode, healthy, countOf).map((e) => e.model.name));
+      placed.set(key, names);
+    }
+    return names.has(model);
+  };
 
   const initialMode = (): PlacementMode =>
     policy === 'exclusive' ? 'mixed' : policy === 'share' ? 'share' : roles.large ? pc.initialMode : 'small';
@@ -122,6 +136,7 @@ export function createModes(d: ModeDeps): Modes {
     countOf,
     setCount: (model, version, count) => {
       replicaCounts.set(`${model}@${version}`, count);
+      countsVersion++;
     },
     counts: () => Object.fromEntries(replicaCounts),
     reasonFor,

@@ -61,6 +61,11 @@ export interface SimOptions {
   keepTraces?: boolean;
   /** Called with the control plane before traffic starts (tests, tracing). */
   onStart?(cp: ControlPlane): void;
+  /** Every frame between control plane and node crosses the codec (encode, pre-scan, decode, schema check); by
+   * default a lone step the node answers by itself skips it (the link shortcut; same report, byte for byte). */
+  wireCheck?: boolean;
+  /** The reference run: wireCheck, and every step of every replica through its machine (no direct step). */
+  stepByStep?: boolean;
 }
 
 /** Longest the initial placement may take to load (virtual ms) before simulate gives up. */
@@ -72,7 +77,8 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
   const seed = opts.seed ?? scenario.seed;
   const clock = createVirtualClock();
   const rng = createRng(seed);
-  const control = createRuntime({ name: 'control', clock, rng: rng.fork('control') });
+  const stepByStep = opts.stepByStep === true;
+  const control = createRuntime({ name: 'control', clock, rng: rng.fork('control'), stepByStep });
   const nodeRt = createRuntime({ name: 'node', clock, rng: rng.fork('node') });
   const link = connectSimLink(control, nodeRt, clock, rng.fork('link'), {
     latencyMs: scenario.sim.latencyMs,
@@ -101,6 +107,7 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
     heartbeatMs: scenario.detection.heartbeatMs,
     lanes: scenario.placement.policy === 'share' ? 2 : 1,
   });
+  if (opts.wireCheck !== true && !stepByStep) link.setShortcut(agent.shortcut);
   // Heartbeats keep the clock busy forever: the run ends when placement, requests and faults are all done.
   cp.placement.watch(maybeStop);
   opts.onStart?.(cp);

@@ -8,6 +8,7 @@ import type { Msg, Runtime } from '../../runtime/system.ts';
 import type { InjectedFault, MessageOf, NodeInventoryDevice } from '../../machines/messages.ts';
 import type { TimerId } from '../../runtime/clock.ts';
 import { createEngineManager, type EngineManager, type EngineManagerOptions } from './engines.ts';
+import type { LinkShortcut } from '../../transport/sim-link.ts';
 
 /** Per-GPU execution state the node keeps beside the GPU actor. */
 interface GpuSlot {
@@ -27,6 +28,9 @@ export interface NodeAgent {
   readonly gpus: readonly number[];
   gpuState(gpu: number): string;
   busyMs(gpu: number): number;
+  /** The simulator's link shortcut: a cost-model step whose every rank would start at once and take the same time
+   * is answered without its timers (see transport/sim-link.ts); anything else takes the wire. */
+  readonly shortcut: LinkShortcut;
   /** Loads this agent started (a GPU entering `loading` for a new replica or epoch), in all and per device. */
   loads(gpu?: number): number;
   /** What the node holds, as `node.inventory` reports it to a (re)started control plane. */
@@ -179,6 +183,46 @@ function injectInto(slot: GpuSlot, fault: InjectedFault, factor: number | undefi
   }
 }
 
+/** How a node answers a `step.execute` by itself: what startStep and the executor's timers would do, when every
+ * rank would run it now and finish at the same time (a rank that deviates, is hung, or busy takes the wire). */
+function stepShortcut(
+  node: string,
+  slots: ReadonlyMap<number, GpuSlot>,
+  executor: Executor,
+  engines: EngineManager,
+): LinkShortcut {
+  const timed = executor.timed;
+  return (to, msg, arrival) => {
+    if (!timed || to !== node || msg.type !== 'step.execute' || engines.owns(msg.replica, msg.epoch)) return null;
+    const { replica, epoch, step, gpus } = msg;
+    const shape = shapeOf(msg);
+    let ms = -1;
+    for (const g of gpus) {
+      const slot = slots.get(g);
+      if (!slot || !slot.cost || slot.hung || slot.inflight || timed.running(g)) return null;
+      const snap = slot.actor.getSnapshot();
+      if (!snap.hasTag('serving') || snap.context.replica !== replica || snap.context.epoch !== epoch) return null;
+      const d = timed.durationMs({ gpu: g, replica, epoch, step, shape, cost: slot.cost, slowdown: slot.slowdown });
+      if (ms >= 0 && d !== ms) return null;
+      ms = d;
+    }
+    if (ms < 0) return null;
+    const busyMs = ms;
+    return {
+      // As the executor's timer: clock.setTimeout(fn, ms) from the arrival.
+      sentAt: arrival + (busyMs > 0 ? busyMs : 0),
+      events: gpus.length,
+      replies: gpus.map((g) => ({
+        to: replica,
+        msg: { type: 'step.completed', gpu: g, replica, epoch, step, busyMs },
+      })),
+      commit: () => {
+        for (const g of gpus) timed.credit(g, busyMs);
+      },
+    };
+  };
+}
+
 /** A device's inventory entry from its GPU actor's snapshot. */
 function deviceOf(g: number, snap: GpuSnapshot): NodeInventoryDevice {
   const v = snap.value;
@@ -325,9 +369,11 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   for (const { actor } of slots.values()) actor.send({ type: 'gpu.register' });
   if (opts.heartbeatMs && opts.heartbeatMs > 0) heartbeat = clock.setTimeout(beat, opts.heartbeatMs);
 
+  const shortcut = stepShortcut(id, slots, opts.executor, engines);
   return {
     id,
     gpus: opts.gpus,
+    shortcut,
     gpuState: (g) => JSON.stringify(slots.get(g)?.actor.getSnapshot().value ?? 'unknown'),
     busyMs: (g) => opts.executor.busyMs(g),
     loads: (g) => (g === undefined ? loads.total() : loads.of(g)),

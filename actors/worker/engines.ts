@@ -70,6 +70,8 @@ interface OpenSeq {
   tokens: number[];
   sampling: SamplingParams;
   left: number;
+  /** Tokens it generated before this residency (a recompute), whose text was streamed already. */
+  streamed: number[];
 }
 
 /** One host and what the worker keeps beside it. */
@@ -94,7 +96,10 @@ const samplingOf = (o: Open): SamplingParams => ({
 
 /** Turns wire items into engine items over the sequences' tokens; opens new sequences first. */
 function planOf(h: Hosted, m: Execute): StepItem[] {
-  for (const o of m.open ?? []) h.seqs.set(o.seq, { tokens: [...o.tokens], sampling: samplingOf(o), left: o.left });
+  for (const o of m.open ?? []) {
+    const streamed = o.generated ? o.tokens.slice(Math.max(0, o.tokens.length - o.generated)) : [];
+    h.seqs.set(o.seq, { tokens: [...o.tokens], sampling: samplingOf(o), left: o.left, streamed });
+  }
   const opened = new Set((m.open ?? []).map((o) => o.seq));
   return (m.items ?? []).map((it): StepItem => {
     const s = h.seqs.get(it.seq);
@@ -109,6 +114,7 @@ function planOf(h: Hosted, m: Execute): StepItem[] {
       tokens,
       sample: it.sample,
       ...(opened.has(it.seq) && it.from === 0 ? { sampling: s.sampling } : {}),
+      ...(opened.has(it.seq) && it.from === 0 && s.streamed.length > 0 ? { streamed: s.streamed } : {}),
     };
   });
 }

@@ -15,7 +15,7 @@ import {
   type Executor,
 } from '../gpu/executor.ts';
 import { PROTOCOL_VERSION } from '../../transport/protocol.ts';
-import { createLink, type Link } from '../../transport/ws-link.ts';
+import { createLink, type Link } from '../../transport/link.ts';
 import { connectWs, type WsPeer } from '../../transport/ws.ts';
 import { startNodeAgent, type NodeAgent } from './agent.ts';
 import { stateName } from '../../machines/state-name.ts';

@@ -29,6 +29,8 @@ import {
 export const DEFAULT_COMPLETION_TOKENS = 16;
 /** Default max_tokens of /v1/chat/completions. */
 export const DEFAULT_CHAT_TOKENS = 64;
+/** Stands for a token's text in the chunk template a request encodes once. */
+const TOKEN_MARK = '\u0000token\u0000';
 /** Bytes an SSE response may have queued before a slow reader is cut off. */
 const MAX_SSE_BUFFERED = 4 * 1024 * 1024;
 
@@ -175,11 +177,33 @@ export async function handleCompletion(
     choices: [{ index: 0, ...choice }],
     ...extra,
   });
-  const write = (data: unknown): void => {
+  const event = (data: unknown): string => `data: ${JSON.stringify(data)}\n\n`;
+  // What one sink call says leaves in one write (the chat role chunk with the first token; the last chunk, usage and
+  // [DONE] in the end).
+  const send = (sse: string, end = false): void => {
     if (res.writableEnded || res.destroyed) return;
-    res.write(`data: ${JSON.stringify(data)}\n\n`);
+    if (end) return void res.end(sse);
+    res.write(sse);
     // A reader that stopped reading must not grow the buffer without bound: cut it off (its request is cancelled on close).
     if (res.writableLength > MAX_SSE_BUFFERED) res.destroy();
+  };
+  // A token chunk's constant parts, encoded once per request at its first token (the id is known by then).
+  let tokenHead = '';
+  let tokenTail = '';
+  const tokenEvent = (t: string): string => {
+    if (tokenHead === '') {
+      const mark = JSON.stringify(TOKEN_MARK);
+      const tpl = event(
+        chat
+          ? chunk({ delta: { content: TOKEN_MARK }, finish_reason: null, logprobs: null })
+          : chunk({ text: TOKEN_MARK, finish_reason: null, logprobs: null }),
+      );
+      // The text is the last string of the chunk (the model name, earlier, may be anything).
+      const at = tpl.lastIndexOf(mark);
+      tokenHead = tpl.slice(0, at);
+      tokenTail = tpl.slice(at + mark.length);
+    }
+    return tokenHead + JSON.stringify(t) + tokenTail;
   };
 
   const sink: StreamSink = {
@@ -188,14 +212,12 @@ export async function handleCompletion(
         text += t ?? '';
         return;
       }
-      if (chat && first)
-        write(chunk({ delta: { role: 'assistant', content: '' }, finish_reason: null, logprobs: null }));
+      const role =
+        chat && first
+          ? event(chunk({ delta: { role: 'assistant', content: '' }, finish_reason: null, logprobs: null }))
+          : '';
       first = false;
-      write(
-        chat
-          ? chunk({ delta: { content: t ?? '' }, finish_reason: null, logprobs: null })
-          : chunk({ text: t ?? '', finish_reason: null, logprobs: null }),
-      );
+      send(role + tokenEvent(t ?? ''));
     },
     done: (d) => {
       finished = true;
@@ -218,13 +240,13 @@ export async function handleCompletion(
           switchyard: { timings: d.timings },
         });
       }
-      write(
+      let last = event(
         chat
           ? chunk({ delta: {}, finish_reason: d.finishReason, logprobs: null })
           : chunk({ text: '', finish_reason: d.finishReason, logprobs: null }),
       );
       if (p.includeUsage)
-        write({
+        last += event({
           id,
           object: chat ? 'chat.completion.chunk' : 'text_completion',
           created,
@@ -232,13 +254,12 @@ export async function handleCompletion(
           choices: [],
           usage: usageOf(d),
         });
-      if (!res.writableEnded) res.end('data: [DONE]\n\n');
+      send(`${last}data: [DONE]\n\n`, true);
     },
     failed: (f) => {
       finished = true;
       if (!p.stream || !res.headersSent) return sendFailure(res, f);
-      write(errorBody(f));
-      if (!res.writableEnded) res.end();
+      send(event(errorBody(f)), true);
     },
   };
   const r = serving.submit(

@@ -25,19 +25,18 @@ export const TOKEN_KEYS = {
   worker: { key: 'worker-token', env: 'SWITCHYARD_WORKER_TOKEN' },
 } as const;
 
-/** The control plane's command line: the worker runs in its own container (`--worker external`). */
+/** The control plane's command line: the worker runs in its own container (`--no-worker`). */
 export function serveArgs(fleet: Fleet): string[] {
   return [
     'serve',
     '--config',
     `${CONFIG_DIR}/${CONFIG_KEY}`,
-    '--worker',
-    'external',
+    '--no-worker',
     '--host',
     '0.0.0.0',
     '--port',
     String(HTTP_PORT),
-    '--drain-deadline-ms',
+    '--drain-ms',
     String(fleet.shutdown.drainDeadlineSeconds * 1000),
     // TLS ends at the gateway; the pod port is plain HTTP that only the NetworkPolicy's peers can reach.
     '--insecure',

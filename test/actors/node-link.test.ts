@@ -9,7 +9,7 @@ import { createRng } from '../../runtime/rng.ts';
 import { createRuntime, type Msg, type Runtime } from '../../runtime/system.ts';
 import { PROTOCOL_VERSION, type NodeMessage } from '../../transport/protocol.ts';
 import { startNodeLink, type NodeLink } from '../../actors/node-link.ts';
-import { createLink, type Link } from '../../transport/ws-link.ts';
+import { createLink, type Link } from '../../transport/link.ts';
 import { CLOSE, attachWsServer, connectWs, tokenSet, type WsPeer } from '../../transport/ws.ts';
 
 const clock = createWallClock();

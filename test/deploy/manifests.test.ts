@@ -16,6 +16,9 @@ import { driftFrom, MANIFESTS_DIR, renderFleetFile, REPO_ROOT } from '../../depl
 import { fleetModels, FleetError, parseFleet } from '../../deploy/lib/fleet.ts';
 import { TOKEN_PLACEHOLDER } from '../../deploy/lib/fleet-wide.ts';
 import { METRICS, TOKEN_KEYS } from '../../deploy/lib/switchyard-cli.ts';
+import { parseCommand } from '../../bin/args.ts';
+import { FLAGS as SERVE_FLAGS } from '../../bin/serve-command.ts';
+import { FLAGS as NODE_AGENT_FLAGS } from '../../bin/node-agent-command.ts';
 import { checkHTTPRoute, checkInferencePool, checkPodMonitor } from './crd-checks.ts';
 
 type Obj = Record<string, any>;
@@ -103,7 +106,7 @@ describe.each(FLEETS)('the rendered %s fleet', (fleetName) => {
       const cp = byName(d, 'control-plane');
       const worker = byName(d, 'worker');
       expect(cp.args?.slice(0, 3)).toEqual(['serve', '--config', '/etc/switchyard/config.yaml']);
-      expect(cp.args?.join(' ')).toContain('--worker external');
+      expect(cp.args?.join(' ')).toContain('--no-worker');
       expect(worker.args?.[0]).toBe('node-agent');
       expect(worker.args?.join(' ')).toContain('--url ws://127.0.0.1:8080/v1/node');
       const workerSecrets = worker.env
@@ -111,6 +114,17 @@ describe.each(FLEETS)('the rendered %s fleet', (fleetName) => {
         .map((e) => e.valueFrom!.secretKeyRef!.key);
       expect(workerSecrets).toEqual([TOKEN_KEYS.worker.key]);
     }
+  });
+
+  it("passes each container's command line to the switchyard CLI's own strict flag parser", () => {
+    for (const d of nodeDeployments) {
+      const cp = byName(d, 'control-plane').args!;
+      const worker = byName(d, 'worker').args!;
+      expect(() => parseCommand(cp.slice(1), SERVE_FLAGS, { maxPositionals: 0 })).not.toThrow();
+      expect(() => parseCommand(worker.slice(1), NODE_AGENT_FLAGS, { maxPositionals: 0 })).not.toThrow();
+    }
+    // The check can fail: a flag the CLI does not know is refused by name.
+    expect(() => parseCommand(['--worker', 'external'], SERVE_FLAGS)).toThrow(/worker/);
   });
 
   it('gives every container resource requests and limits', () => {
@@ -131,7 +145,7 @@ describe.each(FLEETS)('the rendered %s fleet', (fleetName) => {
       const preStop = cp.lifecycle?.preStop?.sleep?.seconds as number;
       expect(preStop).toBe(preStopSeconds);
       expect(grace).toBeGreaterThanOrEqual(preStop + drainDeadlineSeconds);
-      expect(cp.args?.join(' ')).toContain(`--drain-deadline-ms ${drainDeadlineSeconds * 1000}`);
+      expect(cp.args?.join(' ')).toContain(`--drain-ms ${drainDeadlineSeconds * 1000}`);
       // The worker is signalled only after the drain, still inside the grace period.
       const workerSleep = byName(d, 'worker').lifecycle?.preStop?.sleep?.seconds as number;
       expect(workerSleep).toBe(preStop + drainDeadlineSeconds);

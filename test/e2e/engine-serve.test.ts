@@ -82,6 +82,32 @@ models:
     expect(text).toBe(direct.text);
   });
 
+  it('takes the OpenAI sampling fields over /v1/ws: a stop string ends the text before it, a seed repeats it', async () => {
+    const prompt = 'stop and seed';
+    const direct = await directText(file, prompt, 24);
+    // A stop string from the middle of the greedy text: the stream is the text before its first occurrence.
+    const stop = direct.text.slice(8, 11);
+    const cut = direct.text.slice(0, direct.text.indexOf(stop));
+    const c = await connectClient(s.wsUrl);
+    const collect = async (req: Parameters<typeof c.stream>[0]): Promise<{ text: string; reason?: string }> => {
+      const st = c.stream(req);
+      let text = '';
+      for await (const ch of st) text += ch.text;
+      const r = await st.result;
+      expect(r.ok).toBe(true);
+      return { text, ...(r.ok ? { reason: r.finishReason } : {}) };
+    };
+    const stopped = await collect({ model: 'tiny', prompt, maxTokens: 24, temperature: 0, stop: [stop] });
+    expect(stopped).toEqual({ text: cut, reason: 'stop' });
+    const sampled = { model: 'tiny', prompt, maxTokens: 24, temperature: 1.5, topP: 0.95, seed: 7 };
+    const [a, b] = await Promise.all([collect(sampled), collect(sampled)]);
+    const other = await collect({ ...sampled, seed: 8 });
+    c.close();
+    expect(a.text).toBe(b.text);
+    // Sampled at temperature 1.5 from random weights: another seed gives other text (a greedy run would not).
+    expect(other.text).not.toBe(a.text);
+  });
+
   it('refuses a context overflow with invalid_request before any work', async () => {
     const res = await s.post('/v1/completions', { model: 'tiny', prompt: 'x'.repeat(300), max_tokens: 8 });
     expect(res.status).toBe(400);

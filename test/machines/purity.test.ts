@@ -119,10 +119,6 @@ describe('the purity check', () => {
       `import { assign, setup } from 'xstate';`,
       `import type { OutEvent } from './messages.ts';`,
     ].join('\n');
-    expect(flagged(source)).toEqual([
-      '../runtime/system.ts',
-      '../transport/codec.ts',
-      '../runtime/system.ts',
-    ]);
+    expect(flagged(source)).toEqual(['../runtime/system.ts', '../transport/codec.ts', '../runtime/system.ts']);
   });
 });

@@ -1,12 +1,11 @@
-// The node link over a real WebSocket: one frame per tick, and nothing reaches a runtime that the codec or the
-// protocol schema refuses or that is addressed where the peer may not send.
+// The node link over a real WebSocket passes the link conformance suite.
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach } from 'vitest';
 import { createWallClock } from '../../runtime/clock.ts';
-import { encode } from '../../transport/codec.ts';
-import { createLink } from '../../transport/ws-link.ts';
+import { createLink } from '../../transport/link.ts';
 import { attachWsServer, connectWs, type WsPeer, type WsServer } from '../../transport/ws.ts';
+import { describeLinkConformance, type LinkPair } from './link-conformance.ts';
 
 const clock = createWallClock();
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -36,70 +35,30 @@ async function pair(): Promise<[WsPeer, WsPeer]> {
   return [accepted, r.peer];
 }
 
-describe('ws-link', () => {
-  it('sends everything queued in one tick as one frame and delivers it in order', async () => {
-    const [a, b] = await pair();
-    const got: string[] = [];
-    const rx = createLink(b, {
-      accepts: () => true,
-      deliver: (to, m) => got.push(`${to}:${m.type}:${'gpu' in m ? m.gpu : ''}`),
-    });
-    const tx = createLink(a, { accepts: () => true, deliver: () => {} });
-    for (let g = 0; g < 5; g++) tx.send(`gpu.${g}`, { type: 'gpu.release', gpu: g, replica: 'r', epoch: 1 });
-    while (got.length < 5) await sleep(2);
-    expect(got).toEqual([
-      'gpu.0:gpu.release:0',
-      'gpu.1:gpu.release:1',
-      'gpu.2:gpu.release:2',
-      'gpu.3:gpu.release:3',
-      'gpu.4:gpu.release:4',
-    ]);
-    expect(tx.stats.framesOut).toBe(1);
-    expect(rx.stats.framesIn).toBe(1);
-    expect(rx.stats.messagesIn).toBe(5);
+describeLinkConformance('WebSocket', async (accepts): Promise<LinkPair> => {
+  const [a, b] = await pair();
+  const got: string[] = [];
+  const refusals: string[] = [];
+  const rx = createLink(b, {
+    accepts,
+    deliver: (to, m) => got.push(`${to}:${m.type}:${'gpu' in m ? m.gpu : ''}`),
+    onRefused: (r) => refusals.push(r),
   });
-
-  it('refuses frames the codec or the schema rejects, and keeps the link usable', async () => {
-    const [a, b] = await pair();
-    const got: string[] = [];
-    const reasons: string[] = [];
-    const rx = createLink(b, {
-      accepts: () => true,
-      deliver: (_to, m) => got.push(m.type),
-      onRefused: (r) => reasons.push(r),
-    });
-    a.send(new Uint8Array([0xc1]));
-    a.send(encode([{ to: 'gpu.1', msg: { type: 'gpu.release', gpu: -1, replica: 'r', epoch: 1 } }]));
-    a.send(encode([{ to: 'gpu.1', msg: { type: 'no.such.message' } }]));
-    a.send('text is not a node frame');
-    a.send(encode([{ to: 'gpu.1', msg: { type: 'gpu.ready', gpu: 1 } }]));
-    while (got.length < 1) await sleep(2);
-    expect(got).toEqual(['gpu.ready']);
-    expect(rx.stats.refused).toBe(4);
-    expect(reasons[0]).toMatch(/malformed/);
-    expect(reasons[1]).toMatch(/invalid_message/);
-  });
-
-  it('drops envelopes addressed where the peer may not send', async () => {
-    const [a, b] = await pair();
-    const got: string[] = [];
-    const rx = createLink(b, { accepts: (to) => to.startsWith('gpu.'), deliver: (to) => got.push(to) });
-    const tx = createLink(a, { accepts: () => true, deliver: () => {} });
-    tx.send('router', { type: 'gpu.ready', gpu: 0 });
-    tx.send('gpu.2', { type: 'gpu.ready', gpu: 2 });
-    while (got.length < 1) await sleep(2);
-    expect(got).toEqual(['gpu.2']);
-    expect(rx.stats.misaddressed).toBe(1);
-  });
-
-  it('counts messages sent while the link is closed as dropped', async () => {
-    const [a, b] = await pair();
-    const tx = createLink(a, { accepts: () => true, deliver: () => {} });
-    const closed = new Promise<void>((r) => a.onClose(() => r()));
-    b.close();
-    await closed;
-    tx.send('gpu.0', { type: 'gpu.ready', gpu: 0 });
-    tx.flush();
-    expect(tx.stats.dropped).toBe(1);
-  });
+  const tx = createLink(a, { accepts: () => true, deliver: () => {} });
+  return {
+    tx,
+    rx,
+    got,
+    refusals,
+    raw: (data) => void a.send(data),
+    until: async (done) => {
+      for (let i = 0; i < 2500 && !done(); i++) await sleep(2);
+      if (!done()) throw new Error('the link delivered nothing within 5 s');
+    },
+    close: async () => {
+      const closed = new Promise<void>((r) => a.onClose(() => r()));
+      b.close();
+      await closed;
+    },
+  };
 });

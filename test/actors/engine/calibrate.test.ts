@@ -81,14 +81,25 @@ describe('calibration', () => {
     it('times a grid of step shapes on the tiny model and returns a JSON profile with its fit error', async () => {
       const fixture = await tinyModelFixture();
       try {
-        const grid = { ...QUICK_GRID, prefillTokens: [0, 32], contextTokens: [32], cachedTokens: [0], repetitions: 2 };
+        const grid = {
+          ...QUICK_GRID,
+          prefillTokens: [0, 32],
+          contextTokens: [32],
+          cachedTokens: [0],
+          prefillChunks: [1, 2],
+          repetitions: 2,
+        };
         const profile = await calibrateFile(fixture.file, 1, grid);
         expect(profile.kind).toBe('switchyard.engine-profile');
-        expect(profile.samples).toHaveLength(5); // (0,1) (0,4) (32,0) (32,1) (32,4)
+        // (0,1) (0,4), then 32 tokens in one chunk or two beside 0, 1 or 4 decodes.
+        expect(profile.samples).toHaveLength(8);
+        const two = profile.samples.filter((s) => s.prefillSeqs === 2);
+        expect(two).toHaveLength(3);
+        for (const s of two) expect(s.prefillPairs).toBe(2 * 16 * 8);
         for (const s of profile.samples) expect(s.seconds).toBeGreaterThan(0);
         expect(profile.samples.find((s) => s.decodeSeqs === 4)!.contextTokens).toBeGreaterThanOrEqual(4 * 33);
         expect(Number.isFinite(profile.fit.meanRelError)).toBe(true);
-        expect(profile.capacity.sequences).toBe(5);
+        expect(profile.capacity.sequences).toBe(6);
         expect(profile.loadS).toBeGreaterThan(0);
         expect(JSON.parse(JSON.stringify(profile))).toEqual(profile);
       } finally {

@@ -179,6 +179,40 @@ describe('llama engine', () => {
     });
   });
 
+  describe('preemption with text held back', () => {
+    it('replays the streamed tokens of a recompute: held text is neither lost nor sent twice', async () => {
+      const prompt = engine.tokenize(PROMPT_A);
+      const plain = await generate('plain', prompt, 24);
+      await engine.free('plain');
+      // A stop string that never completes but starts with a character of the text: that character is held back
+      // each time the text ends with it, until the next token shows the stop string is not there.
+      const c = plain.text.at(6)!;
+      const sampling = { stop: [`${c}\u0001`] };
+      let r = await engine.step({ items: [{ seq: 'pre', kind: 'prefill', tokens: prompt, sample: true, sampling }] });
+      const tokens: number[] = [];
+      let text = '';
+      for (;;) {
+        tokens.push(r.sampled[0]!.token);
+        text += r.sampled[0]!.text;
+        if (engine.detokenize(tokens).endsWith(c) && !text.endsWith(c)) break;
+        r = await engine.step({ items: [{ seq: 'pre', kind: 'decode' }] });
+      }
+      expect(tokens.length).toBeLessThan(24);
+      // Preempted while holding `c`: the worker drops what free returns, and the recompute replays the tokens.
+      expect((await engine.free('pre')).text).toBe(c);
+      const goal = 24 - tokens.length;
+      const replay = { seq: 'pre', kind: 'prefill' as const, sample: true, sampling, streamed: [...tokens] };
+      r = await engine.step({ items: [{ ...replay, tokens: [...prompt, ...tokens] }] });
+      for (let n = 1; ; n++) {
+        text += r.sampled[0]!.text;
+        if (n === goal) break;
+        r = await engine.step({ items: [{ seq: 'pre', kind: 'decode' }] });
+      }
+      text += (await engine.free('pre')).text;
+      expect(text).toBe(plain.text);
+    });
+  });
+
   describe('overflow', () => {
     it('refuses a prefill beyond the per-sequence cells with invalid_request before any work', async () => {
       const before = engine.capacity();

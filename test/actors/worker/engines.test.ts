@@ -134,6 +134,26 @@ describe('the worker engine manager', () => {
     expect(hosts[0]!.freed).toEqual(['s']);
   });
 
+  it('hands a recomputed sequence its generated tokens to replay on its first prefill only', async () => {
+    const { m, hosts } = setup();
+    m.assign(assign(0, 1));
+    const base = { type: 'step.execute' as const, replica: 'r', epoch: 1, gpus: [0] };
+    const shape = { prefill: [], decodeBatch: 0, decodeContext: 0 };
+    const open = [{ seq: 's', tokens: [1, 2, 3, 70, 71], left: 4, stop: ['xy'], generated: 2 }];
+    m.step({ ...base, step: 1, shape, open, items: [{ seq: 's', from: 0, n: 3, sample: false }] }, () => undefined);
+    m.step({ ...base, step: 2, shape, items: [{ seq: 's', from: 3, n: 2, sample: true }] }, () => undefined);
+    await new Promise((r) => setTimeout(r, 10));
+    expect(hosts[0]!.plans[0]!.items[0]).toEqual({
+      seq: 's',
+      kind: 'prefill',
+      tokens: [1, 2, 3],
+      sample: false,
+      sampling: { stop: ['xy'] },
+      streamed: [70, 71],
+    });
+    expect(hosts[0]!.plans[1]!.items[0]).toEqual({ seq: 's', kind: 'prefill', tokens: [70, 71], sample: true });
+  });
+
   it('kills the host on a fault of any of its GPUs without reporting a failure; a host that dies by itself is', () => {
     const { m, hosts, events } = setup();
     for (let g = 0; g < 8; g++) m.assign(assign(g, 8));

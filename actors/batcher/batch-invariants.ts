@@ -1,0 +1,47 @@
+// The continuous batcher's invariants: the ledger matches the sequences, the queues match their counts, and a
+// planned step keeps the policy's limits (budget, slots, no mixed steps where the policy forbids them, capacity).
+import type { BatchState } from './batch-state.ts';
+import type { ContinuousLimits, StepPlan } from './types.ts';
+
+/** Throws if the step plan breaks the policy's limits. */
+export function checkPlan(limits: ContinuousLimits, p: StepPlan): void {
+  const seen = new Set<StepPlan['entries'][number]['seq']>();
+  let tokens = 0;
+  let prefill = 0;
+  for (const e of p.entries) {
+    if (seen.has(e.seq)) throw new Error(`step holds sequence ${e.seq.id} twice`);
+    seen.add(e.seq);
+    tokens += e.chunk > 0 ? e.chunk : 1;
+    prefill += e.chunk;
+    if (e.seq.computed > limits.maxContext)
+      throw new Error(`sequence ${e.seq.id} holds ${e.seq.computed} tokens, past the context of ${limits.maxContext}`);
+  }
+  if (tokens !== p.tokens || prefill !== p.prefillTokens)
+    throw new Error(`step accounts ${p.tokens} tokens, entries hold ${tokens}`);
+  if (p.entries.length > limits.maxRunning)
+    throw new Error(`step holds ${p.entries.length} sequences, max ${limits.maxRunning}`);
+  // Only a single whole prompt longer than the budget may exceed it (prefill-first and static never chunk).
+  const lone = p.entries.length === 1 && limits.policy !== 'chunked';
+  if (p.tokens > limits.tokenBudget && !lone)
+    throw new Error(`step of ${p.tokens} tokens exceeds the budget of ${limits.tokenBudget}`);
+  if (limits.policy !== 'chunked' && p.prefillTokens > 0 && p.decodes > 0) {
+    throw new Error(`${limits.policy} step mixes prefill and decode`);
+  }
+  if (p.blocksUsed > limits.blocksTotal)
+    throw new Error(`step holds ${p.blocksUsed} blocks, capacity ${limits.blocksTotal}`);
+}
+
+/** Throws if the batcher's state is inconsistent, or if `p` (when given) breaks the policy's limits. */
+export function checkBatchState(st: BatchState, p?: StepPlan): void {
+  const { running, limits } = st;
+  for (const s of running) {
+    if (!s.running || s.gone)
+      throw new Error(`sequence ${s.id} is in the running set but marked ${s.gone ? 'gone' : 'waiting'}`);
+  }
+  st.ledger.check(running);
+  if (running.length > limits.maxRunning) throw new Error(`running ${running.length} exceeds max ${limits.maxRunning}`);
+  st.waiting.check();
+  if (limits.policy === 'static' && running.length > st.staticOpen)
+    throw new Error(`static batch grew to ${running.length} past its ${st.staticOpen} members`);
+  if (p) checkPlan(limits, p);
+}

@@ -1,0 +1,174 @@
+// Step planning: which sequences run in the next iteration and how many tokens each processes, per policy.
+// - chunked (Sarathi-Serve): decodes first, then the prefill of running sequences continues, then waiting ones
+//   are admitted, all in chunks that fill what is left of the token budget.
+// - prefill-first (vLLM's original scheduler): when waiting prompts can be admitted, the step is prefill only,
+//   packing whole prompts within the budget (a prompt longer than the budget runs alone); otherwise it decodes.
+// - static (request-level batching): when nothing runs, a batch is formed from the queue (up to maxRunning, each
+//   member's prompt + maxTokens reserved up front); its prompts run as prefill-only steps, then it decodes until
+//   every member has finished, and only then is the next batch formed.
+// Planning allocates the KV blocks the step writes, and preempts (preemption.ts) when they run out.
+import type { PrefillChunk } from '../gpu/cost-model.ts';
+import { insertRunning, spareBlocks, type BatchState } from './batch-state.ts';
+import { preemptForPriority, preemptOne, tooLarge } from './preemption.ts';
+import { prefillTarget, type Sequence } from './sequence.ts';
+import type { StepPlan } from './types.ts';
+
+const newPlan = (): StepPlan => ({
+  entries: [],
+  shape: { prefill: [] as PrefillChunk[], decodeBatch: 0, decodeContext: 0 },
+  tokens: 0,
+  prefillTokens: 0,
+  decodes: 0,
+  blocksUsed: 0,
+  predictedMs: 0,
+  dispatchedAt: 0,
+});
+
+function addDecode(plan: StepPlan, s: Sequence): void {
+  plan.entries.push({ seq: s, chunk: 0 });
+  plan.shape.decodeBatch++;
+  plan.shape.decodeContext += s.computed + 1;
+  plan.tokens++;
+  plan.decodes++;
+}
+
+function addPrefill(plan: StepPlan, s: Sequence, chunk: number): void {
+  plan.entries.push({ seq: s, chunk });
+  (plan.shape.prefill as PrefillChunk[]).push({ tokens: chunk, cached: s.computed });
+  plan.tokens += chunk;
+  plan.prefillTokens += chunk;
+}
+
+/** Moves the queue head s to the running set with blocks for `reserveTokens`. */
+function schedule(st: BatchState, s: Sequence, now: number, reserveTokens: number): void {
+  st.waiting.shift(s);
+  s.prefillGoal = prefillTarget(s);
+  s.computed = 0;
+  insertRunning(st, s);
+  st.ledger.reserve(s, reserveTokens);
+  s.listener.scheduled(s, now);
+}
+
+/** Decodes every running sequence that has finished prefill; preempts the newest when blocks run out. */
+function planDecodes(st: BatchState, plan: StepPlan, now: number): void {
+  const { running } = st;
+  for (let i = 0; i < running.length; i++) {
+    const s = running[i]!;
+    if (s.computed < s.prefillGoal) continue;
+    if (plan.tokens >= st.limits.tokenBudget) break;
+    // Victims come from the end of `running`, past i, so nothing already in the plan is preempted.
+    while (!st.ledger.grow(s, s.computed + 1)) {
+      if (running.length === 1) throw tooLarge(st, s);
+      const v = preemptOne(st, now);
+      if (v === s || v === undefined) break;
+    }
+    if (s.running) addDecode(plan, s);
+  }
+}
+
+/** Continues running sequences whose prefill is not complete, in chunks within the budget and the free blocks. */
+function planPrefillContinuations(st: BatchState, plan: StepPlan, whole: boolean): void {
+  const B = st.limits.blockTokens;
+  for (const s of st.running) {
+    if (s.computed >= s.prefillGoal) continue;
+    const room = st.limits.tokenBudget - plan.tokens;
+    if (room <= 0) break;
+    const left = s.prefillGoal - s.computed;
+    if (whole && left > room && plan.tokens > 0) continue;
+    // Shrunk to what its blocks plus the free ones hold; a sequence with no room waits (planStep preempts if stuck).
+    const fit = (s.blocks + st.ledger.free()) * B - s.computed;
+    const chunk = Math.min(left, whole ? left : room, fit);
+    if (chunk <= 0 || (whole && chunk < left)) continue;
+    st.ledger.grow(s, s.computed + chunk);
+    addPrefill(plan, s, chunk);
+  }
+}
+
+/** Admits waiting sequences while slots, budget and blocks allow; `whole` forbids chunking a prompt. */
+function planAdmissions(st: BatchState, plan: StepPlan, now: number, whole: boolean): void {
+  for (;;) {
+    if (st.running.length >= st.limits.maxRunning) return;
+    const s = st.waiting.peek();
+    if (!s || st.victims.has(s)) return;
+    const goal = prefillTarget(s);
+    const room = st.limits.tokenBudget - plan.tokens;
+    if (room <= 0) return;
+    if (whole && goal > room && plan.tokens > 0) return;
+    const spare = spareBlocks(st);
+    const chunk = whole ? goal : Math.min(goal, room, spare * st.limits.blockTokens);
+    if (chunk <= 0 || st.ledger.blocksFor(chunk) > spare) return;
+    schedule(st, s, now, chunk);
+    addPrefill(plan, s, chunk);
+  }
+}
+
+/** Static batching: forms a batch when nothing runs; its prompts run whole first, then all members decode. */
+function planStatic(st: BatchState, p: StepPlan, now: number): void {
+  const { running, ledger } = st;
+  if (running.length === 0) {
+    st.staticOpen = 0;
+    for (;;) {
+      if (running.length >= st.limits.maxRunning) break;
+      const s = st.waiting.peek();
+      if (!s) break;
+      // The whole sequence is reserved up front; a first member larger than the cache gets what there is.
+      const full = s.promptTokens + s.maxTokens;
+      const reserve =
+        running.length === 0
+          ? Math.max(prefillTarget(s) + 1, Math.min(full, ledger.free() * st.limits.blockTokens))
+          : full;
+      if (ledger.blocksFor(reserve) > ledger.free()) break;
+      schedule(st, s, now, reserve);
+      st.staticOpen++;
+    }
+  }
+  planPrefillContinuations(st, p, true);
+  if (p.tokens === 0) planDecodes(st, p, now);
+}
+
+function compose(st: BatchState, now: number): StepPlan {
+  const p = newPlan();
+  if (st.limits.policy === 'chunked') {
+    preemptForPriority(st, now);
+    const before = st.preemptions;
+    planDecodes(st, p, now);
+    planPrefillContinuations(st, p, false);
+    // As in vLLM: a step that had to preempt for memory admits nothing new.
+    if (st.preemptions === before) planAdmissions(st, p, now, false);
+  } else if (st.limits.policy === 'prefill-first') {
+    preemptForPriority(st, now);
+    planPrefillContinuations(st, p, true);
+    if (p.tokens === 0) planAdmissions(st, p, now, true);
+    if (p.tokens === 0) planDecodes(st, p, now);
+  } else {
+    planStatic(st, p, now);
+  }
+  return p;
+}
+
+/** Plans the next step, allocating KV blocks and preempting if blocks run out; null only when there is no work. */
+export function planStep(st: BatchState, now: number): StepPlan | null {
+  st.victims.clear();
+  let p = compose(st, now);
+  // Every running sequence may be mid-prefill with no block left to grow into: free the newest and retry.
+  while (p.entries.length === 0 && st.running.length > 0) {
+    if (st.running.length === 1) throw tooLarge(st, st.running[0]!);
+    preemptOne(st, now);
+    p = compose(st, now);
+  }
+  // Nothing runs, so a victim of this very step may start again at once.
+  if (p.entries.length === 0 && st.waiting.count > 0) {
+    st.victims.clear();
+    p = compose(st, now);
+  }
+  if (p.entries.length === 0) {
+    if (st.waiting.count > 0)
+      throw new Error(
+        `sequence ${st.waiting.peek()!.id} can never be admitted with ${st.limits.blocksTotal} KV blocks`,
+      );
+    return null;
+  }
+  p.blocksUsed = st.ledger.used;
+  st.steps++;
+  return p;
+}

@@ -1,0 +1,92 @@
+// The continuous batcher's public shapes: its limits, a planned step, its stats, and the batcher itself.
+import type { StepShape } from '../gpu/cost-model.ts';
+import type { Sequence } from './sequence.ts';
+
+/** How a replica composes each step. */
+export type BatchPolicy = 'chunked' | 'prefill-first' | 'static';
+
+/** Limits of a replica's iteration loop. */
+export interface ContinuousLimits {
+  policy: BatchPolicy;
+  maxRunning: number;
+  /** Tokens (prefill + decode) one step may process. */
+  tokenBudget: number;
+  blockTokens: number;
+  blocksTotal: number;
+  /** Prompt plus output tokens one sequence may hold. */
+  maxContext: number;
+  /** Free blocks kept back when admitting new sequences, so running ones can grow (vLLM's watermark). */
+  watermarkBlocks: number;
+}
+
+/** One sequence's part in a step. */
+export interface PlanEntry {
+  seq: Sequence;
+  /** Prefill tokens in this step; 0 for a decode. */
+  chunk: number;
+}
+
+/** A planned step: who runs, the shape the cost model prices, and the blocks it holds. */
+export interface StepPlan {
+  entries: PlanEntry[];
+  shape: StepShape;
+  tokens: number;
+  prefillTokens: number;
+  decodes: number;
+  /** Blocks in use on the replica once the step's allocations are made (what the worker's cache holds). */
+  blocksUsed: number;
+  /** Step time the replica's cost model predicts, and when the step was sent (set by the replica, for estimate error). */
+  predictedMs: number;
+  dispatchedAt: number;
+}
+
+/** The batcher of one replica: queues, running set, block ledger, and step planning. */
+export interface ContinuousBatcher {
+  readonly limits: ContinuousLimits;
+  /** Adds a sequence to the waiting queue (preempted/resumed ones at the head of their class). */
+  enqueue(seq: Sequence, atHead?: boolean): void;
+  /** Plans the next step, allocating KV blocks and preempting if blocks run out; null only when there is no work. */
+  plan(now: number): StepPlan | null;
+  /** Applies a step all ranks completed: produces tokens, frees finished sequences. */
+  complete(plan: StepPlan, now: number): void;
+  /** Removes a sequence (cancelled or expired); returns false if it is not here. */
+  withdraw(id: string): boolean;
+  /** Removes every sequence (replica failed or drained past its deadline) and returns them. */
+  evictAll(): Sequence[];
+  has(id: string): boolean;
+  hasWork(): boolean;
+  saturated(): boolean;
+  stats(): BatcherStats;
+  /** Waiting sequences in the order they will be admitted (highest class first); O(queue), for tests and views. */
+  waitingList(): Sequence[];
+  /** Running sequences, highest class and oldest first. */
+  runningList(): readonly Sequence[];
+  /** Throws if the ledger disagrees with the sequences' allocations, or if `plan` broke the policy's limits. */
+  checkInvariants(plan?: StepPlan): void;
+}
+
+/** What the router and the ledger read from a batcher. */
+export interface BatcherStats {
+  waiting: number;
+  running: number;
+  blocksUsed: number;
+  blocksTotal: number;
+  /** Prefill tokens not yet computed, waiting and running. */
+  prefillTokensAhead: number;
+  /** Expected decode tokens still to produce, by the ledger's estimate. */
+  decodeTokensAhead: number;
+  /** Blocks the waiting queue will need for its prefill. */
+  waitingBlocks: number;
+  /** Waiting sequences and their prefill tokens per priority class (index = class rank). */
+  waitingByClass: readonly number[];
+  waitingTokensByClass: readonly number[];
+  /** Blocks every running and waiting sequence will hold at its expected final length (at least what it holds
+   * now: static reservations included), the ledger's committed KV. */
+  committedBlocks: number;
+  /** The part of committedBlocks held or still to be written by running sequences. */
+  runningCommittedBlocks: number;
+  /** Total context of the running sequences. */
+  runningContext: number;
+  preemptions: number;
+  steps: number;
+}
