@@ -127,6 +127,62 @@ function wireEngines(
   return { engines, engineStep };
 }
 
+/** Fences applied, by id: a fence is resent until confirmed, and a repeat must not reset a GPU given anew since. */
+function createFenceLog(): { apply(id: number | undefined): boolean; max(): number } {
+  const applied = new Set<number>();
+  let max = 0;
+  return {
+    apply: (id) => {
+      if (id === undefined) return true;
+      if (applied.has(id)) return false;
+      applied.add(id);
+      max = Math.max(max, id);
+      // Ids only grow (a restarted control plane continues from the inventory's `fence`): old ones can be forgotten.
+      if (applied.size > 1024) for (const f of applied) if (f < max - 1024) applied.delete(f);
+      return true;
+    },
+    max: () => max,
+  };
+}
+
+type GpuSnapshot = ReturnType<ActorRefFrom<typeof gpuMachine>['getSnapshot']>;
+
+/** Loads the agent started, in all and per device: a device entering `loading` for a replica or epoch it did not
+ * hold (a repeated assignment, answered at once, is no load). */
+function createLoadCounter() {
+  const per = new Map<number, number>();
+  let total = 0;
+  return {
+    observe: (g: number, m: MessageOf<'gpu.assign'>, before: GpuSnapshot, after: GpuSnapshot): void => {
+      const held =
+        before.hasTag('holdsGpu') && before.context.replica === m.replica && before.context.epoch === m.epoch;
+      if (!after.matches({ allocated: 'loading' }) || held) return;
+      total++;
+      per.set(g, (per.get(g) ?? 0) + 1);
+    },
+    total: () => total,
+    of: (g: number): number => per.get(g) ?? 0,
+  };
+}
+
+/** An injected fault on one device (tests, the admin API): a reported fault, a hang, silence, slowness, a repair. */
+function injectInto(slot: GpuSlot, fault: InjectedFault, factor: number | undefined, killEngine: () => void): void {
+  if (fault === 'fault') {
+    killEngine();
+    slot.actor.send({ type: 'gpu.fault', code: 'xid_79' });
+  } else if (fault === 'hang') slot.hung = true;
+  else if (fault === 'silent') {
+    slot.hung = true;
+    slot.silent = true;
+  } else if (fault === 'straggle') slot.slowdown = factor ?? 2;
+  else if (fault === 'repair') {
+    slot.hung = false;
+    slot.silent = false;
+    slot.slowdown = 1;
+    slot.actor.send({ type: 'gpu.repair' });
+  }
+}
+
 /** How a node answers a `step.execute` by itself: what startStep and the executor's timers would do, when every
  * rank would run it now and finish at the same time (a rank that deviates, is hung, or busy takes the wire). */
 function stepShortcut(
@@ -168,46 +224,12 @@ function stepShortcut(
 }
 
 /** A device's inventory entry from its GPU actor's snapshot. */
-function deviceOf(g: number, snap: ReturnType<ActorRefFrom<typeof gpuMachine>['getSnapshot']>): NodeInventoryDevice {
+function deviceOf(g: number, snap: GpuSnapshot): NodeInventoryDevice {
   const v = snap.value;
   const state: NodeInventoryDevice['state'] =
     typeof v === 'string' ? (v as NodeInventoryDevice['state']) : (v.allocated as NodeInventoryDevice['state']);
   const held = snap.hasTag('holdsGpu') && snap.context.replica !== null;
   return { gpu: g, state, ...(held ? { replica: snap.context.replica!, epoch: snap.context.epoch } : {}) };
-}
-
-/** Applies an injected fault (or its repair) to one device. */
-function applyFault(slot: GpuSlot, g: number, engines: EngineManager, fault: InjectedFault, factor?: number): void {
-  if (fault === 'fault') engines.gpuFault(g);
-  if (fault === 'fault') slot.actor.send({ type: 'gpu.fault', code: 'xid_79' });
-  else if (fault === 'hang') slot.hung = true;
-  else if (fault === 'silent') {
-    slot.hung = true;
-    slot.silent = true;
-  } else if (fault === 'straggle') slot.slowdown = factor ?? 2;
-  else if (fault === 'repair') {
-    slot.hung = false;
-    slot.silent = false;
-    slot.slowdown = 1;
-    slot.actor.send({ type: 'gpu.repair' });
-  }
-}
-
-/** Fences applied, by id: a fence is resent until confirmed, and a repeat must not reset a GPU given anew since. */
-function createFenceLog(): { first(id: number): boolean; max(): number } {
-  const seen = new Set<number>();
-  let max = 0;
-  return {
-    first: (id) => {
-      if (seen.has(id)) return false;
-      seen.add(id);
-      max = Math.max(max, id);
-      // Ids only grow (a restarted control plane continues from the inventory's `fence`): old ones can be forgotten.
-      if (seen.size > 1024) for (const f of seen) if (f < max - 1024) seen.delete(f);
-      return true;
-    },
-    max: () => max,
-  };
 }
 
 /** The health check: a crashed device answers nothing; a hung one cannot run the probe, so only a serving one
@@ -238,8 +260,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   const devices = opts.gpus.flatMap(lanesOf);
   let heartbeat: TimerId | null = null;
   const fences = createFenceLog();
-  const loadsOf = new Map<number, number>();
-  let loads = 0;
+  const loads = createLoadCounter();
 
   /** Starts device g's GPU actor (again, after a reset: a fresh actor, nothing loaded, probed before use). */
   const spawnGpu = (g: number): ActorRefFrom<typeof gpuMachine> => {
@@ -267,14 +288,8 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     const m = msg;
     if (m.type === 'gpu.assign') {
       const before = slot.actor.getSnapshot();
-      const holds = before.hasTag('holdsGpu') && before.context.replica === m.replica;
       assignGpu(slot, m, costs, scale);
-      const after = slot.actor.getSnapshot();
-      // A load: the device entered `loading` for a replica or epoch it did not hold (a repeat answers at once).
-      if (after.matches({ allocated: 'loading' }) && !(holds && before.context.epoch === m.epoch)) {
-        loads++;
-        loadsOf.set(g, (loadsOf.get(g) ?? 0) + 1);
-      }
+      loads.observe(g, m, before, slot.actor.getSnapshot());
       if (m.engine) engines.assign({ ...m, engine: m.engine });
     } else if (m.type === 'gpu.release') {
       engines.release(m.replica, m.epoch);
@@ -287,8 +302,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   };
   /** Applies a fence unless its id was applied already. */
   const fenceOnce = (g: number, code: string, id: number | undefined): void => {
-    if (id !== undefined && !fences.first(id)) return;
-    fence(g, code);
+    if (fences.apply(id)) fence(g, code);
   };
 
   /** Runs one rank's share of a step if the GPU is serving that replica's epoch; reports `step.completed`. */
@@ -309,7 +323,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   };
   const injectDevice = (g: number, fault: InjectedFault, factor?: number): void => {
     const slot = slots.get(g);
-    if (slot) applyFault(slot, g, engines, fault, factor);
+    if (slot) injectInto(slot, fault, factor, () => engines.gpuFault(g));
   };
   // The control plane declared the GPU failed: every lane of it leaves service (and reports gpu.failed).
   const fence = (g: number, code: string): void => {
@@ -333,7 +347,8 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   const answers = (g: number): boolean => answersHealthCheck(slots.get(g));
   const beat = (): void => {
     const alive = opts.gpus.filter(answers);
-    send('placement', { type: 'node.heartbeat', node: id, epoch: 0, t: clock.now(), gpus: alive, loads });
+    const t = clock.now();
+    send('placement', { type: 'node.heartbeat', node: id, epoch: 0, t, gpus: alive, loads: loads.total() });
     heartbeat = clock.setTimeout(beat, opts.heartbeatMs!);
   };
 
@@ -356,7 +371,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     type: 'node.inventory',
     node: id,
     fence: fences.max(),
-    loads,
+    loads: loads.total(),
     devices: [...slots].map(([g, slot]) => deviceOf(g, slot.actor.getSnapshot())),
   });
 
@@ -371,7 +386,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     shortcut,
     gpuState: (g) => JSON.stringify(slots.get(g)?.actor.getSnapshot().value ?? 'unknown'),
     busyMs: (g) => opts.executor.busyMs(g),
-    loads: (g) => (g === undefined ? loads : (loadsOf.get(g) ?? 0)),
+    loads: (g) => (g === undefined ? loads.total() : loads.of(g)),
     inventory,
     announce: () => send('placement', inventory()),
     orphan: () => orphanSteps(slots, opts.executor, engines),
