@@ -2,7 +2,12 @@
 // created), its GPU commands and the runtime's messaging.
 import { createActor, type ActorRefFrom } from 'xstate';
 import { stateName } from '../machines/state-name.ts';
-import { replicaMachine, type ReplicaContext, type ReplicaTag } from '../machines/replica.machine.ts';
+import {
+  replicaMachine,
+  type ReplicaContext,
+  type ReplicaEvent,
+  type ReplicaTag,
+} from '../machines/replica.machine.ts';
 import { failure, type OutcomeCode } from '../machines/outcomes.ts';
 import type { Runtime } from '../runtime/system.ts';
 import type { MessageOf, WireEngineSpec } from '../machines/messages.ts';
@@ -46,6 +51,8 @@ export interface ReplicaHandle {
   /** The KV block and slot ledger; for a stateless replica it stays empty beside the dynamic batcher. */
   readonly batcher: ContinuousBatcher;
   readonly actor: ActorRefFrom<typeof replicaMachine>;
+  /** Sends an event to the replica's machine (use this, not `actor.send`: a step in progress holds events back). */
+  send(event: ReplicaEvent): void;
   /** The machine's state as a dotted path (`ready.busy`), for display only: decisions use the tags. */
   state(): string;
   /** True when the replica's current state carries `tag`. */
@@ -114,8 +121,15 @@ export function statelessLimits(m: ModelConfig, cost: CostModel): StatelessLimit
 interface StepLedger {
   plan: StepPlan | null;
   batch: ClosedBatch | null;
+  /** The step number on the wire: the machine's step plus the steps run outside it (`extra`). */
   step: number;
   epoch: number;
+  /** Steps dispatched by the direct step (outside the machine) since the replica started. */
+  extra: number;
+  /** The step in flight is counted here, not by the machine (no inspector watched when it was dispatched). */
+  direct: boolean;
+  /** Ranks of the step in flight that have not reported (direct steps). */
+  pending: number;
   /** Which ranks reported the step in flight, so a hung rank can be told from a slow step. */
   reported: number[];
   saturated: boolean;
@@ -191,6 +205,78 @@ function engineCompleted(
   }
 }
 
+/** What the step loop needs from its replica. */
+interface StepLoopDeps {
+  runtime: Runtime;
+  o: ReplicaOptions;
+  batcher: ContinuousBatcher;
+  stateless: StatelessBatcher | null;
+  engine: EngineSteps | null;
+  ledger: StepLedger;
+  /** Sends an event to the replica's actor (held back while a direct step runs, as the machine's mailbox would). */
+  toActor(e: ReplicaEvent): void;
+  handle(): ReplicaHandle;
+}
+
+/** The replica's step loop: plans and sends a step, and applies one every rank reported. The machine calls both as
+ * its actions; the direct step calls them itself (the same code, so the same results). */
+function createStepLoop(d: StepLoopDeps) {
+  const { runtime, o, batcher, stateless, engine, ledger } = d;
+  const { clock } = runtime;
+  const { stats } = ledger;
+  const dispatch = (c: ReplicaContext, step: number): void => {
+    const now = clock.now();
+    const plan = stateless ? planStateless(stateless, ledger, now) : batcher.plan(now);
+    ledger.plan = plan;
+    if (!plan) {
+      ledger.saturated = false;
+      d.toActor({ type: 'step.empty', epoch: c.epoch });
+      return;
+    }
+    plan.dispatchedAt = now;
+    ledger.step = step;
+    ledger.epoch = c.epoch;
+    ledger.reported.length = 0;
+    ledger.pending = c.gpus.length;
+    // A step is counted outside the machine unless an inspector watches (it must see every rank's report).
+    ledger.direct = engine === null && !runtime.stepByStep();
+    plan.predictedMs = o.cost.stepS(plan.shape) * 1000 * (o.slowdown ?? 1);
+    const saturated = batcher.saturated();
+    if (saturated !== ledger.saturated) {
+      ledger.saturated = saturated;
+      d.toActor({ type: saturated ? 'work.saturated' : 'work.unsaturated' });
+    }
+    const prefill = plan.shape.prefill.map((ch) => [ch.tokens, ch.cached]);
+    const shape = { prefill, decodeBatch: plan.shape.decodeBatch, decodeContext: plan.shape.decodeContext };
+    const { id, epoch, gpus } = c;
+    const wire = engine?.wire(plan, batcher.runningList());
+    if (wire?.free.length) runtime.send('node', { type: 'seq.free', replica: id, epoch, seqs: wire.free });
+    const items = wire ? { open: wire.open, items: wire.items } : {};
+    runtime.send('node', { type: 'step.execute', replica: id, epoch, step, gpus: [...gpus], shape, ...items });
+  };
+  const complete = (): void => {
+    const { plan, batch } = ledger;
+    ledger.plan = null;
+    ledger.batch = null;
+    if (!plan) return;
+    const now = clock.now();
+    batcher.complete(plan, now);
+    // The simulated model's result for each member: what it was given.
+    if (batch)
+      stateless?.complete(
+        batch.id,
+        batch.members.map((m) => ({ tokens: m.tokens })),
+      );
+    stats.count++;
+    stats.batchSizeSum += batch ? batch.members.length : plan.entries.length;
+    stats.tokens += plan.tokens;
+    stats.predictedMs += plan.predictedMs;
+    stats.busyMs += now - plan.dispatchedAt;
+    o.onStep?.(d.handle(), plan);
+  };
+  return { dispatch, complete };
+}
+
 /** Creates and starts a replica actor registered as its system id. */
 export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandle {
   const { clock } = runtime;
@@ -203,7 +289,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
         clock,
         limits: o.stateless,
         name: o.id,
-        onReady: () => actor.send({ type: 'work.available' }),
+        onReady: () => toActor({ type: 'work.available' }),
       })
     : null;
   const loadMs = o.cost.loadS() * 1000;
@@ -211,58 +297,26 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
   const gpu = gpuCommands(runtime, o, loadMs, unloadMs);
   const engine: EngineSteps | null = o.engine ? createEngineSteps(o.id, o.limits) : null;
   const stats: StepStats = { count: 0, batchSizeSum: 0, tokens: 0, predictedMs: 0, busyMs: 0 };
-  const ledger: StepLedger = { plan: null, batch: null, step: -1, epoch: -1, reported: [], saturated: false, stats };
+  const ledger: StepLedger = {
+    ...{ plan: null, batch: null, step: -1, epoch: -1, extra: 0, direct: false, pending: 0 },
+    ...{ reported: [], saturated: false, stats },
+  };
+  // Events for the actor while a direct step runs: delivered after it, as the mailbox delivers them after a macrostep.
+  let held: ReplicaEvent[] | null = null;
+  const toActor = (e: ReplicaEvent): void => {
+    if (held) held.push(e);
+    else actor.send(e);
+  };
+  const loop = createStepLoop({ runtime, o, batcher, stateless, engine, ledger, toActor, handle: () => handle });
 
   const machine = replicaMachine.provide({
     actions: {
       assignGpus: ({ context }) => gpu.assign(context),
       releaseGpus: ({ context }) => gpu.release(context),
-      dispatchStep: ({ context, self }) => {
-        const now = clock.now();
-        const plan = stateless ? planStateless(stateless, ledger, now) : batcher.plan(now);
-        ledger.plan = plan;
-        if (!plan) {
-          ledger.saturated = false;
-          self.send({ type: 'step.empty', epoch: context.epoch });
-          return;
-        }
-        plan.dispatchedAt = now;
-        ledger.step = context.step;
-        ledger.epoch = context.epoch;
-        ledger.reported.length = 0;
-        plan.predictedMs = o.cost.stepS(plan.shape) * 1000 * (o.slowdown ?? 1);
-        const saturated = batcher.saturated();
-        if (saturated !== ledger.saturated) {
-          ledger.saturated = saturated;
-          self.send({ type: saturated ? 'work.saturated' : 'work.unsaturated' });
-        }
-        const prefill = plan.shape.prefill.map((c) => [c.tokens, c.cached]);
-        const shape = { prefill, decodeBatch: plan.shape.decodeBatch, decodeContext: plan.shape.decodeContext };
-        const { id, epoch, step, gpus } = context;
-        const wire = engine?.wire(plan, batcher.runningList());
-        if (wire?.free.length) runtime.send('node', { type: 'seq.free', replica: id, epoch, seqs: wire.free });
-        const items = wire ? { open: wire.open, items: wire.items } : {};
-        runtime.send('node', { type: 'step.execute', replica: id, epoch, step, gpus: [...gpus], shape, ...items });
-      },
-      completeStep: () => {
-        const { plan, batch } = ledger;
-        ledger.plan = null;
-        ledger.batch = null;
-        if (!plan) return;
-        const now = clock.now();
-        batcher.complete(plan, now);
-        // The simulated model's result for each member: what it was given.
-        if (batch)
-          stateless?.complete(
-            batch.id,
-            batch.members.map((m) => ({ tokens: m.tokens })),
-          );
-        stats.count++;
-        stats.batchSizeSum += batch ? batch.members.length : plan.entries.length;
-        stats.tokens += plan.tokens;
-        stats.predictedMs += plan.predictedMs;
-        stats.busyMs += now - plan.dispatchedAt;
-        o.onStep?.(handle, plan);
+      dispatchStep: ({ context }) => loop.dispatch(context, context.step + ledger.extra),
+      completeStep: () => loop.complete(),
+      crash: ({ event }) => {
+        if (event.type === 'step.crashed') throw event.error;
       },
       abortStep: () => {
         ledger.plan = null;
@@ -285,6 +339,24 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
     clock,
     id: o.id,
   });
+  /** The last rank of a direct step reported: what the machine's `stepReported` transition does (apply the step,
+   * count it, dispatch the next), without a snapshot per step. A broken invariant fails the actor as it would have. */
+  const directStep = (): void => {
+    const queued: ReplicaEvent[] = [];
+    held = queued;
+    try {
+      loop.complete();
+      ledger.extra++;
+      const c = actor.getSnapshot().context;
+      loop.dispatch(c, c.step + ledger.extra);
+    } catch (error) {
+      held = null;
+      actor.send({ type: 'step.crashed', error });
+      return;
+    }
+    held = null;
+    for (const e of queued) actor.send(e);
+  };
   const hasTag = (tag: ReplicaTag): boolean => actor.getSnapshot().hasTag(tag);
   const handle: ReplicaHandle = {
     id: o.id,
@@ -298,13 +370,14 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
     engine: o.engine ?? null,
     batcher,
     actor,
+    send: toActor,
     state: () => stateName(actor.getSnapshot().value),
     hasTag,
     ready: () => hasTag('ready'),
     accepting: () => hasTag('accepting'),
     enqueue: (seq, atHead) => {
       batcher.enqueue(seq, atHead);
-      actor.send({ type: 'work.available' });
+      toActor({ type: 'work.available' });
     },
     stateless,
     steps: stats,
@@ -315,24 +388,40 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
         : null;
     },
   };
+  /** A rank's report of the step in flight goes to the machine with the machine's own step number; any other to
+   * the machine with one it never accepts (-1), as a stale report was. */
+  const toMachine = (msg: MessageOf<'step.completed'>, current: boolean): void =>
+    toActor({
+      type: 'step.completed',
+      gpu: msg.gpu,
+      epoch: msg.epoch,
+      step: current ? actor.getSnapshot().context.step : -1,
+    });
   runtime.register(o.id, (msg) => {
     const { epoch } = actor.getSnapshot().context;
     switch (msg.type) {
-      case 'step.completed':
+      case 'step.completed': {
         if (msg.ranks)
           return engineCompleted(
             msg,
             ledger,
             engine,
-            (e) => actor.send(e),
+            (e) => toMachine(e, true),
             (p) => o.onEngineMismatch?.(handle, p),
           );
-        if (msg.step === ledger.step && msg.epoch === ledger.epoch) ledger.reported.push(msg.gpu);
-        return actor.send(msg);
+        const current = msg.step === ledger.step && msg.epoch === ledger.epoch;
+        if (current) ledger.reported.push(msg.gpu);
+        // The machine's `rankOfStep` guard, on the ledger's count: a rank of the step in flight in a stepping state.
+        if (current && ledger.direct && msg.epoch === epoch && ledger.pending > 0 && !held && hasTag('stepping')) {
+          if (--ledger.pending === 0) directStep();
+          return;
+        }
+        return toMachine(msg, current);
+      }
       case 'gpu.loaded':
       case 'gpu.released':
       case 'gpu.failed':
-        return actor.send(msg);
+        return toActor(msg);
       // A request leaving (cancelled, expired) is the batcher's business, not a change of the replica's state.
       case 'request.withdraw':
         if (!batcher.withdraw(msg.id)) stateless?.cancel(msg.id);

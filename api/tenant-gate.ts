@@ -6,7 +6,8 @@
 import type { Clock, TimerId } from '../runtime/clock.ts';
 import { failure, type Failure } from '../machines/outcomes.ts';
 import { estimateTokens } from './pseudo-text.ts';
-import type { Accepted, ServeRequest, Serving, StreamSink } from './serving.ts';
+import type { ClientRequest } from '../transport/client-protocol.ts';
+import type { Accepted, Delivery, Serving, StreamSink } from './serving.ts';
 import { createFairQueue, type FairQueue, type Tagged } from './fair-queue.ts';
 import type { Tenant, Tenants } from './tenants.ts';
 
@@ -43,7 +44,9 @@ interface TenantState {
 
 /** A request of a tenant, from the gate until its end. */
 interface Entry {
-  req: ServeRequest;
+  req: ClientRequest;
+  /** How the edge handed it over (its tenant, how its tokens are delivered); the gate adds the id. */
+  delivery: Delivery;
   sink: StreamSink;
   id: string;
   state: TenantState;
@@ -131,7 +134,7 @@ function createDispatch(inner: Serving, clock: Clock, window: number, pumpMs: nu
     // The time waited here counts against the request's queue budget: what is left goes on as its deadline.
     const deadline = waited > 0 ? { deadlineMs: Math.max(0, e.budgetMs - waited) } : {};
     const r = inner.submit(
-      { ...e.req, id: e.id, ...deadline },
+      { ...e.req, ...deadline },
       {
         tokens: (seq, n, text) => {
           if (e.outstanding) {
@@ -149,6 +152,7 @@ function createDispatch(inner: Serving, clock: Clock, window: number, pumpMs: nu
           e.sink.failed(f);
         },
       },
+      { ...e.delivery, id: e.id },
     );
     if (!r.ok) {
       end();
@@ -236,9 +240,9 @@ export function createTenantGate(inner: Serving, opts: TenantGateOptions): Tenan
     return { ok: false, failure: f };
   };
 
-  const submit: Serving['submit'] = (req, sink) => {
-    const tenant = req.tenant === undefined ? undefined : byName.get(req.tenant);
-    if (!tenant) return inner.submit(req, sink);
+  const submit: Serving['submit'] = (req, sink, delivery = { text: true }) => {
+    const tenant = delivery.tenant === undefined ? undefined : byName.get(delivery.tenant);
+    if (!tenant) return inner.submit(req, sink, delivery);
     const s = stateOf(tenant);
     const m = inner.cp.scenario.models.find((x) => x.name === req.model);
     const checked = checkTenant(tenant, req, m);
@@ -254,6 +258,7 @@ export function createTenantGate(inner: Serving, opts: TenantGateOptions): Tenan
     const q = d.queueFor(req.model, priority, rank);
     const e: Entry = {
       req: { ...req, priority },
+      delivery,
       sink,
       id: '',
       state: s,
@@ -402,7 +407,7 @@ function createUsage(
 }
 
 /** Tokens of work of a request: its prompt (estimated when not given) plus the most it may generate. */
-function cost(req: ServeRequest): number {
+function cost(req: ClientRequest): number {
   return (req.promptTokens ?? estimateTokens(req.prompt ?? '')) + req.maxTokens;
 }
 
@@ -425,7 +430,7 @@ function takeTokens(s: TenantState, work: number, now: number): number {
 /** The tenant's right to this model and class: the class it gets, its rank and queue budget, or a refusal. */
 function checkTenant(
   t: Tenant,
-  req: ServeRequest,
+  req: ClientRequest,
   m: { name: string; classes: readonly { name: string; maxQueueMs: number }[] } | undefined,
 ): { priority: string; rank: number; budgetMs: number } | Failure {
   if (t.models !== null && !t.models.includes(req.model))

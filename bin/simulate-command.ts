@@ -9,6 +9,8 @@ import type { ControlPlane } from '../actors/control-plane.ts';
 
 const USAGE =
   'usage: switchyard simulate <scenario.yaml> [--seed N] [--json] [--wall] [--explain req.N] [--trace out.json]\n' +
+  '  [--wire-check]    every frame crosses the codec (no link shortcut; the report is the same)\n' +
+  '  [--step-by-step]  --wire-check, and every step through the replica machine (the reference run)\n' +
   '       switchyard simulate --fleet <fleet-scenario.yaml> [--seed N] [--router gie-like|predicted] [--json] [--wall]\n';
 
 const FLAGS = {
@@ -17,6 +19,8 @@ const FLAGS = {
   trace: flag.str(),
   json: flag.bool(),
   wall: flag.bool(),
+  'wire-check': flag.bool(),
+  'step-by-step': flag.bool(),
   fleet: flag.bool(),
   router: flag.str(),
 };
@@ -49,6 +53,8 @@ export function runSimulateCommand(argv: string[]): number {
   const report = simulate(scenario, {
     seed,
     wall: args.values.wall,
+    wireCheck: args.values['wire-check'] === true,
+    stepByStep: args.values['step-by-step'] === true,
     explain,
     ...(typeof trace === 'string' ? { onStart: (cp: ControlPlane) => (recorder = startRecording(cp, { seed })) } : {}),
   });

@@ -55,7 +55,10 @@ export type ReplicaEvent =
   | { type: 'replica.drain'; deadlineMs: number }
   | { type: 'gpu.failed'; gpu: number; code: string }
   | { type: 'gpu.released'; gpu: number; epoch: number }
-  | { type: 'replica.stop' };
+  | { type: 'replica.stop' }
+  /** The replica's own step loop, run outside the machine, broke an invariant: the replica fails as if its
+   * step actions had thrown `error` (see actors/replica.ts, the direct step). */
+  | { type: 'step.crashed'; error: unknown };
 
 /** A replica ends stopped; its output says whether it failed. */
 export interface ReplicaOutput {
@@ -107,6 +110,8 @@ export const replicaMachine = setup({
     interruptAll: () => {},
     /** Asks each GPU of the gang that is neither released nor failed to unload. */
     releaseGpus: () => {},
+    /** Rethrows a step loop's broken invariant (`step.crashed`), so the actor errors as its step actions would have. */
+    crash: () => {},
     tellReady: emit(({ context }) => ({
       type: 'out' as const,
       to: 'placement',
@@ -324,6 +329,7 @@ export const replicaMachine = setup({
     },
   },
   on: {
+    'step.crashed': { actions: 'crash' },
     // The whole gang fails once: the epoch rises so late results of the dead epoch are dropped.
     'gpu.failed': {
       guard: 'newFailedGpu',

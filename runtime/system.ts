@@ -39,10 +39,20 @@ export interface Runtime {
   /** Inspects every live supervised actor (replaying each one's current snapshot first) until cleared with null;
    * while no inspector is set, actors carry no inspection observer at all. */
   setInspector(observer: ((ev: InspectionEvent) => void) | null): void;
+  /** True while an inspector watches, or when created `stepByStep`: actors then take every event through their
+   * machines (a replica's direct step is off). */
+  stepByStep(): boolean;
 }
 
 /** Creates a runtime for one process. */
-export function createRuntime(opts: { name: string; clock: Clock; rng: Rng; ids?: IdGen }): Runtime {
+export function createRuntime(opts: {
+  name: string;
+  clock: Clock;
+  rng: Rng;
+  ids?: IdGen;
+  /** Every event through the machines, always (the simulator's reference run; see `stepByStep()`). */
+  stepByStep?: boolean;
+}): Runtime {
   const local = new Map<string, (msg: Msg) => void>();
   const dropped = new Map<string, number>();
   const faults: ActorFault[] = [];
@@ -92,6 +102,7 @@ export function createRuntime(opts: { name: string; clock: Clock; rng: Rng; ids?
     },
     faults,
     dropped,
+    stepByStep: () => inspector !== null || opts.stepByStep === true,
     setInspector: (observer) => {
       inspector = observer;
       for (const e of inspectable.values()) {

@@ -59,6 +59,9 @@ export interface LinkOptions {
    * the simulated link flushes at the current instant of the virtual clock.
    */
   defer?(flush: () => void): void;
+  /** The simulator's shortcut (sim-link.ts): offered a tick's lone envelope before it is framed; true when it was
+   * answered without the wire (it is then counted out, not framed). */
+  bypass?(to: string, msg: Msg): boolean;
 }
 
 /** One side of a node link: `send` queues, the queue is flushed as frames at the end of the tick. */
@@ -92,6 +95,10 @@ export function createLink(carrier: FrameCarrier, opts: LinkOptions): Link {
     queue = [];
     if (!carrier.isOpen()) {
       stats.dropped += out.length;
+      return;
+    }
+    if (out.length === 1 && opts.bypass?.(out[0]!.to, out[0]!.msg)) {
+      stats.messagesOut++;
       return;
     }
     for (let i = 0; i < out.length; i += MAX_ENVELOPES_PER_FRAME) {

@@ -1,6 +1,12 @@
 // The in-process link of the simulator: the node link of link.ts (the same framing, codec, schema and frame cap as
 // over a WebSocket) carried by a simulated wire on the virtual clock. Each side's messages of one instant leave as
 // frames at that instant and arrive in (time, sequence) order after a seeded latency, FIFO per direction.
+//
+// The shortcut: a tick's lone message the far side can answer by itself (a step under the cost model) need not be
+// framed at all when nothing else can happen before its answer arrives. The wire computes both hops exactly as two
+// frames would take them (same latency, jitter draws, FIFO floor), the clock skips to the answer's arrival (refused
+// if any other event comes first) and the answer is delivered. Reports are the same byte for byte; what is skipped is
+// the encode, decode and schema check of those two frames. The DST and `simulate --wire-check` keep every frame.
 import type { Clock } from '../runtime/clock.ts';
 import type { Rng } from '../runtime/rng.ts';
 import type { Msg, Runtime } from '../runtime/system.ts';
@@ -22,11 +28,29 @@ export interface SimLink {
   /** The two sides: `a` sends from runtime a to b, `b` from b to a. */
   readonly a: Link;
   readonly b: Link;
-  /** `messages`: sent while their direction was open; `rejected`: frames refused on arrival. */
-  readonly stats: { messages: number; frames: number; bytes: number; rejected: number };
+  /** Lets `b` answer lone messages from `a` without the wire (null: every message is framed). */
+  setShortcut(shortcut: LinkShortcut | null): void;
+  /** `messages`: sent while their direction was open (shortcut answers included); `rejected`: frames refused on
+   * arrival; `frames` and `bytes`: frames encoded; `shortcuts`: round trips answered without frames. */
+  readonly stats: { messages: number; frames: number; bytes: number; rejected: number; shortcuts: number };
 }
 
-type VClock = Clock & { at(t: number, fn: () => void): number };
+/** How the receiving side answers a message by itself, seen before anything is committed. */
+export interface ShortcutAnswer {
+  /** When the answer leaves the receiver. */
+  sentAt: number;
+  /** Events the receiver would have run between the message's arrival and the answer (its timers). */
+  events: number;
+  /** The answer: envelopes for the sending side. */
+  replies: { to: string; msg: Msg }[];
+  /** Applies the receiver's side effects (called once the skip is granted, at the answer's arrival time). */
+  commit(): void;
+}
+
+/** The receiving side of a shortcut: how it would answer `msg` arriving at `arrival`, or null (take the wire). */
+export type LinkShortcut = (to: string, msg: Msg, arrival: number) => ShortcutAnswer | null;
+
+type VClock = Clock & { at(t: number, fn: () => void): number; skipTo(t: number, events: number): boolean };
 
 /** The simulated wire: one direction is open or cut; what is sent arrives after latency (+ jitter), in order. */
 export interface SimWire {
@@ -36,6 +60,10 @@ export interface SimWire {
   setOpen(dir: 'ab' | 'ba', open: boolean): void;
   isOpen(dir: 'ab' | 'ba'): boolean;
   setExtraLatency(ms: number): void;
+  /** When a frame sent at `sentAt` would arrive, using the `i`-th jitter draw from now (nothing is committed). */
+  arrival(dir: 'ab' | 'ba', sentAt: number, i: number): number;
+  /** Commits a shortcut's two hops as if their frames were sent: the jitter draws used, the FIFO floors. */
+  commitRoundTrip(there: number, back: number): void;
 }
 
 /** Creates a two-way simulated wire on the virtual clock. */
@@ -43,16 +71,30 @@ export function createSimWire(clock: VClock, rng: Rng, opts: SimLinkOptions): Si
   const open = { ab: true, ba: true };
   let extra = 0;
   const receivers: { ab?: (d: Uint8Array | string) => void; ba?: (d: Uint8Array | string) => void } = {};
+  // Jitter draws taken ahead (a shortcut peeks at two before knowing it may use them); frames use them up in order,
+  // so the wire's random stream is consumed exactly as without the shortcut.
+  const ahead: number[] = [];
+  const jitter = (i: number): number => {
+    if (opts.jitterMs <= 0) return 0;
+    while (ahead.length <= i) ahead.push(rng.next());
+    return ahead[i]! * opts.jitterMs;
+  };
+  const take = (): number => {
+    const j = jitter(0);
+    ahead.shift();
+    return j;
+  };
+  const last = { ab: 0, ba: 0 };
+  const arrivalAt = (dir: 'ab' | 'ba', sentAt: number, j: number): number =>
+    Math.max(sentAt + opts.latencyMs + extra + j, last[dir]);
   const carrier = (dir: 'ab' | 'ba'): FrameCarrier => {
     const back = dir === 'ab' ? 'ba' : 'ab';
-    let last = 0;
     return {
       isOpen: () => open[dir],
       send: (bytes) => {
         if (!open[dir]) return false;
-        const jitter = opts.jitterMs > 0 ? rng.next() * opts.jitterMs : 0;
-        const at = Math.max(clock.now() + opts.latencyMs + extra + jitter, last);
-        last = at;
+        const at = arrivalAt(dir, clock.now(), take());
+        last[dir] = at;
         clock.at(at, () => {
           if (open[dir]) receivers[back]?.(bytes);
         });
@@ -78,23 +120,48 @@ export function createSimWire(clock: VClock, rng: Rng, opts: SimLinkOptions): Si
     setExtraLatency: (ms) => {
       extra = ms;
     },
+    arrival: (dir, sentAt, i) => arrivalAt(dir, sentAt, jitter(i)),
+    commitRoundTrip: (there, back) => {
+      take();
+      take();
+      last.ab = there;
+      last.ba = back;
+    },
   };
 }
 
 /** Connects runtime `a` (control plane) and `b` (node agent) through the node link on the virtual clock. */
 export function connectSimLink(a: Runtime, b: Runtime, clock: VClock, rng: Rng, opts: SimLinkOptions): SimLink {
   const wire = createSimWire(clock, rng, opts);
-  const stats = { messages: 0, frames: 0, bytes: 0, rejected: 0 };
+  const stats = { messages: 0, frames: 0, bytes: 0, rejected: 0, shortcuts: 0 };
   const defer = (flush: () => void): void => void clock.at(clock.now(), flush);
+  let shortcut: LinkShortcut | null = null;
+  /** Answers a lone a→b message through the shortcut; false when it must be framed. */
+  const bypass = (to: string, msg: Msg): boolean => {
+    if (!shortcut || !wire.isOpen('ab') || !wire.isOpen('ba')) return false;
+    const there = wire.arrival('ab', clock.now(), 0);
+    const answer = shortcut(to, msg, there);
+    if (!answer) return false;
+    const back = wire.arrival('ba', answer.sentAt, 1);
+    // Stood in for: the first frame's delivery, the receiver's timers, the answer's flush and its delivery.
+    if (!clock.skipTo(back, 3 + answer.events)) return false;
+    wire.commitRoundTrip(there, back);
+    stats.messages += answer.replies.length;
+    stats.shortcuts++;
+    answer.commit();
+    for (const r of answer.replies) a.send(r.to, r.msg);
+    return true;
+  };
   // Each side's link sends its runtime's messages and delivers what the other side sent to its own runtime.
-  const side = (carrier: FrameCarrier, local: Runtime): Link =>
+  const side = (carrier: FrameCarrier, local: Runtime, sc?: (to: string, msg: Msg) => boolean): Link =>
     createLink(carrier, {
       accepts: () => true,
       deliver: (dest, msg) => local.send(dest, msg as Msg),
       onRefused: () => stats.rejected++,
       defer,
+      ...(sc ? { bypass: sc } : {}),
     });
-  const linkA = side(wire.ab, a);
+  const linkA = side(wire.ab, a, bypass);
   const linkB = side(wire.ba, b);
   const sender = (link: Link, dir: 'ab' | 'ba') => (dest: string, msg: Msg) => {
     // A cut direction loses what is sent: nothing is queued or scheduled.
@@ -121,6 +188,9 @@ export function connectSimLink(a: Runtime, b: Runtime, clock: VClock, rng: Rng, 
       get rejected() {
         return stats.rejected;
       },
+      get shortcuts() {
+        return stats.shortcuts;
+      },
     },
     cut: (direction = 'both') => {
       if (direction !== 'bToA') wire.setOpen('ab', false);
@@ -131,5 +201,8 @@ export function connectSimLink(a: Runtime, b: Runtime, clock: VClock, rng: Rng, 
       wire.setOpen('ba', true);
     },
     setExtraLatency: (ms) => wire.setExtraLatency(ms),
+    setShortcut: (s) => {
+      shortcut = s;
+    },
   };
 }

@@ -34,6 +34,8 @@ export interface FleetOptions {
   router?: FleetRouterPolicy;
   /** Include wall time in the report (breaks byte-identity across runs). */
   wall?: boolean;
+  /** The reference run: every frame through the codec and every step through the replica machines (see simulate). */
+  stepByStep?: boolean;
 }
 
 /** One request as the fleet's edge sees it across the nodes it visits. */
@@ -85,7 +87,8 @@ export function simulateFleet(base: Scenario, fleet: FleetSpec, opts: FleetOptio
   const policy = opts.router ?? fleet.router;
   const clock = createVirtualClock();
   const rng = createRng(seed);
-  const run = createFleetRun(base, fleet, clock, rng, createFleetRouter(policy, rng.fork('fleet-router')));
+  const router = createFleetRouter(policy, rng.fork('fleet-router'));
+  const run = createFleetRun(base, fleet, clock, rng, { router, stepByStep: opts.stepByStep === true });
   const origin = run.boot();
   run.start(origin);
   clock.run(origin + base.sim.maxSimSeconds * 1000);
@@ -94,8 +97,15 @@ export function simulateFleet(base: Scenario, fleet: FleetSpec, opts: FleetOptio
   return report;
 }
 
+/** The fleet's edge router, and whether its nodes run step by step (see FleetOptions). */
+interface FleetEdge {
+  router: FleetRouter;
+  stepByStep: boolean;
+}
+
 /** The state of one fleet run: its nodes, the edge's requests, arrivals, losses and rescheduling. */
-function createFleetRun(base: Scenario, fleet: FleetSpec, clock: VirtualClock, rng: Rng, router: FleetRouter) {
+function createFleetRun(base: Scenario, fleet: FleetSpec, clock: VirtualClock, rng: Rng, edge: FleetEdge) {
+  const { router } = edge;
   const nodes: FleetNode[] = [];
   const scenarios = new Map(fleet.pools.map((p) => [p.name, nodeScenario(base, p)]));
   const poolsOf = (model: string): Set<string> =>
@@ -116,7 +126,7 @@ function createFleetRun(base: Scenario, fleet: FleetSpec, clock: VirtualClock, r
     const k = nodeCount.get(pool) ?? 0;
     nodeCount.set(pool, k + 1);
     const id = `${pool}-${k}`;
-    const n = startFleetNode(id, pool, scenarios.get(pool)!, clock, rng.fork(`node:${id}`), maybeStop);
+    const n = startFleetNode(id, pool, scenarios.get(pool)!, clock, rng.fork(`node:${id}`), maybeStop, edge);
     n.cp.placement.watch(maybeStop);
     nodes.push(n);
     return n;

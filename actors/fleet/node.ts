@@ -46,8 +46,10 @@ export function startFleetNode(
   clock: VirtualClock,
   rng: Rng,
   onIdle: () => void,
+  opts: { stepByStep?: boolean } = {},
 ): FleetNode {
-  const control = createRuntime({ name: `control.${id}`, clock, rng: rng.fork('control') });
+  const stepByStep = opts.stepByStep === true;
+  const control = createRuntime({ name: `control.${id}`, clock, rng: rng.fork('control'), stepByStep });
   const nodeRt = createRuntime({ name: `node.${id}`, clock, rng: rng.fork('node') });
   const link = connectSimLink(control, nodeRt, clock, rng.fork('link'), {
     latencyMs: scenario.sim.latencyMs,
@@ -60,6 +62,7 @@ export function startFleetNode(
     repairMs: scenario.node.repairMs,
     heartbeatMs: scenario.detection.heartbeatMs,
   });
+  if (!stepByStep) link.setShortcut(agent.shortcut);
   const node: FleetNode = {
     id,
     pool,

@@ -24,6 +24,13 @@ export interface Executor {
   abort(gpu: number): void;
   /** Milliseconds each GPU has spent executing steps. */
   busyMs(gpu: number): number;
+  /** Executors whose step time is known in advance (virtual time) can be stood in for by the simulator's link
+   * shortcut: what a step would take, whether a GPU is executing one, and crediting a step run without a timer. */
+  readonly timed?: {
+    durationMs(work: StepWork): number;
+    running(gpu: number): boolean;
+    credit(gpu: number, ms: number): void;
+  };
 }
 
 /** Creates an executor whose steps take `durationMs(work)` on `clock`. */
@@ -48,6 +55,13 @@ export function createTimedExecutor(name: string, clock: Clock, durationMs: (w: 
       running.delete(gpu);
     },
     busyMs: (gpu) => busy.get(gpu) ?? 0,
+    timed: {
+      durationMs,
+      running: (gpu) => running.has(gpu),
+      credit: (gpu, ms) => {
+        busy.set(gpu, (busy.get(gpu) ?? 0) + ms);
+      },
+    },
   };
 }
 

@@ -12,7 +12,7 @@
 // KV blocks (the engine's real cache), load time. tp is 1 (one engine host per replica), so there is no all-reduce.
 // The roofline model (cost-model.ts) stays the model of the published GPU profiles; this one sits behind the same
 // interface, so the batcher, router, placement and simulator use either without knowing which.
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { createCostModel, DEFAULT_COST_PARAMS, type CostModel, type StepShape } from './cost-model.ts';
 import { gpuProfile, modelProfile, type GpuProfile, type ModelProfile } from './profiles.ts';
@@ -189,10 +189,77 @@ export function readEngineProfile(file: string): EngineProfile {
 
 /** Prefix of the model key (the `model` of a gpu.assign) naming a calibrated profile file instead of a profile. */
 export const CALIBRATED_PREFIX = 'calibrated:';
+/** Prefix of the model key of an uncalibrated llama.cpp model: its cost follows from its GGUF file's size. */
+export const SIZED_PREFIX = 'sized:';
 
-/** The model key a worker builds a replica's cost model from: the profile name, or the calibrated profile file. */
-export function costModelKey(model: { profile: string; calibration?: string }): string {
-  return model.calibration ? `${CALIBRATED_PREFIX}${resolve(model.calibration)}|${model.profile}` : model.profile;
+/** The engine of a model entry, as far as its default cost needs it. */
+export interface SizedEngine {
+  file: string;
+  threads: number;
+  sequences: number;
+  contextTokens: number;
+  batchTokens?: number;
+}
+
+/**
+ * Rough figures of one CPU core running llama.cpp, for a model nobody has calibrated (measured on the development
+ * machine with the 26 MB bench model: a pass over the weights ~3 ms, ~1 ms of matrix work per token).
+ */
+const CPU_DEFAULT = Object.freeze({ bytesPerS: 8e9, flopsPerThreadS: 26e9, loadBaseS: 2, loadBytesPerS: 1e9 });
+
+/**
+ * The default profile of an uncalibrated llama.cpp model, from its GGUF size alone: each sequence of a step costs one
+ * pass over the weights (bytes ÷ memory bandwidth; the stock build runs a batch one sequence at a time), each token
+ * two FLOPs per parameter (parameters ≈ bytes ÷ 2, F16), attention is left out. An order of magnitude for routing and
+ * admission until `switchyard calibrate` measures the engine; never presented as a fit (its fit has 0 points).
+ */
+export function sizedEngineProfile(fileBytes: number, e: Omit<SizedEngine, 'file'>): EngineProfile {
+  const passS = fileBytes / CPU_DEFAULT.bytesPerS;
+  const tokenS = fileBytes / (CPU_DEFAULT.flopsPerThreadS * Math.max(1, e.threads));
+  return {
+    kind: 'switchyard.engine-profile',
+    version: 1,
+    name: `sized-${fileBytes}`,
+    engine: 'llama.cpp',
+    model: '',
+    threads: e.threads,
+    machine: { cpus: 0, platform: 'default', arch: 'default' },
+    loadS: CPU_DEFAULT.loadBaseS + fileBytes / CPU_DEFAULT.loadBytesPerS,
+    capacity: {
+      sequences: e.sequences,
+      cellsPerSequence: e.contextTokens - 1,
+      totalCells: e.sequences * e.contextTokens,
+      batchTokens: e.batchTokens ?? e.contextTokens,
+    },
+    coefficients: {
+      baseS: 0,
+      perPrefillTokenS: tokenS,
+      perPrefillPairS: 0,
+      perDecodeSeqS: passS + tokenS,
+      perContextTokenS: 0,
+      perPrefillSeqS: passS,
+    },
+    fit: { points: 0, meanRelError: 0, maxRelError: 0 },
+    samples: [],
+  };
+}
+
+/**
+ * The model key a worker builds a replica's cost model from: the calibrated profile file; for an uncalibrated
+ * llama.cpp model whose file exists, its size and cache (the default above); else the profile name (the roofline).
+ */
+export function costModelKey(model: { profile: string; calibration?: string; engine?: SizedEngine }): string {
+  if (model.calibration) return `${CALIBRATED_PREFIX}${resolve(model.calibration)}|${model.profile}`;
+  const e = model.engine;
+  if (!e) return model.profile;
+  let bytes: number;
+  try {
+    bytes = statSync(e.file).size;
+  } catch {
+    return model.profile; // not written yet (a generated model) or unreadable: refused when the engine loads
+  }
+  const fields = [bytes, e.threads, e.sequences, e.contextTokens, e.batchTokens ?? e.contextTokens];
+  return `${SIZED_PREFIX}${fields.join(':')}|${model.profile}`;
 }
 
 const profileCache = new Map<string, EngineProfile>();
@@ -210,6 +277,18 @@ export function engineProfileAt(file: string): EngineProfile {
 
 /** The cost model of a model key (see costModelKey) on `gpuType` with `tp` ranks: calibrated or the roofline. */
 export function costModelFor(key: string, gpuType: string, tp: number): CostModel {
+  if (key.startsWith(SIZED_PREFIX)) {
+    const [fields, profile] = key.slice(SIZED_PREFIX.length).split('|') as [string, string];
+    const [bytes, threads, sequences, contextTokens, batchTokens] = fields.split(':').map(Number) as number[];
+    const sized = sizedEngineProfile(bytes!, {
+      threads: threads!,
+      sequences: sequences!,
+      contextTokens: contextTokens!,
+    });
+    sized.capacity.batchTokens = batchTokens!;
+    // One engine host runs the replica over all its GPUs (tp ranks): its cost does not divide by tp.
+    return createProfileCostModel(sized, modelProfile(profile));
+  }
   if (!key.startsWith(CALIBRATED_PREFIX)) return createCostModel(modelProfile(key), gpuProfile(gpuType), tp);
   const rest = key.slice(CALIBRATED_PREFIX.length);
   const bar = rest.lastIndexOf('|');

@@ -168,7 +168,7 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
     drain: (replica, deadlineMs = pc.drainDeadlineMs) => {
       const r = replicas.get(replica);
       if (!r) return false;
-      r.actor.send({ type: 'replica.drain', deadlineMs });
+      r.send({ type: 'replica.drain', deadlineMs });
       return true;
     },
     settled: () => {

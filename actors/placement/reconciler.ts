@@ -128,8 +128,8 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
       gpus: [...r.gpus],
       detail: `deadline ${Math.round(deadlineMs)} ms`,
     });
-    if (!r.hasTag('holdsGpu')) r.actor.send({ type: 'replica.stop' });
-    else r.actor.send({ type: 'replica.drain', deadlineMs });
+    if (!r.hasTag('holdsGpu')) r.send({ type: 'replica.stop' });
+    else r.send({ type: 'replica.drain', deadlineMs });
   };
 
   const create = (e: LayoutEntry, at?: number): void => {
@@ -156,7 +156,7 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
     createdAt.set(e.id, now());
     timeline.log({ kind: 'replica.created', replica: e.id, model: e.model.name, gpus: [...e.devices] });
     timeline.publish({ kind: 'replica.created', t: now(), replica: e.id, model: e.model.name, gpus: e.devices });
-    r.actor.send({ type: 'replica.start' });
+    r.send({ type: 'replica.start' });
   };
 
   const reconcile = (): void => {

@@ -56,8 +56,13 @@ export function buildDstSystem(
   rng: Rng,
   scenario: Scenario,
   mutations: ControlPlaneMutations,
+  speed: { shortcut: boolean; stepByStep: boolean } = { shortcut: false, stepByStep: false },
 ): DstSystem {
   const nodeRt = createRuntime({ name: 'node', clock, rng: rng.fork('node') });
+  const { stepByStep } = speed;
+  // The link shortcut answers from the running agent over the current control plane's link (see sim-link.ts).
+  const wireShortcut = (): void =>
+    current?.link.setShortcut(speed.shortcut && !stepByStep && agent ? agent.shortcut : null);
   const gpus = Array.from({ length: scenario.node.gpus }, (_, i) => i);
   let agent: NodeAgent | null = null;
   let current: { link: SimLink; kill(): void } | null = null;
@@ -94,10 +99,12 @@ export function buildDstSystem(
         repairMs: scenario.node.repairMs,
         heartbeatMs: scenario.detection.heartbeatMs,
       });
+      wireShortcut();
     },
     stopAgent: () => {
       agent?.stop();
       agent = null;
+      wireShortcut();
       registerPending = false;
     },
     cut: (direction) => {
@@ -127,7 +134,8 @@ export function buildDstSystem(
       // The first incarnation forks as the single control plane always did, so seeds without restarts are unchanged.
       const fork = n === 0 ? rng.fork('control') : rng.fork(`control#${n}`);
       const k = killableClock(clock);
-      const control = createRuntime({ name: n === 0 ? 'control' : `control#${n}`, clock: k.clock, rng: fork });
+      const name = n === 0 ? 'control' : `control#${n}`;
+      const control = createRuntime({ name, clock: k.clock, rng: fork, stepByStep });
       const link = connectSimLink(control, nodeRt, clock, n === 0 ? rng.fork('link') : rng.fork(`link#${n}`), {
         latencyMs: 0.05,
         jitterMs: 0.02,
@@ -135,6 +143,7 @@ export function buildDstSystem(
       const cp = startControlPlane(control, scenario, { checkInvariants: true, keepTraces: true, mutations });
       current = { link, kill: k.kill };
       applyLink(link);
+      wireShortcut();
       sys.cp = cp;
       sys.planes.push(cp);
       // The node registers with the new control plane: the work in flight was the old one's; what is loaded stays.

@@ -61,6 +61,11 @@ export interface SimOptions {
   keepTraces?: boolean;
   /** Called with the control plane before traffic starts (tests, tracing). */
   onStart?(cp: ControlPlane): void;
+  /** Every frame between control plane and node crosses the codec (encode, pre-scan, decode, schema check); by
+   * default a lone step the node answers by itself skips it (the link shortcut; same report, byte for byte). */
+  wireCheck?: boolean;
+  /** The reference run: wireCheck, and every step of every replica through its machine (no direct step). */
+  stepByStep?: boolean;
 }
 
 /** Longest the initial placement may take to load (virtual ms) before simulate gives up. */
@@ -72,7 +77,8 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
   const seed = opts.seed ?? scenario.seed;
   const clock = createVirtualClock();
   const rng = createRng(seed);
-  const control = createRuntime({ name: 'control', clock, rng: rng.fork('control') });
+  const stepByStep = opts.stepByStep === true;
+  const control = createRuntime({ name: 'control', clock, rng: rng.fork('control'), stepByStep });
   const nodeRt = createRuntime({ name: 'node', clock, rng: rng.fork('node') });
   const link = connectSimLink(control, nodeRt, clock, rng.fork('link'), {
     latencyMs: scenario.sim.latencyMs,
@@ -83,8 +89,11 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
 
   let pendingArrivals = 0;
   let pendingFaults = 0;
+  // A rollout under way keeps the run going (the node is settled between its steps).
+  let rolling = (): boolean => false;
   const maybeStop = (): void => {
-    if (pendingArrivals === 0 && pendingFaults === 0 && cp.live() === 0 && cp.placement.settled()) clock.stop();
+    if (pendingArrivals === 0 && pendingFaults === 0 && cp.live() === 0 && cp.placement.settled() && !rolling())
+      clock.stop();
   };
   const cp = startControlPlane(control, scenario, {
     checkInvariants: scenario.sim.checkInvariants,
@@ -98,6 +107,7 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
     heartbeatMs: scenario.detection.heartbeatMs,
     lanes: scenario.placement.policy === 'share' ? 2 : 1,
   });
+  if (opts.wireCheck !== true && !stepByStep) link.setShortcut(agent.shortcut);
   // Heartbeats keep the clock busy forever: the run ends when placement, requests and faults are all done.
   cp.placement.watch(maybeStop);
   opts.onStart?.(cp);
@@ -154,7 +164,8 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
     }
   };
   startFaults();
-  const rollouts = createRollouts(cp);
+  const rollouts = createRollouts(cp, () => maybeStop());
+  rolling = () => rollouts.running().length > 0;
   for (const r of scenario.rollout) {
     pendingFaults++;
     clock.at(origin + r.at * 1000, () => {

@@ -3,16 +3,18 @@ import { describe, expect, it } from 'vitest';
 import { createVirtualClock } from '../../runtime/clock.ts';
 import { createRng } from '../../runtime/rng.ts';
 import { createRuntime, type Msg } from '../../runtime/system.ts';
-import { createReplica, GPU_RETRY_MS, type ReplicaHandle } from '../../actors/replica.ts';
+import { createReplica, GPU_RETRY_MS } from '../../actors/replica.ts';
 import { createCostModel } from '../../actors/gpu/cost-model.ts';
 import { gpuProfile, modelProfile } from '../../actors/gpu/profiles.ts';
+import { createSequence } from '../../actors/batcher/sequence.ts';
+import type { MessageOf } from '../../machines/messages.ts';
 
 const ID = 'replica.big@v1#0';
 
 /** A TP-2 replica whose GPUs live elsewhere: every command it sends is recorded with its virtual time. */
-function setup(): { r: ReplicaHandle; sent: { t: number; to: string; msg: Msg }[]; run(ms: number): void } {
+function setup(opts: { stepByStep?: boolean; onStep?: () => void } = {}) {
   const clock = createVirtualClock();
-  const runtime = createRuntime({ name: 't', clock, rng: createRng(1) });
+  const runtime = createRuntime({ name: 't', clock, rng: createRng(1), stepByStep: opts.stepByStep === true });
   const sent: { t: number; to: string; msg: Msg }[] = [];
   runtime.setRemote((to, msg) => sent.push({ t: clock.now(), to, msg }));
   const r = createReplica(runtime, {
@@ -31,10 +33,40 @@ function setup(): { r: ReplicaHandle; sent: { t: number; to: string; msg: Msg }[
       blockTokens: 16,
       maxContext: 8192,
       watermarkBlocks: 0,
+      // Llama-3-70B leaves no room for KV on two GPUs; the steps tests need some.
+      blocksTotal: 1024,
     },
     onInterrupted: () => {},
+    ...(opts.onStep ? { onStep: opts.onStep } : {}),
   });
-  return { r, sent, run: (ms) => void clock.run(clock.now() + ms) };
+  return { r, sent, runtime, run: (ms: number) => void clock.run(clock.now() + ms) };
+}
+
+/** A loaded replica with `n` sequences of 3 output tokens; `report()` answers the step in flight from both ranks. */
+function stepping(opts: { stepByStep?: boolean; onStep?: () => void }) {
+  const t = setup(opts);
+  t.r.send({ type: 'replica.start' });
+  for (const gpu of [0, 1]) t.r.send({ type: 'gpu.loaded', gpu, epoch: 1 });
+  const listener = { scheduled: () => {}, preempted: () => {}, tokens: () => {}, finished: () => {} };
+  for (const id of ['a', 'b'])
+    t.r.enqueue(
+      createSequence({
+        id,
+        priority: 0,
+        order: 1,
+        promptTokens: 32,
+        outputTokens: 3,
+        maxTokens: 3,
+        receivedAt: 0,
+        listener,
+      }),
+    );
+  const report = (): void => {
+    const last = t.sent.filter((x) => x.msg.type === 'step.execute').at(-1)!.msg as MessageOf<'step.execute'>;
+    for (const gpu of [0, 1])
+      t.runtime.send(ID, { type: 'step.completed', gpu, replica: ID, epoch: 1, step: last.step, busyMs: 1 });
+  };
+  return { ...t, report };
 }
 
 const to = (sent: { to: string; msg: Msg }[], type: string): string[] =>
@@ -75,5 +107,35 @@ describe('replica', () => {
       run(10 * GPU_RETRY_MS);
       expect(to(sent, 'gpu.release')).toHaveLength(4);
     });
+  });
+
+  describe('direct steps (outside the machine, unless step by step)', () => {
+    for (const stepByStep of [false, true]) {
+      it(`numbers, sends and ends steps as the machine does (stepByStep ${stepByStep})`, () => {
+        const { r, sent, report } = stepping({ stepByStep });
+        // Step 1 prefills `a` alone (dispatched as it arrives); `b` joins in step 2 and finishes in step 4.
+        for (let i = 0; i < 4; i++) report();
+        const steps = sent.filter((x) => x.msg.type === 'step.execute').map((x) => (x.msg as { step: number }).step);
+        expect(steps).toEqual([1, 2, 3, 4]);
+        expect(r.steps.count).toBe(4);
+        expect(r.batcher.hasWork()).toBe(false);
+        expect(r.state()).toBe('ready.idle');
+      });
+
+      it(`fails the actor with a broken invariant of the step loop (stepByStep ${stepByStep})`, () => {
+        const broken = new Error('ledger drift');
+        let n = 0;
+        const { r, runtime, report } = stepping({
+          stepByStep,
+          onStep: () => {
+            if (++n === 2) throw broken;
+          },
+        });
+        report();
+        report();
+        expect(runtime.faults).toEqual([{ actor: ID, error: broken }]);
+        expect(r.actor.getSnapshot().status).toBe('error');
+      });
+    }
   });
 });

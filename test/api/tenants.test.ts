@@ -5,7 +5,8 @@ import { describe, expect, it } from 'vitest';
 import { createFairQueue, type Flow } from '../../api/fair-queue.ts';
 import { createTenantGate } from '../../api/tenant-gate.ts';
 import { createTenants, parseTenantsFile, DEFAULT_TENANT, type Tenant } from '../../api/tenants.ts';
-import type { ServeRequest, Serving, StreamSink } from '../../api/serving.ts';
+import type { Delivery, Serving, StreamSink } from '../../api/serving.ts';
+import type { ClientRequest } from '../../transport/client-protocol.ts';
 import { createVirtualClock } from '../../runtime/clock.ts';
 
 const hash = (t: string): string => createHash('sha256').update(t).digest('hex');
@@ -78,7 +79,8 @@ describe('fair queue', () => {
 /** A fake control plane: one model with one accepting replica; it records what reaches it. */
 /** A request that reached the fake; it waits in the fake replica's queue until its first token or its end. */
 interface Got {
-  req: ServeRequest;
+  req: ClientRequest;
+  delivery: Delivery;
   sink: StreamSink;
   started: boolean;
 }
@@ -122,9 +124,9 @@ function fakeInner(): { inner: Serving; got: Got[]; refuse: { on: boolean } } {
     cp,
     readiness: () => ({}),
     models: () => [],
-    submit: (req: ServeRequest, sink: StreamSink) => {
+    submit: (req: ClientRequest, sink: StreamSink, delivery: Delivery = { text: true }) => {
       if (refuse.on) return { ok: false, failure: { code: 'overloaded', message: 'full', retryable: true } };
-      const g: Got = { req, sink, started: false };
+      const g: Got = { req, delivery, sink, started: false };
       g.sink = {
         tokens: (seq, n, text) => {
           g.started = true;
@@ -140,7 +142,14 @@ function fakeInner(): { inner: Serving; got: Got[]; refuse: { on: boolean } } {
         },
       };
       got.push(g);
-      return { ok: true, request: req.id ?? 'x', model: req.model, version: '1', promptTokens: 1, cancel: () => {} };
+      return {
+        ok: true,
+        request: delivery.id ?? 'x',
+        model: req.model,
+        version: '1',
+        promptTokens: 1,
+        cancel: () => {},
+      };
     },
   } as unknown as Serving;
   return { inner, got, refuse };
@@ -182,12 +191,12 @@ describe('tenant gate', () => {
     const { inner, got } = fakeInner();
     const tenants = createTenants([tenant('a', { priorities: ['batch'], models: ['m'] })]);
     const gate = createTenantGate(inner, { clock, tenants });
-    const r = gate.submit({ model: 'm', tenant: 'a', maxTokens: 4, text: false }, sink());
+    const r = gate.submit({ model: 'm', maxTokens: 4 }, sink(), { text: false, tenant: 'a' });
     expect(r.ok).toBe(true);
     expect(got[0]!.req.priority).toBe('batch');
-    const up = gate.submit({ model: 'm', tenant: 'a', priority: 'interactive', maxTokens: 4, text: false }, sink());
+    const up = gate.submit({ model: 'm', priority: 'interactive', maxTokens: 4 }, sink(), { text: false, tenant: 'a' });
     expect(up).toMatchObject({ ok: false, failure: { code: 'invalid_request' } });
-    const other = gate.submit({ model: 'x', tenant: 'a', maxTokens: 4, text: false }, sink());
+    const other = gate.submit({ model: 'x', maxTokens: 4 }, sink(), { text: false, tenant: 'a' });
     expect(other).toMatchObject({ ok: false, failure: { code: 'invalid_request' } });
   });
 
@@ -199,16 +208,16 @@ describe('tenant gate', () => {
       tenant('r', { tokensPerSecond: 100, burstTokens: 100 }),
     ]);
     const gate = createTenantGate(inner, { clock, tenants });
-    expect(gate.submit({ model: 'm', tenant: 'c', maxTokens: 4, text: false }, sink()).ok).toBe(true);
-    const over = gate.submit({ model: 'm', tenant: 'c', maxTokens: 4, text: false }, sink());
+    expect(gate.submit({ model: 'm', maxTokens: 4 }, sink(), { text: false, tenant: 'c' }).ok).toBe(true);
+    const over = gate.submit({ model: 'm', maxTokens: 4 }, sink(), { text: false, tenant: 'c' });
     expect(over).toMatchObject({ ok: false, failure: { code: 'overloaded', retryAfterMs: expect.any(Number) } });
     done(got[0]!.sink);
-    expect(gate.submit({ model: 'm', tenant: 'c', maxTokens: 4, text: false }, sink()).ok).toBe(true);
+    expect(gate.submit({ model: 'm', maxTokens: 4 }, sink(), { text: false, tenant: 'c' }).ok).toBe(true);
     // 100 tokens of burst at 100 tokens/s: 60 pass, the next 60 wait for 20 more tokens (200 ms).
-    expect(gate.submit({ model: 'm', tenant: 'r', promptTokens: 30, maxTokens: 30, text: false }, sink()).ok).toBe(
+    expect(gate.submit({ model: 'm', promptTokens: 30, maxTokens: 30 }, sink(), { text: false, tenant: 'r' }).ok).toBe(
       true,
     );
-    const fast = gate.submit({ model: 'm', tenant: 'r', promptTokens: 30, maxTokens: 30, text: false }, sink());
+    const fast = gate.submit({ model: 'm', promptTokens: 30, maxTokens: 30 }, sink(), { text: false, tenant: 'r' });
     expect(fast).toMatchObject({ ok: false, failure: { code: 'overloaded', retryAfterMs: 200 } });
   });
 
@@ -221,17 +230,19 @@ describe('tenant gate', () => {
     // One replica, a window of two: two of A's requests reach the control plane, the rest wait here.
     for (let i = 0; i < 40; i++) {
       const s = sink();
-      const r = gate.submit({ model: 'm', tenant: 'a', promptTokens: 50, maxTokens: 50, text: false }, s);
+      const r = gate.submit({ model: 'm', promptTokens: 50, maxTokens: 50 }, s, { text: false, tenant: 'a' });
       if (r.ok) aSinks.push(s);
       else refusals.push(r.failure.retryAfterMs ?? -1);
     }
     expect(got).toHaveLength(2);
     const bSink = sink();
-    expect(gate.submit({ model: 'm', tenant: 'b', promptTokens: 50, maxTokens: 50, text: false }, bSink).ok).toBe(true);
+    expect(gate.submit({ model: 'm', promptTokens: 50, maxTokens: 50 }, bSink, { text: false, tenant: 'b' }).ok).toBe(
+      true,
+    );
     // One of A's requests starts (its first token): the next to go is B's, not A's backlog.
     got[0]!.sink.tokens(0, 1, undefined);
     clock.run(clock.now() + 1);
-    expect(got[2]!.req.tenant).toBe('b');
+    expect(got[2]!.delivery.tenant).toBe('b');
     // Served at about 100 tokens per ms of release, A's backlog grows past its budget: the excess is refused.
     for (let k = 0; k < 30; k++) {
       got[got.length - 1]!.sink.tokens(0, 1, undefined);
@@ -239,7 +250,7 @@ describe('tenant gate', () => {
       clock.run(clock.now() + 20);
     }
     for (let i = 0; i < 400; i++) {
-      const r = gate.submit({ model: 'm', tenant: 'a', promptTokens: 50, maxTokens: 50, text: false }, sink());
+      const r = gate.submit({ model: 'm', promptTokens: 50, maxTokens: 50 }, sink(), { text: false, tenant: 'a' });
       if (!r.ok) refusals.push(r.failure.retryAfterMs ?? -1);
     }
     expect(refusals.length).toBeGreaterThan(0);
@@ -251,11 +262,11 @@ describe('tenant gate', () => {
     const clock = createVirtualClock();
     const { inner } = fakeInner();
     const gate = createTenantGate(inner, { clock, tenants: createTenants([tenant('a')]) });
-    for (let i = 0; i < 2; i++) gate.submit({ model: 'm', tenant: 'a', maxTokens: 4, text: false }, sink());
+    for (let i = 0; i < 2; i++) gate.submit({ model: 'm', maxTokens: 4 }, sink(), { text: false, tenant: 'a' });
     const s1 = sink();
-    const r1 = gate.submit({ model: 'm', tenant: 'a', maxTokens: 4, text: false }, s1);
+    const r1 = gate.submit({ model: 'm', maxTokens: 4 }, s1, { text: false, tenant: 'a' });
     const s2 = sink();
-    gate.submit({ model: 'm', tenant: 'a', maxTokens: 4, text: false }, s2);
+    gate.submit({ model: 'm', maxTokens: 4 }, s2, { text: false, tenant: 'a' });
     expect(gate.pending()).toBe(2);
     if (r1.ok) r1.cancel();
     if (r1.ok) r1.cancel();
@@ -269,9 +280,9 @@ describe('tenant gate', () => {
     const clock = createVirtualClock();
     const { inner, got, refuse } = fakeInner();
     const gate = createTenantGate(inner, { clock, tenants: createTenants([tenant('a')]) });
-    for (let i = 0; i < 2; i++) gate.submit({ model: 'm', tenant: 'a', maxTokens: 4, text: false }, sink());
+    for (let i = 0; i < 2; i++) gate.submit({ model: 'm', maxTokens: 4 }, sink(), { text: false, tenant: 'a' });
     const s = sink();
-    expect(gate.submit({ model: 'm', tenant: 'a', maxTokens: 4, text: false }, s).ok).toBe(true);
+    expect(gate.submit({ model: 'm', maxTokens: 4 }, s, { text: false, tenant: 'a' }).ok).toBe(true);
     refuse.on = true;
     done(got[0]!.sink);
     clock.run(clock.now() + 10);
@@ -282,7 +293,7 @@ describe('tenant gate', () => {
     const clock = createVirtualClock();
     const { inner, got } = fakeInner();
     const gate = createTenantGate(inner, { clock, tenants: createTenants([tenant('a')]) });
-    for (let i = 0; i < 5; i++) gate.submit({ model: 'm', maxTokens: 4, text: false }, sink());
+    for (let i = 0; i < 5; i++) gate.submit({ model: 'm', maxTokens: 4 }, sink(), { text: false });
     expect(got).toHaveLength(5);
   });
 });

@@ -30,6 +30,7 @@ export function replicaSpec(machine: AnyStateMachine = replicaMachine): ExploreS
         { type: 'work.available' },
         { type: 'work.saturated' },
         { type: 'work.unsaturated' },
+        { type: 'step.crashed', error: new Error('a broken invariant in the step loop') },
       ];
       for (const epoch of epochs) out.push({ type: 'step.empty', epoch });
       for (const gpu of [0, 1]) {

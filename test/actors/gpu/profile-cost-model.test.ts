@@ -144,3 +144,32 @@ describe('cost model keys', () => {
     expect(() => costModelFor(key, 'H100-SXM', 2)).toThrow(/tp 1/);
   });
 });
+
+describe("an uncalibrated llama.cpp model's default cost, from its GGUF size", () => {
+  const engine = (file: string) => ({ file, threads: 1, sequences: 4, contextTokens: 512, batchTokens: 64 });
+  const write = (name: string, bytes: number): string => {
+    const file = join(dir, name);
+    writeFileSync(file, Buffer.alloc(bytes));
+    return file;
+  };
+
+  it('keys the model by its file size and cache, and prices steps from the size: twice the bytes, twice the time', () => {
+    const small = costModelKey({ profile: 'llama-3-8b', engine: engine(write('small.gguf', 13_000_000)) });
+    const large = costModelKey({ profile: 'llama-3-8b', engine: engine(write('large.gguf', 26_000_000)) });
+    expect(small).toBe('sized:13000000:1:4:512:64|llama-3-8b');
+    const [s, l] = [costModelFor(small, 'H100-SXM', 1), costModelFor(large, 'H100-SXM', 8)];
+    const shape = { prefill: [{ tokens: 48, cached: 0 }], decodeBatch: 3, decodeContext: 300 };
+    expect(l.stepS(shape)).toBeCloseTo(2 * s.stepS(shape), 12);
+    // Each decoding sequence is a pass over the weights: 8 decodes cost 8 times one.
+    expect(s.decodeS(8, 800)).toBeCloseTo(8 * s.decodeS(1, 100), 12);
+    // Its cache is the engine's: 4 sequences of 512 cells, in 16-token blocks.
+    expect(s.kvBlocks(16)).toBe(128);
+    expect(s.model.maxContext).toBe(511);
+    // Not the H100 roofline of the profile named for its shape.
+    expect(s.stepS(shape)).not.toBeCloseTo(costModelFor('llama-3-8b', 'H100-SXM', 1).stepS(shape), 6);
+  });
+
+  it('falls back to the roofline key while the file does not exist (a model generated on first use)', () => {
+    expect(costModelKey({ profile: 'llama-3-8b', engine: engine(join(dir, 'absent.gguf')) })).toBe('llama-3-8b');
+  });
+});
