@@ -9,6 +9,7 @@ import {
   decodeServerFrame,
   encodeFrame,
   type ClientMessage,
+  type ClientRequest,
   type FrameFormat,
   type ServerMessage,
 } from '../transport/client-protocol.ts';
@@ -28,25 +29,6 @@ export class SwitchyardError extends Error {
   ) {
     super(`${code}: ${message}`);
   }
-}
-
-/** What to generate. */
-export interface StreamRequest {
-  model: string;
-  version?: string;
-  priority?: string;
-  prompt?: string;
-  promptTokens?: number;
-  maxTokens: number;
-  deadlineMs?: number;
-  /** Receive counts only (default false: tokens carry text). */
-  countsOnly?: boolean;
-  /** Sampling (a real engine's; the cost model ignores it): 0 = greedy, the default. */
-  temperature?: number;
-  topP?: number;
-  seed?: number;
-  /** Up to 4 stop strings: generation ends before the first one, which is not streamed. */
-  stop?: string[];
 }
 
 /** Tokens received in one frame: `seq` is the index of the first, contiguous with the previous chunk. */
@@ -81,7 +63,8 @@ export interface TokenStream extends AsyncIterable<TokenChunk> {
 export interface SwitchyardClient {
   readonly models: readonly string[];
   readonly backend: string;
-  stream(req: StreamRequest): TokenStream;
+  /** Submits a request; `countsOnly` asks for token counts without their text. */
+  stream(req: ClientRequest, opts?: { countsOnly?: boolean }): TokenStream;
   /** Live streams on this connection. */
   live(): number;
   close(): void;
@@ -172,14 +155,14 @@ export async function connectClient(url: string, opts: ClientOptions = {}): Prom
       close: () => {
         peer.close(1000, 'client closing');
       },
-      stream: (req) => {
+      stream: (req, opts = {}) => {
         const id = `c${++counter}`;
         const { s, accepted, result } = newStreamState();
         if (closed)
           s.finish({ ok: false, error: new SwitchyardError('connection_closed', 'the connection is closed', true) });
         else {
           streams.set(id, s);
-          peer.send(encodeFrame(submitMessage(id, req), format));
+          peer.send(encodeFrame(submitMessage(id, req, opts.countsOnly === true), format));
         }
         const cancel = (): void => {
           if (!s.end && streams.has(id)) peer.send(encodeFrame({ type: 'cancel', id }, format));
@@ -267,7 +250,11 @@ function newStreamState(): { s: StreamState; accepted: Promise<Accepted>; result
 }
 
 /** The `submit` message of a request. */
-function submitMessage(id: string, req: StreamRequest): Extract<ClientMessage, { type: 'submit' }> {
+function submitMessage(
+  id: string,
+  req: ClientRequest,
+  countsOnly: boolean,
+): Extract<ClientMessage, { type: 'submit' }> {
   return {
     type: 'submit',
     id,
@@ -278,7 +265,7 @@ function submitMessage(id: string, req: StreamRequest): Extract<ClientMessage, {
     ...(req.promptTokens !== undefined ? { promptTokens: req.promptTokens } : {}),
     maxTokens: req.maxTokens,
     ...(req.deadlineMs !== undefined ? { deadlineMs: req.deadlineMs } : {}),
-    ...(req.countsOnly ? { text: false } : {}),
+    ...(countsOnly ? { text: false } : {}),
     ...(req.temperature !== undefined ? { temperature: req.temperature } : {}),
     ...(req.topP !== undefined ? { topP: req.topP } : {}),
     ...(req.seed !== undefined ? { seed: req.seed } : {}),

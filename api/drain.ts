@@ -25,7 +25,7 @@ export function createDrainGate(inner: Serving, clock: Clock): DrainGate {
   const open = new Map<string, Accepted>();
   const serving: Serving = {
     ...inner,
-    submit: (req, sink) => {
+    submit: (req, sink, delivery) => {
       if (draining) {
         return {
           ok: false,
@@ -38,17 +38,21 @@ export function createDrainGate(inner: Serving, clock: Clock): DrainGate {
         ended = true;
         open.delete(id);
       };
-      const r = inner.submit(req, {
-        tokens: (seq, n, text) => sink.tokens(seq, n, text),
-        done: (d) => {
-          forget();
-          sink.done(d);
+      const r = inner.submit(
+        req,
+        {
+          tokens: (seq, n, text) => sink.tokens(seq, n, text),
+          done: (d) => {
+            forget();
+            sink.done(d);
+          },
+          failed: (f) => {
+            forget();
+            sink.failed(f);
+          },
         },
-        failed: (f) => {
-          forget();
-          sink.failed(f);
-        },
-      });
+        delivery,
+      );
       if (r.ok && !ended) {
         id = r.request;
         open.set(id, r);

@@ -3,31 +3,13 @@
 import type { ControlPlane, TerminalOutcome } from '../actors/control-plane.ts';
 import { failure, type Failure } from '../machines/outcomes.ts';
 import type { NodeLink } from '../actors/node-link.ts';
+import type { ClientRequest, Sampling } from '../transport/client-protocol.ts';
 import type { ServerMetrics } from './metrics.ts';
 import { estimateTokens, textRange, textSeed } from './pseudo-text.ts';
 
-/** A request as a client API hands it over. */
-export interface ServeRequest {
-  model: string;
-  version?: string;
-  priority?: string;
-  prompt?: string;
-  /** Overrides the estimate from the prompt text. */
-  promptTokens?: number;
-  maxTokens: number;
-  deadlineMs?: number;
-  /** Whether token events carry text. */
+/** How an accepted request's tokens are delivered: with their text (default) or as counts only. */
+export interface Delivery {
   text: boolean;
-  /** OpenAI sampling parameters; they reach a real engine (the cost model ignores them). */
-  sampling?: SamplingRequest;
-}
-
-/** Sampling a client asks for: temperature (0 = greedy, the default), top_p, seed, stop strings. */
-export interface SamplingRequest {
-  temperature?: number;
-  topP?: number;
-  seed?: number;
-  stop?: readonly string[];
 }
 
 /** A model's own tokenizer (a real engine's): prompt text to token ids. */
@@ -38,10 +20,10 @@ export interface PromptTokenizer {
 /** The prompt as a real engine's model tokenizes it, or null for a cost-model model (counted by estimate). */
 function engineInput(
   tokenizer: PromptTokenizer | undefined,
-  req: ServeRequest,
-): { prompt: number[]; sampling: SamplingRequest } | null {
+  req: ClientRequest,
+): { prompt: number[]; sampling: Sampling } | null {
   if (!tokenizer) return null;
-  const s = req.sampling ?? {};
+  const s = req;
   const sampling = {
     ...(s.temperature !== undefined ? { temperature: s.temperature } : {}),
     ...(s.topP !== undefined ? { topP: s.topP } : {}),
@@ -85,7 +67,9 @@ export interface ModelReadiness {
 
 /** The serving facade over a control plane. */
 export interface Serving {
-  submit(req: ServeRequest, sink: StreamSink): Accepted | { ok: false; failure: Failure };
+  /** Counts the prompt (a real engine's tokenizer, else the estimate) and submits the request to the control plane;
+   * answers the model version it resolved to, or the refusal. */
+  submit(req: ClientRequest, sink: StreamSink, delivery?: Delivery): Accepted | { ok: false; failure: Failure };
   readiness(): Record<string, ModelReadiness>;
   models(): { name: string; versions: string[]; aliases: Record<string, string>; tp: number; kind: string }[];
   readonly cp: ControlPlane;
@@ -100,7 +84,11 @@ export function createServing(
   metrics: ServerMetrics,
   tokenizers: ReadonlyMap<string, PromptTokenizer> = new Map(),
 ): Serving {
-  const submit = (req: ServeRequest, sink: StreamSink): Accepted | { ok: false; failure: Failure } => {
+  const submit = (
+    req: ClientRequest,
+    sink: StreamSink,
+    delivery: Delivery = { text: true },
+  ): Accepted | { ok: false; failure: Failure } => {
     // A real engine's prompt is counted by its own tokenizer (routing, admission, usage); else it is estimated.
     const engine = engineInput(tokenizers.get(req.model), req);
     const promptTokens = engine ? engine.prompt.length : (req.promptTokens ?? estimateTokens(req.prompt ?? ''));
@@ -125,7 +113,7 @@ export function createServing(
         tokens: (_id, seq, n, t, text) => {
           if (firstSchedule < 0) firstSchedule = t;
           // A real engine's text as it sampled it; the cost model's words otherwise (made only when asked for).
-          if (!req.text) sink.tokens(seq, n, undefined);
+          if (!delivery.text) sink.tokens(seq, n, undefined);
           else sink.tokens(seq, n, engine ? (text ?? '') : textRange(seed, seq, n));
         },
         terminal: (_id, o) => {

@@ -333,23 +333,9 @@ function createRequestTable(
       slot.msg = null;
       if (live.delete(id)) counted(-1);
     };
+    const { type: _type, id: _id, text: withText, ...request } = m;
     const res = serving.submit(
-      {
-        model: m.model,
-        ...(m.version !== undefined ? { version: m.version } : {}),
-        ...(m.priority !== undefined ? { priority: m.priority } : {}),
-        ...(m.prompt !== undefined ? { prompt: m.prompt } : {}),
-        ...(m.promptTokens !== undefined ? { promptTokens: m.promptTokens } : {}),
-        maxTokens: m.maxTokens,
-        ...(m.deadlineMs !== undefined ? { deadlineMs: m.deadlineMs } : {}),
-        text: m.text ?? true,
-        sampling: {
-          ...(m.temperature !== undefined ? { temperature: m.temperature } : {}),
-          ...(m.topP !== undefined ? { topP: m.topP } : {}),
-          ...(m.seed !== undefined ? { seed: m.seed } : {}),
-          ...(m.stop !== undefined ? { stop: m.stop } : {}),
-        },
-      },
+      request,
       {
         tokens: (seq, n, text) => pushTokens(slot, id, seq, n, text),
         done: (info) => {
@@ -368,6 +354,7 @@ function createRequestTable(
           });
         },
       },
+      { text: withText ?? true },
     );
     if (!res.ok) {
       const f = res.failure;

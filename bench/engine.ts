@@ -100,16 +100,18 @@ for (const [name, k] of [
   for (const p of ['p50', 'p90', 'p99'] as const) lines.push(row(`${name} ${p} ms`, a[k][p], e[k][p]));
 }
 // In process: the scheduler's CPU between steps ÷ the engine steps' CPU. Served: the CPU of serve, worker and the
-// host's own threads ÷ the CPU of the host's llama_decode threads (bench/lib/engine-served.ts).
+// host's main thread ÷ the CPU of the host's other threads, llama_decode's (bench/lib/engine-served.ts).
 const overheadShare = served ? served.cpu.switchyardMs / served.cpu.engineMs : s!.schedCpuMs / s!.engineCpuMs;
 lines.push(
   `requests ended by EOS: switchyard ${a.eosEnded}, engine ${e.eosEnded}; batch tokens: switchyard budget ` +
     `${b.tokenBudget}, node-llama-cpp batch ${alone.batchTokens}`,
   served
-    ? `switchyard's processes: ${(served.cpu.switchyardMs / 1e3).toFixed(2)} s CPU (serve, worker, host main and ` +
-        `helper threads) vs the engine's llama_decode threads ${(served.cpu.engineMs / 1e3).toFixed(2)} s CPU: ` +
+    ? `switchyard's processes: ${(served.cpu.switchyardMs / 1e3).toFixed(2)} s CPU (serve ` +
+        `${(served.cpu.serveMs / 1e3).toFixed(2)}, worker ${(served.cpu.workerMs / 1e3).toFixed(2)}, the host's main ` +
+        `thread ${(served.cpu.hostMainMs / 1e3).toFixed(2)}) vs the engine host's other threads (llama_decode) ${(served.cpu.engineMs / 1e3).toFixed(2)} s CPU: ` +
         `${(overheadShare * 100).toFixed(2)} %; failures ${JSON.stringify(served.failures)}, ` +
-        `${served.retries} submissions refused as overloaded and retried`
+        `${served.retries} submissions refused as overloaded and retried` +
+        (served.cpu.hostsGone > 0 ? `; ${served.cpu.hostsGone} engine host(s) exited mid-run: share NOT valid` : '')
     : `switchyard per step: ${s!.steps} steps, scheduler ${((s!.schedCpuMs / s!.steps) * 1e3).toFixed(1)} us CPU ` +
         `(${((s!.schedWallMs / s!.steps) * 1e3).toFixed(1)} us wall) vs engine step ` +
         `${(s!.engineCpuMs / s!.steps).toFixed(2)} ms CPU (${(s!.engineWallMs / s!.steps).toFixed(2)} ms wall): ` +
@@ -136,5 +138,6 @@ printFigures({
   requests: reqs.length,
   clock: clockKind,
   path,
+  ...(served ? { hostsGone: served.cpu.hostsGone, failures: served.failures } : {}),
   load: loadAfter.replace(/.*load average: /, ''),
 });

@@ -24,27 +24,42 @@ const code = str({ min: 1, max: 64 });
 const count = int({ min: 0, max: 10_000_000 });
 const ms = num({ min: 0, max: 1e12 });
 
+/** The fields of a request, whichever client API it came by (the stream API's `submit`, OpenAI HTTP, chat). */
+const requestFields = {
+  model: name,
+  version: optional(str({ min: 1, max: 50 })),
+  priority: optional(str({ min: 1, max: 50 })),
+  /** Prompt text; its token count is estimated (see docs/serving.md) unless promptTokens is given. */
+  prompt: optional(str({ max: MAX_PROMPT_CHARS })),
+  promptTokens: optional(int({ min: 1, max: 1_000_000 })),
+  maxTokens: int({ min: 1, max: 1_000_000 }),
+  /** Shortens the class's queue budget (ms from receipt). */
+  deadlineMs: optional(ms),
+  // Sampling, with the OpenAI API's bounds (temperature, top_p, seed, stop); they reach a real engine, the cost model
+  // ignores them.
+  temperature: optional(num({ min: 0, max: 2 })),
+  topP: optional(num({ min: 0, max: 1 })),
+  seed: optional(int({ min: 0, max: 2 ** 32 - 1 })),
+  stop: optional(arr(str({ min: 1, max: 1024 }), { max: 4 })),
+};
+
+/** The schema of a request as every client API hands it to serving. */
+export const clientRequestSchema = obj(requestFields);
+
+/** The one request type from every client API to serving, which counts its prompt for the control plane. */
+export type ClientRequest = Infer<typeof clientRequestSchema>;
+
+/** The sampling parameters of a request. */
+export type Sampling = Pick<ClientRequest, 'temperature' | 'topP' | 'seed' | 'stop'>;
+
 /** Messages a client sends. */
 export const clientMessageSchema = union('type', {
   submit: obj({
     /** Chosen by the client, unique among its live requests on this connection. */
     id: reqId,
-    model: name,
-    version: optional(str({ min: 1, max: 50 })),
-    priority: optional(str({ min: 1, max: 50 })),
-    /** Prompt text; its token count is estimated (see docs/serving.md) unless promptTokens is given. */
-    prompt: optional(str({ max: MAX_PROMPT_CHARS })),
-    promptTokens: optional(int({ min: 1, max: 1_000_000 })),
-    maxTokens: int({ min: 1, max: 1_000_000 }),
-    /** Shortens the class's queue budget (ms from receipt). */
-    deadlineMs: optional(ms),
+    ...requestFields,
     /** Send the pseudo-text of each token (default true); false sends counts only. */
     text: optional(bool()),
-    // Sampling, with the OpenAI API's bounds (temperature, top_p, seed, stop); they reach a real engine.
-    temperature: optional(num({ min: 0, max: 2 })),
-    topP: optional(num({ min: 0, max: 1 })),
-    seed: optional(int({ min: 0, max: 2 ** 32 - 1 })),
-    stop: optional(arr(str({ min: 1, max: 1024 }), { max: 4 })),
   }),
   cancel: obj({ id: reqId }),
 });

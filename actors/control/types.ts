@@ -5,15 +5,16 @@ import type { requestMachine, RequestOutcome } from '../../machines/request.mach
 import type { Sequence, SequenceTokens } from '../batcher/sequence.ts';
 import type { DecisionTrace } from '../router/router.ts';
 import type { Failure, OutcomeCode } from '../../machines/outcomes.ts';
+import type { ClientRequest } from '../../transport/client-protocol.ts';
 
-/** A request as a client submits it. */
-export interface SubmitSpec {
+/**
+ * The request the control plane admits. Every client API (the stream API's `submit`, OpenAI HTTP, chat) produces one
+ * ClientRequest (transport/client-protocol.ts); serving counts its prompt (a real engine's tokenizer, else the
+ * estimate) and submits it as this; simulations submit it directly. The router reads a RouteRequest, a view of it.
+ */
+export interface SubmitSpec extends Omit<ClientRequest, 'prompt' | 'promptTokens' | 'sampling'> {
   id?: string;
-  model: string;
-  version?: string;
-  priority?: string;
   promptTokens: number;
-  maxTokens: number;
   /** Tokens the (simulated) model will produce before stopping; at most maxTokens. */
   outputTokens?: number;
   deadlineMs?: number;

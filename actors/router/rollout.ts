@@ -72,8 +72,9 @@ export function startRollout(deps: RolloutDeps, spec: RolloutSpec): Rollout {
     const readyTo = of(spec.to).filter(isReady).length;
     // Unpinned requests follow capacity: each version gets traffic in proportion to its ready replicas.
     if (readyFrom + readyTo > 0) deps.registry.setSplit(spec.model, { [spec.from]: readyFrom, [spec.to]: readyTo });
-    // Wait for the step's new replicas while any replica of the model is still on its way (loading or draining).
-    const moving = [...of(spec.from), ...of(spec.to)].some((r) => r.hasTag('live') && !isReady(r));
+    // Wait for the step's new replicas while the step is still under way: an old replica still draining, or a new
+    // one loading. Neither, and still short of new ones: they cannot be placed now (a failed GPU), so go on.
+    const moving = of(spec.from).length > fromTarget || of(spec.to).some((r) => r.hasTag('live') && !isReady(r));
     if (readyTo < toTarget && moving) {
       deps.clock.setTimeout(tick, pollMs);
       return;

@@ -7,6 +7,7 @@ import type { HeldWork, ReplicaLoad, WaitEstimate, WorkSpec } from './estimate.t
 import { createRouterCore } from './core.ts';
 import { admit } from './admit.ts';
 import type { ReplicaView } from './view.ts';
+import type { SubmitSpec } from '../control/types.ts';
 
 export { isReady, viewOf, type ReplicaView } from './view.ts';
 
@@ -40,19 +41,13 @@ export interface ModelLimits {
   classes: Readonly<Record<string, ClassLimits>>;
 }
 
-/** A request as the router sees it. */
-export interface RouteRequest {
+/** What the router reads of a submitted request: its id, resolved class and output estimate added. */
+export type RouteRequest = Pick<SubmitSpec, 'model' | 'version' | 'promptTokens' | 'maxTokens' | 'deadlineMs'> & {
   id: string;
-  model: string;
-  version?: string;
   priority: string;
-  promptTokens: number;
-  maxTokens: number;
   /** Output length the ledger assumes (maxTokens unless a predictor is configured). */
   estOutputTokens: number;
-  /** A client deadline (ms from receipt) that may shorten the class's maxQueueMs. */
-  deadlineMs?: number;
-}
+};
 
 /** A replica of the resolved model@version the router did not consider, and why. */
 export interface Excluded {

@@ -89,8 +89,11 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
 
   let pendingArrivals = 0;
   let pendingFaults = 0;
+  // A rollout under way keeps the run going (the node is settled between its steps).
+  let rolling = (): boolean => false;
   const maybeStop = (): void => {
-    if (pendingArrivals === 0 && pendingFaults === 0 && cp.live() === 0 && cp.placement.settled()) clock.stop();
+    if (pendingArrivals === 0 && pendingFaults === 0 && cp.live() === 0 && cp.placement.settled() && !rolling())
+      clock.stop();
   };
   const cp = startControlPlane(control, scenario, {
     checkInvariants: scenario.sim.checkInvariants,
@@ -161,7 +164,8 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
     }
   };
   startFaults();
-  const rollouts = createRollouts(cp);
+  const rollouts = createRollouts(cp, () => maybeStop());
+  rolling = () => rollouts.running().length > 0;
   for (const r of scenario.rollout) {
     pendingFaults++;
     clock.at(origin + r.at * 1000, () => {

@@ -127,6 +127,62 @@ function wireEngines(
   return { engines, engineStep };
 }
 
+/** Fences applied, by id: a fence is resent until confirmed, and a repeat must not reset a GPU given anew since. */
+function createFenceLog(): { apply(id: number | undefined): boolean; max(): number } {
+  const applied = new Set<number>();
+  let max = 0;
+  return {
+    apply: (id) => {
+      if (id === undefined) return true;
+      if (applied.has(id)) return false;
+      applied.add(id);
+      max = Math.max(max, id);
+      // Ids only grow (a restarted control plane continues from the inventory's `fence`): old ones can be forgotten.
+      if (applied.size > 1024) for (const f of applied) if (f < max - 1024) applied.delete(f);
+      return true;
+    },
+    max: () => max,
+  };
+}
+
+type GpuSnapshot = ReturnType<ActorRefFrom<typeof gpuMachine>['getSnapshot']>;
+
+/** Loads the agent started, in all and per device: a device entering `loading` for a replica or epoch it did not
+ * hold (a repeated assignment, answered at once, is no load). */
+function createLoadCounter() {
+  const per = new Map<number, number>();
+  let total = 0;
+  return {
+    observe: (g: number, m: MessageOf<'gpu.assign'>, before: GpuSnapshot, after: GpuSnapshot): void => {
+      const held =
+        before.hasTag('holdsGpu') && before.context.replica === m.replica && before.context.epoch === m.epoch;
+      if (!after.matches({ allocated: 'loading' }) || held) return;
+      total++;
+      per.set(g, (per.get(g) ?? 0) + 1);
+    },
+    total: () => total,
+    of: (g: number): number => per.get(g) ?? 0,
+  };
+}
+
+/** An injected fault on one device (tests, the admin API): a reported fault, a hang, silence, slowness, a repair. */
+function injectInto(slot: GpuSlot, fault: InjectedFault, factor: number | undefined, killEngine: () => void): void {
+  if (fault === 'fault') {
+    killEngine();
+    slot.actor.send({ type: 'gpu.fault', code: 'xid_79' });
+  } else if (fault === 'hang') slot.hung = true;
+  else if (fault === 'silent') {
+    slot.hung = true;
+    slot.silent = true;
+  } else if (fault === 'straggle') slot.slowdown = factor ?? 2;
+  else if (fault === 'repair') {
+    slot.hung = false;
+    slot.silent = false;
+    slot.slowdown = 1;
+    slot.actor.send({ type: 'gpu.repair' });
+  }
+}
+
 /** How a node answers a `step.execute` by itself: what startStep and the executor's timers would do, when every
  * rank would run it now and finish at the same time (a rank that deviates, is hung, or busy takes the wire). */
 function stepShortcut(
@@ -168,12 +224,28 @@ function stepShortcut(
 }
 
 /** A device's inventory entry from its GPU actor's snapshot. */
-function deviceOf(g: number, snap: ReturnType<ActorRefFrom<typeof gpuMachine>['getSnapshot']>): NodeInventoryDevice {
+function deviceOf(g: number, snap: GpuSnapshot): NodeInventoryDevice {
   const v = snap.value;
   const state: NodeInventoryDevice['state'] =
     typeof v === 'string' ? (v as NodeInventoryDevice['state']) : (v.allocated as NodeInventoryDevice['state']);
   const held = snap.hasTag('holdsGpu') && snap.context.replica !== null;
   return { gpu: g, state, ...(held ? { replica: snap.context.replica!, epoch: snap.context.epoch } : {}) };
+}
+
+/** The health check: a crashed device answers nothing; a hung one cannot run the probe, so only a serving one
+ * (whose health is its steps, judged by the control plane's progress check) is listed while hung. */
+function answersHealthCheck(slot: GpuSlot | undefined): boolean {
+  if (!slot || slot.silent) return false;
+  return !slot.hung || slot.actor.getSnapshot().hasTag('serving');
+}
+
+/** The node lost its control plane: steps in flight are abandoned and every engine sequence freed. */
+function orphanSteps(slots: ReadonlyMap<number, GpuSlot>, executor: Executor, engines: EngineManager): number {
+  for (const [g, slot] of slots) {
+    if (slot.inflight) executor.abort(g);
+    slot.inflight = null;
+  }
+  return engines.freeAll();
 }
 
 /** Starts a node agent on `runtime`: one GPU actor per device, registered as `gpu.<n>`, and the `node` inbox. */
@@ -187,11 +259,8 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   const lanesOf = (g: number): number[] => Array.from({ length: opts.lanes ?? 1 }, (_, l) => (g % stride) + l * stride);
   const devices = opts.gpus.flatMap(lanesOf);
   let heartbeat: TimerId | null = null;
-  // Fences applied, by id (a fence is resent until confirmed: a repeat must not reset a GPU given anew since).
-  const fences = new Set<number>();
-  let maxFence = 0;
-  const loadsOf = new Map<number, number>();
-  let loads = 0;
+  const fences = createFenceLog();
+  const loads = createLoadCounter();
 
   /** Starts device g's GPU actor (again, after a reset: a fresh actor, nothing loaded, probed before use). */
   const spawnGpu = (g: number): ActorRefFrom<typeof gpuMachine> => {
@@ -219,14 +288,8 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     const m = msg;
     if (m.type === 'gpu.assign') {
       const before = slot.actor.getSnapshot();
-      const holds = before.hasTag('holdsGpu') && before.context.replica === m.replica;
       assignGpu(slot, m, costs, scale);
-      const after = slot.actor.getSnapshot();
-      // A load: the device entered `loading` for a replica or epoch it did not hold (a repeat answers at once).
-      if (after.matches({ allocated: 'loading' }) && !(holds && before.context.epoch === m.epoch)) {
-        loads++;
-        loadsOf.set(g, (loadsOf.get(g) ?? 0) + 1);
-      }
+      loads.observe(g, m, before, slot.actor.getSnapshot());
       if (m.engine) engines.assign({ ...m, engine: m.engine });
     } else if (m.type === 'gpu.release') {
       engines.release(m.replica, m.epoch);
@@ -239,14 +302,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   };
   /** Applies a fence unless its id was applied already. */
   const fenceOnce = (g: number, code: string, id: number | undefined): void => {
-    if (id !== undefined) {
-      if (fences.has(id)) return;
-      fences.add(id);
-      maxFence = Math.max(maxFence, id);
-      // Ids only grow (a restarted control plane continues from the inventory's `fence`): old ones can be forgotten.
-      if (fences.size > 1024) for (const f of fences) if (f < maxFence - 1024) fences.delete(f);
-    }
-    fence(g, code);
+    if (fences.apply(id)) fence(g, code);
   };
 
   /** Runs one rank's share of a step if the GPU is serving that replica's epoch; reports `step.completed`. */
@@ -267,20 +323,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   };
   const injectDevice = (g: number, fault: InjectedFault, factor?: number): void => {
     const slot = slots.get(g);
-    if (!slot) return;
-    if (fault === 'fault') engines.gpuFault(g);
-    if (fault === 'fault') slot.actor.send({ type: 'gpu.fault', code: 'xid_79' });
-    else if (fault === 'hang') slot.hung = true;
-    else if (fault === 'silent') {
-      slot.hung = true;
-      slot.silent = true;
-    } else if (fault === 'straggle') slot.slowdown = factor ?? 2;
-    else if (fault === 'repair') {
-      slot.hung = false;
-      slot.silent = false;
-      slot.slowdown = 1;
-      slot.actor.send({ type: 'gpu.repair' });
-    }
+    if (slot) injectInto(slot, fault, factor, () => engines.gpuFault(g));
   };
   // The control plane declared the GPU failed: every lane of it leaves service (and reports gpu.failed).
   const fence = (g: number, code: string): void => {
@@ -301,16 +344,11 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
       }
     }
   };
-  /** The health check: a crashed device answers nothing; a hung one cannot run the probe, so only a serving one
-   * (whose health is its steps, judged by the control plane's progress check) is listed while hung. */
-  const answers = (g: number): boolean => {
-    const slot = slots.get(g);
-    if (!slot || slot.silent) return false;
-    return !slot.hung || slot.actor.getSnapshot().hasTag('serving');
-  };
+  const answers = (g: number): boolean => answersHealthCheck(slots.get(g));
   const beat = (): void => {
     const alive = opts.gpus.filter(answers);
-    send('placement', { type: 'node.heartbeat', node: id, epoch: 0, t: clock.now(), gpus: alive, loads });
+    const t = clock.now();
+    send('placement', { type: 'node.heartbeat', node: id, epoch: 0, t, gpus: alive, loads: loads.total() });
     heartbeat = clock.setTimeout(beat, opts.heartbeatMs!);
   };
 
@@ -332,8 +370,8 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   const inventory = (): MessageOf<'node.inventory'> => ({
     type: 'node.inventory',
     node: id,
-    fence: maxFence,
-    loads,
+    fence: fences.max(),
+    loads: loads.total(),
     devices: [...slots].map(([g, slot]) => deviceOf(g, slot.actor.getSnapshot())),
   });
 
@@ -348,16 +386,10 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     shortcut,
     gpuState: (g) => JSON.stringify(slots.get(g)?.actor.getSnapshot().value ?? 'unknown'),
     busyMs: (g) => opts.executor.busyMs(g),
-    loads: (g) => (g === undefined ? loads : (loadsOf.get(g) ?? 0)),
+    loads: (g) => (g === undefined ? loads.total() : loads.of(g)),
     inventory,
     announce: () => send('placement', inventory()),
-    orphan: () => {
-      for (const [g, slot] of slots) {
-        if (slot.inflight) opts.executor.abort(g);
-        slot.inflight = null;
-      }
-      return engines.freeAll();
-    },
+    orphan: () => orphanSteps(slots, opts.executor, engines),
     stop: () => {
       engines.stopAll();
       if (heartbeat !== null) clock.clearTimeout(heartbeat);

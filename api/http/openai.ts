@@ -4,7 +4,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { unixTimeMs } from '../../runtime/clock.ts';
 import { failure, type Failure } from '../../machines/outcomes.ts';
-import type { DoneInfo, SamplingRequest, Serving, StreamSink } from '../serving.ts';
+import type { ClientRequest } from '../../transport/client-protocol.ts';
+import type { DoneInfo, Serving, StreamSink } from '../serving.ts';
 import { estimateTokens } from '../pseudo-text.ts';
 import { errorBody, readJson, sendFailure, sendJson } from './io.ts';
 import {
@@ -34,16 +35,12 @@ const TOKEN_MARK = '\u0000token\u0000';
 /** Bytes an SSE response may have queued before a slow reader is cut off. */
 const MAX_SSE_BUFFERED = 4 * 1024 * 1024;
 
-interface Parsed {
-  model: string;
+/** A parsed body: the request as every client API hands it to serving, and how this endpoint answers. */
+interface Parsed extends ClientRequest {
   prompt: string;
   promptTokens: number;
-  maxTokens: number;
   stream: boolean;
   includeUsage: boolean;
-  priority?: string;
-  deadlineMs?: number;
-  sampling: SamplingRequest;
 }
 
 const bad = (message: string): Failure => failure('invalid_request', message);
@@ -76,12 +73,10 @@ function common(b: Common, dflt: number): Omit<Parsed, 'prompt' | 'promptTokens'
     includeUsage: b.stream_options?.include_usage === true,
     ...(b.priority !== undefined ? { priority: b.priority } : {}),
     ...(b.deadline_ms !== undefined ? { deadlineMs: b.deadline_ms } : {}),
-    sampling: {
-      ...(b.temperature != null ? { temperature: b.temperature } : {}),
-      ...(b.top_p != null ? { topP: b.top_p } : {}),
-      ...(b.seed != null ? { seed: b.seed } : {}),
-      ...(b.stop != null ? { stop: typeof b.stop === 'string' ? [b.stop] : b.stop } : {}),
-    },
+    ...(b.temperature != null ? { temperature: b.temperature } : {}),
+    ...(b.top_p != null ? { topP: b.top_p } : {}),
+    ...(b.seed != null ? { seed: b.seed } : {}),
+    ...(b.stop != null ? { stop: typeof b.stop === 'string' ? [b.stop] : b.stop } : {}),
   };
 }
 
@@ -262,19 +257,8 @@ export async function handleCompletion(
       send(event(errorBody(f)), true);
     },
   };
-  const r = serving.submit(
-    {
-      model: p.model,
-      prompt: p.prompt,
-      promptTokens: p.promptTokens,
-      maxTokens: p.maxTokens,
-      text: true,
-      sampling: p.sampling,
-      ...(p.priority !== undefined ? { priority: p.priority } : {}),
-      ...(p.deadlineMs !== undefined ? { deadlineMs: p.deadlineMs } : {}),
-    },
-    sink,
-  );
+  const { stream: _stream, includeUsage: _usage, ...request } = p;
+  const r = serving.submit(request, sink);
   if (!r.ok) return sendFailure(res, r.failure);
   id = `${chat ? 'chatcmpl' : 'cmpl'}-${r.request}`;
   res.on('close', () => {

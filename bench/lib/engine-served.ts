@@ -3,9 +3,10 @@
 // (when each token chunk arrived); CPU time is read per process and per thread from /proc, so switchyard's own share
 // can be told from the engine's on a shared machine.
 //
-// The engine's CPU is the engine host's libuv worker threads, where node-llama-cpp runs llama_decode (and sampling);
-// everything else — the control plane and the worker (all their threads) and the host's main thread (IPC, plan
-// checks, text streams) and its V8 helper threads — is switchyard's overhead.
+// The engine's CPU is the engine host's threads other than its main thread: node-llama-cpp runs llama_decode (and
+// sampling) on libuv's thread pool; V8's helper threads (garbage collection) count there too, as Node 20 names every
+// thread "node". Everything else — the control plane and the worker (all their threads) and the host's main thread
+// (IPC, plan checks, text streams) — is switchyard's overhead.
 import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -25,9 +26,15 @@ const statCpuMs = (path: string): number => {
 };
 
 /** Per-thread CPU ms of a process, keyed by thread name (comm) and id. */
-function threadsCpu(pid: number): { name: string; tid: string; ms: number }[] {
+function threadsCpu(pid: number): { name: string; tid: string; ms: number }[] | null {
   const out: { name: string; tid: string; ms: number }[] = [];
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return null; // the process is gone
+  }
+  for (const tid of tids) {
     try {
       const name = readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim();
       out.push({ name, tid, ms: statCpuMs(`/proc/${pid}/task/${tid}/stat`) });
@@ -56,27 +63,38 @@ function childrenOf(pid: number): { pid: number; args: string }[] {
 
 /** CPU split of the serving processes at one moment. */
 interface CpuSnapshot {
-  /** The engine hosts' libuv worker threads (llama_decode). */
+  /** The engine hosts' threads but the main one (llama_decode on libuv's pool). */
   engineMs: number;
   /** Everything else of serve, worker and hosts. */
   switchyardMs: number;
+  /** Engine hosts that had exited (a replica failed and was replaced): the split misses their CPU. */
+  hostsGone: number;
+  /** The overhead's parts: the control plane, the worker, the hosts' main threads. */
+  serveMs: number;
+  workerMs: number;
+  hostMainMs: number;
 }
 
 function cpuSnapshot(servePid: number, workerPid: number, hostPids: readonly number[]): CpuSnapshot {
   let engineMs = 0;
-  let switchyardMs = statCpuMs(`/proc/${servePid}/stat`) + statCpuMs(`/proc/${workerPid}/stat`);
+  let hostsGone = 0;
+  const serveMs = statCpuMs(`/proc/${servePid}/stat`);
+  const workerMs = statCpuMs(`/proc/${workerPid}/stat`);
+  let hostMainMs = 0;
   for (const pid of hostPids) {
-    for (const t of threadsCpu(pid)) {
-      if (t.name.startsWith('libuv-worker')) engineMs += t.ms;
-      else switchyardMs += t.ms;
+    const threads = threadsCpu(pid);
+    if (!threads) hostsGone++;
+    for (const t of threads ?? []) {
+      if (t.tid !== String(pid)) engineMs += t.ms;
+      else hostMainMs += t.ms;
     }
   }
-  return { engineMs, switchyardMs };
+  return { engineMs, switchyardMs: serveMs + workerMs + hostMainMs, hostsGone, serveMs, workerMs, hostMainMs };
 }
 
 /** What a served run adds to a ServeRun: the CPU split over the run. */
 export interface ServedRun extends ServeRun {
-  cpu: { engineMs: number; switchyardMs: number };
+  cpu: Omit<CpuSnapshot, 'hostsGone'> & { hostsGone: number };
   /** Requests that did not end well (rejected, failed), by code. */
   failures: Record<string, number>;
   /** Submissions refused as overloaded and retried. */
@@ -179,7 +197,14 @@ async function drive(
   const wallS = (performance.now() - wall0) / 1e3;
   const cpu1 = cpuSnapshot(servePid, workerPid, hostPids);
   client.close();
-  const cpu = { engineMs: cpu1.engineMs - cpu0.engineMs, switchyardMs: cpu1.switchyardMs - cpu0.switchyardMs };
+  const cpu = {
+    engineMs: cpu1.engineMs - cpu0.engineMs,
+    switchyardMs: cpu1.switchyardMs - cpu0.switchyardMs,
+    hostsGone: cpu1.hostsGone,
+    serveMs: cpu1.serveMs - cpu0.serveMs,
+    workerMs: cpu1.workerMs - cpu0.workerMs,
+    hostMainMs: cpu1.hostMainMs - cpu0.hostMainMs,
+  };
   return {
     side: 'switchyard served',
     clock: 'wall',

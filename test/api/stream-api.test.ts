@@ -3,9 +3,9 @@
 import { describe, expect, it } from 'vitest';
 import { createWallClock } from '../../runtime/clock.ts';
 import { failure } from '../../machines/outcomes.ts';
-import { SUBPROTOCOL_JSON, type ServerMessage } from '../../transport/client-protocol.ts';
+import { SUBPROTOCOL_JSON, type ClientRequest, type ServerMessage } from '../../transport/client-protocol.ts';
 import type { ServerMetrics } from '../../api/metrics.ts';
-import type { Serving, StreamSink } from '../../api/serving.ts';
+import type { Delivery, Serving, StreamSink } from '../../api/serving.ts';
 import { createStreamApi } from '../../api/stream-api.ts';
 import type { WsPeer } from '../../transport/ws.ts';
 
@@ -49,9 +49,11 @@ function fakePeer() {
 function fakeServing(opts: { reject?: boolean } = {}) {
   const sinks = new Map<string, StreamSink>();
   const cancelled: string[] = [];
+  const submitted: { req: ClientRequest; delivery: Delivery | undefined }[] = [];
   let n = 0;
   const serving = {
-    submit: (req: { model: string }, sink: StreamSink) => {
+    submit: (req: ClientRequest, sink: StreamSink, delivery?: Delivery) => {
+      submitted.push({ req, delivery });
       if (opts.reject)
         return { ok: false as const, failure: failure('overloaded', 'queue full', { retryAfterMs: 1500 }) };
       const request = `req.${++n}`;
@@ -68,7 +70,7 @@ function fakeServing(opts: { reject?: boolean } = {}) {
     models: () => [{ name: 'm', versions: ['v1'], aliases: {}, tp: 1, kind: 'generate' }],
     readiness: () => ({}),
   } as unknown as Serving;
-  return { serving, sinks, cancelled };
+  return { serving, sinks, cancelled, submitted };
 }
 
 const metrics = { refused: () => {}, outcome: () => {}, step: () => {} } as unknown as ServerMetrics;
@@ -79,6 +81,31 @@ const done = {
 };
 
 describe('stream api', () => {
+  it('hands serving the submit as the one client request type, sampling included, and the text choice apart', async () => {
+    const clock = createWallClock();
+    const s = fakeServing();
+    const api = createStreamApi(s.serving, metrics, { clock, maxStreamsPerConnection: 10 });
+    const p = fakePeer();
+    api.onConnection(p.peer);
+    const sampling = { temperature: 0.7, topP: 0.9, seed: 4, stop: ['\n'] };
+    p.send({
+      type: 'submit',
+      id: 'a',
+      model: 'm',
+      version: 'v1',
+      prompt: 'hi',
+      maxTokens: 3,
+      ...sampling,
+      text: false,
+    });
+    p.send({ type: 'submit', id: 'b', model: 'm', maxTokens: 3, temperature: 3 });
+    await tick();
+    expect(s.submitted).toEqual([
+      { req: { model: 'm', version: 'v1', prompt: 'hi', maxTokens: 3, ...sampling }, delivery: { text: false } },
+    ]);
+    expect(p.all().find((m) => m.type === 'error')).toMatchObject({ code: 'invalid_request' });
+  });
+
   it('greets, accepts, streams contiguous tokens and ends with one done frame', async () => {
     const clock = createWallClock();
     const s = fakeServing();

@@ -86,6 +86,7 @@ models:
     const prompt = 'stop and seed';
     const direct = await directText(file, prompt, 24);
     // A stop string from the middle of the greedy text: the stream is the text before its first occurrence.
+    expect(direct.text.length).toBeGreaterThan(11);
     const stop = direct.text.slice(8, 11);
     const cut = direct.text.slice(0, direct.text.indexOf(stop));
     const c = await connectClient(s.wsUrl);

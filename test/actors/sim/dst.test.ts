@@ -8,7 +8,7 @@ describe('deterministic simulation testing', () => {
       expect(r.violations, `seed ${seed}: ${r.violations.join('; ')}`).toEqual([]);
       expect(r.requests).toBeGreaterThan(0);
     }
-  });
+  }, 240_000);
 
   it('gives the same trace hash for the same seed', () => {
     for (const seed of [7, 8])
@@ -26,7 +26,18 @@ describe('deterministic simulation testing', () => {
     expect(
       runDstSeed(failing[0]!.seed, { simSeconds: 60, mutation: 'skip-gpu-release', faults: shrunk }).violations.length,
     ).toBeGreaterThan(0);
-  });
+  }, 240_000);
+
+  it('adopts what the worker holds across a control-plane restart, and catches a build that reloads it', () => {
+    const restart = [{ kind: 'control-restart' as const, at: 10, downMs: 500 }];
+    for (const seed of [0, 1]) {
+      const ok = runDstSeed(seed, { simSeconds: 60, faults: restart });
+      expect(ok.violations, `seed ${seed}`).toEqual([]);
+      expect(ok.outcomes['connection_lost']).toBeGreaterThan(0);
+      const mutant = runDstSeed(seed, { simSeconds: 60, faults: restart, mutation: 'adopt-nothing' });
+      expect(mutant.violations.some((v) => v.startsWith('P12'))).toBe(true);
+    }
+  }, 240_000);
 
   it('catches a control plane that forgets interrupted requests', () => {
     const r = runDstSeed(1, { simSeconds: 60, mutation: 'drop-interrupted' });

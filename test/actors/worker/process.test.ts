@@ -52,8 +52,9 @@ describe('node process', () => {
 
     let tokens = 0;
     const r = s.serving.submit(
-      { model: 'llama-3-8b', promptTokens: 4, maxTokens: 5, text: false },
+      { model: 'llama-3-8b', promptTokens: 4, maxTokens: 5 },
       { tokens: (_seq, n) => (tokens += n), done: () => {}, failed: () => {} },
+      { text: false },
     );
     expect(r.ok).toBe(true);
     await until(() => tokens === 5);

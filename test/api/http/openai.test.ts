@@ -7,6 +7,8 @@ import {
   parseCompletion,
 } from '../../../api/http/openai.ts';
 import { estimateTokens, textRange, textSeed, tokenText } from '../../../api/pseudo-text.ts';
+import { clientRequestSchema } from '../../../transport/client-protocol.ts';
+import { validate } from '../../../transport/schema.ts';
 
 describe('openai bodies', () => {
   it('fills the default max_tokens and estimates prompt tokens at four characters each', () => {
@@ -39,6 +41,23 @@ describe('openai bodies', () => {
       deadline_ms: 500,
     });
     expect(p).toMatchObject({ maxTokens: 7, priority: 'batch', deadlineMs: 500, prompt: 'user: hi\n' });
+  });
+
+  it('yields the one client request type the stream API also hands to serving, sampling included', () => {
+    const p = parseChat({
+      model: 'm',
+      messages: [{ role: 'user', content: 'hi' }],
+      temperature: 0.2,
+      top_p: 0.5,
+      seed: 9,
+      stop: 'END',
+      stream: true,
+    });
+    if ('code' in p) throw new Error(p.message);
+    const { stream: _s, includeUsage: _u, ...request } = p;
+    const v = validate(clientRequestSchema, request);
+    expect(v.ok).toBe(true);
+    expect(request).toMatchObject({ temperature: 0.2, topP: 0.5, seed: 9, stop: ['END'] });
   });
 
   it('refuses bad bodies with invalid_request', () => {
