@@ -70,7 +70,8 @@ export interface RequestOutput {
   tokens: number;
 }
 
-/** The request machine: received → admitted/rejected → queued → scheduled → prefilling → decoding → terminal; requeued on a resumable failure. */
+/** The request machine: received → queued (admitted) or rejected → prefilling (scheduled) → decoding → terminal;
+ * requeued on a resumable failure. */
 export const requestMachine = setup({
   types: {
     context: {} as RequestContext,
@@ -85,7 +86,7 @@ export const requestMachine = setup({
     /** Records a failure's code, message, the tokens the client has, and when it ended. */
     recordFailure: assign(({ context, event }) =>
       event.type === 'request.failed' || event.type === 'request.interrupted'
-        ? { code: event.code, message: event.message, tokens: event.tokens, finishedAt: event.t }
+        ? { code: event.code, message: event.message, tokens: event.tokens, finishedAt: event.t, outcome: 'failed' }
         : context,
     ),
     /** Arms a timer that sends `request.deadline` with `at = context.deadlineAt` (one wheel for all requests). */
@@ -130,8 +131,9 @@ export const requestMachine = setup({
   states: {
     received: {
       on: {
+        // Admission queues the request at once (no transient `admitted` state: one microstep less per request).
         'request.admitted': {
-          target: 'admitted',
+          target: 'queued',
           actions: assign({ replica: ({ event }) => event.replica, queuedAt: ({ event }) => event.t }),
         },
         'request.rejected': {
@@ -140,12 +142,10 @@ export const requestMachine = setup({
             code: ({ event }) => event.code,
             message: ({ event }) => event.message,
             finishedAt: ({ event }) => event.t,
+            outcome: 'rejected',
           }),
         },
       },
-    },
-    admitted: {
-      always: 'queued',
     },
     queued: {
       tags: ['waiting', 'cancellable'],
@@ -153,25 +153,27 @@ export const requestMachine = setup({
       entry: 'armDeadline',
       on: {
         'request.scheduled': {
-          target: 'scheduled',
+          target: 'prefilling',
           actions: assign({ scheduledAt: ({ event }) => event.t, replica: ({ event }) => event.replica }),
         },
         'request.deadline': {
           guard: 'currentDeadline',
           target: 'expired',
-          actions: [assign({ code: 'expired', message: 'waited its whole queue budget' }), 'withdraw'],
+          actions: [
+            assign({ code: 'expired', message: 'waited its whole queue budget', outcome: 'expired' }),
+            'withdraw',
+          ],
         },
-        'request.cancel': { target: 'cancelled', actions: [assign({ code: 'cancelled' }), 'withdraw'] },
+        'request.cancel': {
+          target: 'cancelled',
+          actions: [assign({ code: 'cancelled', outcome: 'cancelled' }), 'withdraw'],
+        },
         // A request held at the router until a replica was ready has now been handed to one.
         'request.requeued': { actions: assign({ replica: ({ event }) => event.replica }) },
       },
     },
     // Both batchers schedule a request in the step that dispatches its first prefill chunk (or its batch), so
-    // `scheduled` passes straight on to `prefilling`: there is no separate "prefill started" to hear.
-    scheduled: {
-      tags: ['running', 'cancellable'],
-      always: 'prefilling',
-    },
+    // `request.scheduled` leads straight to `prefilling`: there is no separate "prefill started" to hear.
     prefilling: {
       tags: ['running', 'cancellable'],
       on: {
@@ -196,7 +198,7 @@ export const requestMachine = setup({
       on: {
         'request.finished': {
           target: 'done',
-          actions: assign({ tokens: ({ event }) => event.tokens, finishedAt: ({ event }) => event.t }),
+          actions: assign({ tokens: ({ event }) => event.tokens, finishedAt: ({ event }) => event.t, outcome: 'done' }),
         },
         'request.preempted': {
           target: 'requeued',
@@ -225,25 +227,34 @@ export const requestMachine = setup({
       on: {
         'request.requeued': { actions: assign({ replica: ({ event }) => event.replica }) },
         'request.scheduled': {
-          target: 'scheduled',
+          target: 'prefilling',
           actions: assign({ replica: ({ event }) => event.replica }),
         },
         'request.deadline': {
           guard: 'currentDeadline',
           target: 'failed',
           actions: [
-            assign({ code: ({ context }) => context.requeueCode, message: 'could not resume within its budget' }),
+            assign({
+              code: ({ context }) => context.requeueCode,
+              message: 'could not resume within its budget',
+              outcome: 'failed',
+            }),
             'withdraw',
           ],
         },
-        'request.cancel': { target: 'cancelled', actions: [assign({ code: 'cancelled' }), 'withdraw'] },
+        'request.cancel': {
+          target: 'cancelled',
+          actions: [assign({ code: 'cancelled', outcome: 'cancelled' }), 'withdraw'],
+        },
       },
     },
-    done: { type: 'final', tags: ['terminal'], entry: [assign({ outcome: 'done' }), 'reportOutcome'] },
-    cancelled: { type: 'final', tags: ['terminal'], entry: [assign({ outcome: 'cancelled' }), 'reportOutcome'] },
-    expired: { type: 'final', tags: ['terminal'], entry: [assign({ outcome: 'expired' }), 'reportOutcome'] },
-    rejected: { type: 'final', tags: ['terminal'], entry: [assign({ outcome: 'rejected' }), 'reportOutcome'] },
-    failed: { type: 'final', tags: ['terminal'], entry: [assign({ outcome: 'failed' }), 'reportOutcome'] },
+    // Each transition into a terminal state sets `outcome` in its own assign (an entry assign would copy the context
+    // once more per request).
+    done: { type: 'final', tags: ['terminal'], entry: 'reportOutcome' },
+    cancelled: { type: 'final', tags: ['terminal'], entry: 'reportOutcome' },
+    expired: { type: 'final', tags: ['terminal'], entry: 'reportOutcome' },
+    rejected: { type: 'final', tags: ['terminal'], entry: 'reportOutcome' },
+    failed: { type: 'final', tags: ['terminal'], entry: 'reportOutcome' },
   },
   on: {
     // An interruption (replica failed, drained past its deadline) resumes elsewhere if the budget allows, else fails.
@@ -271,7 +282,7 @@ export const requestMachine = setup({
     },
     'request.cancel': {
       target: '.cancelled',
-      actions: [assign({ code: 'cancelled', finishedAt: ({ event }) => event.t }), 'withdraw'],
+      actions: [assign({ code: 'cancelled', finishedAt: ({ event }) => event.t, outcome: 'cancelled' }), 'withdraw'],
     },
   },
   output: ({ context }) => ({

@@ -1,0 +1,94 @@
+// bench:request-actor — the cost of one request actor's life on the control plane's hot path, as the request table
+// lives it: start (create + start the XState actor, supervise it), admitted, scheduled, first token, more tokens,
+// finished (the actor stops itself on its final state and reports its record). Microseconds of this process's CPU
+// time per lifecycle (CPU rather than wall time: the figure should not depend on what else runs on the machine), the
+// best of a few rounds after a warm-up; also with an inspector attached (every event through its observer).
+// Ends with one JSON line.
+import { createRequestTable, type RequestTable } from '../actors/control/request-table.ts';
+import type { Live } from '../actors/control/types.ts';
+import { createCollector } from '../actors/metrics/collector.ts';
+import type { DecisionTrace } from '../actors/router/router.ts';
+import { createVirtualClock } from '../runtime/clock.ts';
+import { createDeadlineWheel } from '../runtime/deadlines.ts';
+import { createRng } from '../runtime/rng.ts';
+import { createRuntime } from '../runtime/system.ts';
+import { printFigures, quick } from './lib/data.ts';
+
+const LIVES = Number(process.env['BENCH_REQUEST_LIVES'] ?? (quick ? 20_000 : 100_000));
+const ROUNDS = quick ? 3 : 5;
+
+function setup(): { table: RequestTable; runtime: ReturnType<typeof createRuntime> } {
+  const clock = createVirtualClock(0);
+  const runtime = createRuntime({ name: 'bench', clock, rng: createRng(1) });
+  const table = createRequestTable({
+    runtime,
+    collector: createCollector(),
+    deadlines: createDeadlineWheel(clock),
+    keepTraces: false,
+    oracle: () => false,
+    expiryTrace: () => ({}) as DecisionTrace,
+    scheduled: () => {},
+  });
+  return { table, runtime };
+}
+
+let next = 0;
+/** One lifecycle; `t` is virtual time in ms. */
+function life(table: RequestTable, t: number): void {
+  const id = `r${next++}`;
+  const l = table.start(
+    {
+      id,
+      spec: { model: 'm', priority: 'standard', promptTokens: 100, maxTokens: 64, outputTokens: 16 },
+      model: 'm',
+      version: 'v1',
+      rank: 1,
+      budgetMs: 60_000,
+      estOutputTokens: 64,
+      receivedAt: t,
+      firstScheduledAt: -1,
+      awaitingToken: false,
+      streamed: 0,
+      seq: null,
+      listener: undefined,
+      traces: [],
+      heldSince: -1,
+    } as Omit<Live, 'actor'>,
+    { budgetMs: 30_000, maxResumes: 1 },
+  );
+  l.actor.send({ type: 'request.admitted', replica: 'rep-1', t });
+  const seq = table.newSequence(l, 0);
+  seq.listener.scheduled(seq, t + 1);
+  seq.listener.tokens(seq, 1, t + 2);
+  seq.generated = 1;
+  seq.lastTokenAt = t + 2;
+  seq.listener.tokens(seq, 15, t + 3);
+  seq.generated = 16;
+  seq.listener.finished(seq, t + 3);
+  if (table.has(id)) throw new Error(`request ${id} did not finish`);
+}
+
+function measure(inspect: boolean): number {
+  let best = Infinity;
+  for (let round = 0; round < ROUNDS; round++) {
+    const { table, runtime } = setup();
+    let seen = 0;
+    if (inspect) runtime.setInspector(() => seen++);
+    for (let i = 0; i < 2000; i++) life(table, i);
+    const c0 = process.cpuUsage();
+    for (let i = 0; i < LIVES; i++) life(table, i);
+    const c = process.cpuUsage(c0);
+    const us = (c.user + c.system) / LIVES;
+    if (inspect && seen === 0) throw new Error('the inspector saw nothing');
+    best = Math.min(best, us);
+  }
+  return best;
+}
+
+const usPerLife = measure(false);
+const usPerLifeInspected = measure(true);
+printFigures({
+  lives: LIVES,
+  usPerRequestLife: Number(usPerLife.toFixed(2)),
+  usPerRequestLifeInspected: Number(usPerLifeInspected.toFixed(2)),
+});
