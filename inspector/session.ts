@@ -272,8 +272,10 @@ function nodeSummary(cp: ControlPlane, placementView: PlacementView, memoryBytes
   }
   const unavailable: Record<string, string> = {};
   for (const m of cp.scenario.models) {
-    const why = cp.placement.unavailable(m.name);
-    if (why) unavailable[m.name] = why;
+    // A model held for a repair refuses nothing, but it is not served either: the page says why, and that it waits.
+    const refused = cp.placement.unavailable(m.name);
+    const unplaced = refused ?? cp.placement.unplaced(m.name);
+    if (unplaced) unavailable[m.name] = refused ? refused : `held until repaired: ${unplaced}`;
   }
   const ctx = placementView.ctx;
   return {

@@ -32,6 +32,8 @@ export interface Placement {
   readonly replicas: ReadonlyMap<string, ReplicaHandle>;
   /** Why `model` cannot be served now, or null. */
   unavailable(model: string): string | null;
+  /** Why the model has no place now, also while its requests are held for a repair (null when it is placed). */
+  unplaced(model: string): string | null;
   /** Predicted ms until a replica of model@version is ready, or null if none can come. */
   etaMs(model: string, version: string): number | null;
   readonly events: PlacementEvent[];
@@ -163,6 +165,7 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
       const why = modes.reasonFor(model);
       return why && pc.waitForRepairMs > 0 && why.includes('healthy') ? null : why;
     },
+    unplaced: (model) => modes.reasonFor(model),
     etaMs: (model, version) =>
       etaOf(scenario, modes, replicas, reconciler, ledger.healthy().size, now(), model, version),
     drain: (replica, deadlineMs = pc.drainDeadlineMs) => {

@@ -168,8 +168,9 @@ describe('the inspector page in Chromium', () => {
         await page.locator('[data-testid=replica][data-failed=true]').first().click();
         expect(await page.locator('[data-testid=statechart] svg').getAttribute('data-active')).toBe('failed');
         await screenshot(page, 'inspector-replay');
-        // Back before the failure: the view is rebuilt from the start of the recording.
+        // Back before the failure: the view is rebuilt from the start of the recording (rendered on the next frame).
         await setSlider(page, failedAt - 1_000);
+        await page.locator('[data-testid=gpu-tile][data-gpu="3"][data-state=serving]').waitFor({ timeout: 2_000 });
         expect(await tileStates(page)).toEqual(Array(8).fill('serving'));
         expect(errors).toEqual([]);
       } finally {
