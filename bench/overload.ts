@@ -3,11 +3,9 @@
 // over /v1/ws (a tenth of the arrivals over HTTP /v1/completions): steady load, then 3x capacity, then steady again. Checks that
 // the excess is answered `overloaded` with a retry hint at once, that every request gets exactly one terminal frame,
 // and how long TTFT takes to come back. Prints a table and ends with one JSON line.
-import { spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { createWallClock } from '../runtime/clock.ts';
 import { createRng } from '../runtime/rng.ts';
 import {
@@ -18,9 +16,9 @@ import {
 } from '../transport/client-protocol.ts';
 import { connectWs, type WsPeer } from '../transport/ws.ts';
 import { percentile } from './live-loadgen.ts';
+import { startServeProcess, type ServeProcess } from './lib/serve-process.ts';
 import { printFigures, quick, writeChartData } from './lib/data.ts';
 
-const BIN = fileURLToPath(new URL('../bin/switchyard.ts', import.meta.url));
 const clock = createWallClock();
 const now = (): number => performance.now();
 const sleep = (ms: number): Promise<void> => new Promise((r) => clock.setTimeout(r, ms));
@@ -84,65 +82,11 @@ interface HttpReq {
 }
 
 /** Starts `switchyard serve` and resolves with its URLs once the model is ready. */
-async function startServe(): Promise<{ url: string; wsUrl: string; stop(): Promise<void> }> {
+async function startServe(): Promise<ServeProcess> {
   const dir = mkdtempSync(join(tmpdir(), 'switchyard-overload-'));
   const config = join(dir, 'overload.yaml');
   writeFileSync(config, CONFIG);
-  const proc = spawn(
-    process.execPath,
-    [
-      '--import',
-      'tsx',
-      BIN,
-      'serve',
-      '--config',
-      config,
-      '--port',
-      '0',
-      '--json',
-      '--executor',
-      'cost-model',
-      '--time-scale',
-      '1',
-    ],
-    {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
-  );
-  const lines: string[] = [];
-  const info = await new Promise<{ url: string; wsUrl: string }>((resolve, reject) => {
-    let rest = '';
-    const onData = (d: Buffer): void => {
-      const parts = (rest + d.toString()).split('\n');
-      rest = parts.pop() ?? '';
-      for (const l of parts) {
-        if (lines.length < 200) lines.push(l);
-        if (l.startsWith('{"url"')) resolve(JSON.parse(l) as { url: string; wsUrl: string });
-      }
-    };
-    proc.stdout.on('data', onData);
-    proc.stderr.on('data', onData);
-    proc.once('exit', (code) => reject(new Error(`serve exited (${code}):\n${lines.join('\n')}`)));
-  });
-  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
-  const until = now() + 120_000;
-  for (;;) {
-    const r = await fetch(`${info.url}/readyz`).catch(() => null);
-    if (r?.status === 200) break;
-    if (now() > until) throw new Error(`model not ready within 120 s:\n${lines.join('\n')}`);
-    await sleep(200);
-  }
-  return {
-    ...info,
-    stop: async () => {
-      if (proc.exitCode === null && proc.signalCode === null) {
-        proc.kill('SIGTERM');
-        const t = clock.setTimeout(() => proc.kill('SIGKILL'), 5_000);
-        await exited;
-        clock.clearTimeout(t);
-      }
-    },
-  };
+  return startServeProcess(['--config', config, '--executor', 'cost-model', '--time-scale', '1']);
 }
 
 /** A pool of WebSocket connections; submits of one tick leave as one frame per connection. */

@@ -3,12 +3,10 @@
 // runs tenant B alone at 20 % of capacity, then tenant A flooding at 10x capacity beside B at 20 %. Prints B's p99
 // TTFT in both phases, B's refusals, and how much of A's flood was admitted (the rest refused with retryAfterMs).
 // Ends with one JSON line {"quietP99Ratio","quietRejected","floodAdmittedShare", ...}.
-import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { createWallClock } from '../runtime/clock.ts';
 import { createRng } from '../runtime/rng.ts';
 import {
@@ -19,9 +17,9 @@ import {
 } from '../transport/client-protocol.ts';
 import { connectWs, type WsPeer } from '../transport/ws.ts';
 import { percentile } from './live-loadgen.ts';
+import { startServeProcess, type ServeProcess } from './lib/serve-process.ts';
 import { printFigures, quick } from './lib/data.ts';
 
-const BIN = fileURLToPath(new URL('../bin/switchyard.ts', import.meta.url));
 const clock = createWallClock();
 const now = (): number => performance.now();
 const sleep = (ms: number): Promise<void> => new Promise((r) => clock.setTimeout(r, ms));
@@ -64,47 +62,20 @@ interface Req {
 }
 
 /** Starts `switchyard serve --tenants` and resolves once the model is ready. */
-async function startServe(): Promise<{ url: string; wsUrl: string; stop(): Promise<void> }> {
+async function startServe(): Promise<ServeProcess> {
   const dir = mkdtempSync(join(tmpdir(), 'switchyard-tenants-'));
   writeFileSync(join(dir, 'config.yaml'), CONFIG);
   writeFileSync(join(dir, 'tenants.yaml'), TENANTS);
-  const args = ['--import', 'tsx', BIN, 'serve', '--config', join(dir, 'config.yaml'), '--port', '0', '--json'];
-  args.push('--tenants', join(dir, 'tenants.yaml'), '--executor', 'cost-model', '--time-scale', '1');
-  const proc = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  const lines: string[] = [];
-  const info = await new Promise<{ url: string; wsUrl: string }>((resolve, reject) => {
-    let rest = '';
-    const onData = (d: Buffer): void => {
-      const parts = (rest + d.toString()).split('\n');
-      rest = parts.pop() ?? '';
-      for (const l of parts) {
-        if (lines.length < 200) lines.push(l);
-        if (l.startsWith('{"url"')) resolve(JSON.parse(l) as { url: string; wsUrl: string });
-      }
-    };
-    proc.stdout.on('data', onData);
-    proc.stderr.on('data', onData);
-    proc.once('exit', (code) => reject(new Error(`serve exited (${code}):\n${lines.join('\n')}`)));
-  });
-  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
-  const until = now() + 120_000;
-  for (;;) {
-    const r = await fetch(`${info.url}/readyz`).catch(() => null);
-    if (r?.status === 200) break;
-    if (now() > until) throw new Error(`model not ready within 120 s:\n${lines.join('\n')}`);
-    await sleep(200);
-  }
-  return {
-    ...info,
-    stop: async () => {
-      if (proc.exitCode === null && proc.signalCode === null) {
-        proc.kill('SIGTERM');
-        const t = clock.setTimeout(() => proc.kill('SIGKILL'), 5_000);
-        await exited;
-        clock.clearTimeout(t);
-      }
-    },
-  };
+  return startServeProcess([
+    '--config',
+    join(dir, 'config.yaml'),
+    '--tenants',
+    join(dir, 'tenants.yaml'),
+    '--executor',
+    'cost-model',
+    '--time-scale',
+    '1',
+  ]);
 }
 
 /** One tenant's client: a few connections with its token; submits of one tick leave as one frame each. */
