@@ -15,6 +15,7 @@ import { printFigures, quick, writeChartData } from './lib/data.ts';
 import {
   createBenchClock,
   figuresOf,
+  limitsForEngine,
   scenarioRequests,
   serveWithEngineAlone,
   serveWithSwitchyard,
@@ -58,15 +59,7 @@ process.stderr.write(
   `bench:engine ${reqs.length} requests (${scenario.traffic[0]!.lengths.trace}, time scale ${timeScale}), ` +
     `${cap.sequences} sequences x ${cap.cellsPerSequence} cells, budget ${b.tokenBudget}, ${clockKind} clock\n`,
 );
-const limits = {
-  policy: b.policy,
-  maxRunning: b.maxRunning,
-  tokenBudget: b.tokenBudget,
-  blockTokens: b.blockTokens,
-  blocksTotal: b.kvBlocks ?? Math.floor(cap.totalCells / b.blockTokens),
-  maxContext: Math.min(b.maxContext, cap.cellsPerSequence),
-  watermarkBlocks: 0,
-};
+const limits = limitsForEngine(b, cap);
 if (path === 'served') await engine.unload(); // the served side loads its own, in its engine host
 const served = path === 'served' ? await serveThroughSwitchyard(configFile, model.name, reqs) : undefined;
 const ours = served ?? (await serveWithSwitchyard(engine, reqs, limits, createBenchClock(clockKind)));

@@ -12,7 +12,13 @@ import { loadLlamaEngine } from '../actors/engine/llama-engine.ts';
 import { engineProfileAt, profileStepS } from '../actors/gpu/profile-cost-model.ts';
 import { simulate } from '../actors/sim/simulate.ts';
 import { printFigures, quick, writeChartData } from './lib/data.ts';
-import { createBenchClock, figuresOf, scenarioRequests, serveWithSwitchyard } from './lib/engine-serve.ts';
+import {
+  createBenchClock,
+  figuresOf,
+  limitsForEngine,
+  scenarioRequests,
+  serveWithSwitchyard,
+} from './lib/engine-serve.ts';
 
 const argv = process.argv.slice(2);
 const opt = (name: string): string | undefined => {
@@ -46,15 +52,7 @@ const engine = await loadLlamaEngine(model.engine!.file, {
   batchTokens: b.tokenBudget,
 });
 const cap = engine.capacity();
-const limits = {
-  policy: b.policy,
-  maxRunning: b.maxRunning,
-  tokenBudget: b.tokenBudget,
-  blockTokens: b.blockTokens,
-  blocksTotal: b.kvBlocks ?? Math.floor(cap.totalCells / b.blockTokens),
-  maxContext: Math.min(b.maxContext, cap.cellsPerSequence),
-  watermarkBlocks: 0,
-};
+const limits = limitsForEngine(b, cap);
 const steps = { n: 0, predictedMs: 0, measuredMs: 0, absErrMs: 0, decodeOnly: [0, 0], withPrefill: [0, 0] };
 const live = await serveWithSwitchyard(engine, reqs, limits, createBenchClock(clockKind), (plan, cpuMs, wallMs) => {
   const measured = clockKind === 'cpu' ? cpuMs : wallMs;

@@ -14,7 +14,7 @@ import {
   type StepPlan,
 } from '../../actors/batcher/continuous.ts';
 import { createSequence, type Sequence } from '../../actors/batcher/sequence.ts';
-import type { Engine, StepItem } from '../../actors/engine/engine.ts';
+import type { Engine, EngineCapacity, StepItem } from '../../actors/engine/engine.ts';
 import type { Scenario } from '../../actors/config.ts';
 import { createArrivalStream } from '../../actors/sim/traffic.ts';
 import { createRng } from '../../runtime/rng.ts';
@@ -109,6 +109,19 @@ function toItems(entries: readonly PlanEntry[], ids: Map<string, number[]>): Ste
     const tokens = ids.get(seq.id)!.slice(seq.computed, seq.computed + chunk);
     return { seq: seq.id, kind: 'prefill', tokens, sample: seq.computed + chunk >= seq.prefillGoal };
   });
+}
+
+/** The batcher's limits for a model's batching settings on an engine's real cache (blocks and context from it). */
+export function limitsForEngine(b: Scenario['models'][number]['batching'], cap: EngineCapacity): ContinuousLimits {
+  return {
+    policy: b.policy,
+    maxRunning: b.maxRunning,
+    tokenBudget: b.tokenBudget,
+    blockTokens: b.blockTokens,
+    blocksTotal: b.kvBlocks ?? Math.floor(cap.totalCells / b.blockTokens),
+    maxContext: Math.min(b.maxContext, cap.cellsPerSequence),
+    watermarkBlocks: 0,
+  };
 }
 
 /**
