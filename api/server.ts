@@ -1,6 +1,6 @@
 // A serving control plane in one process: the control plane on the wall clock, the node link for its worker, the
 // /v1/ws streaming API, OpenAI-compatible HTTP, metrics, probes and the admin API, all on one HTTP server.
-import { createServer, type IncomingMessage, type RequestListener, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer, type ServerOptions as HttpsOptions } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { startControlPlane, type ControlPlane } from '../actors/control-plane.ts';
@@ -353,6 +353,14 @@ function createHttpServer(opts: ServerOptions, listener: RequestListener): Serve
       if (left <= 0) perAddress.delete(address);
       else perAddress.set(address, left);
     });
+  });
+  // `Expect: 100-continue`: node writes the interim 100 straight to the socket, so on a request pipelined behind one
+  // not yet answered it lands inside that answer (between its headers and body) and garbles the stream. It is sent
+  // only when this request's answer is next on the socket; otherwise the final answer alone is sent (which RFC 9110
+  // allows) and node closes the connection after it.
+  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+    if (res.socket) res.writeContinue();
+    listener(req, res);
   });
   // A malformed or slow request is answered by node itself (400, 408 or 431) and its socket closed: no listener here.
   return server;

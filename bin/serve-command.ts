@@ -29,7 +29,7 @@ const USAGE = `usage: switchyard serve [--config file.yaml] [--host 127.0.0.1] [
                        [--time-scale 1] [--executor cost-model|zero-cost|fixed] [--step-ms 1]
                        [--no-worker] [--node-grace-ms 2000] [--repair-ms 60000] [--drain-ms 30000] [--json]
                        [--state-file F]  (operator state, restored at start; put it next to the config)
-                       [--max-connections 8192] [--request-timeout-ms 30000]
+                       [--max-connections 8192] [--headers-timeout-ms 10000] [--request-timeout-ms 30000]
                        [--stately-inspect ws://host:port]  (also send inspection events to Stately's inspector)
 tokens may also come from SWITCHYARD_CLIENT_TOKENS (comma-separated), SWITCHYARD_ADMIN_TOKEN, SWITCHYARD_WORKER_TOKEN;
 a supplied token is never printed; generated ones are printed once, or written to --secrets-file (mode 0600)
@@ -62,6 +62,7 @@ export const FLAGS = {
   'heartbeat-ms': flag.int({ min: 0, max: 3_600_000 }),
   'max-streams': flag.int({ min: 1, max: 16_384 }),
   'max-connections': flag.int({ min: 1, max: 1_000_000 }),
+  'headers-timeout-ms': flag.int({ min: 1_000, max: 3_600_000 }),
   'request-timeout-ms': flag.int({ min: 1_000, max: 3_600_000 }),
   'drain-ms': flag.intOr(30_000, { min: 0, max: 3_600_000 }),
   json: flag.bool(),
@@ -241,6 +242,7 @@ export async function runServeCommand(argv: string[]): Promise<number> {
       ...(f['heartbeat-ms'] !== undefined ? { heartbeatMs: f['heartbeat-ms'] } : {}),
       ...(f['max-streams'] !== undefined ? { maxStreamsPerConnection: f['max-streams'] } : {}),
       ...(f['max-connections'] !== undefined ? { maxConnections: f['max-connections'] } : {}),
+      ...(f['headers-timeout-ms'] !== undefined ? { headersTimeoutMs: f['headers-timeout-ms'] } : {}),
       ...(f['request-timeout-ms'] !== undefined ? { requestTimeoutMs: f['request-timeout-ms'] } : {}),
       clock,
       log,

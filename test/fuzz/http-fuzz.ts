@@ -1,268 +1,357 @@
 // HTTP fuzzing of a real `switchyard serve` (its own process, with its worker): seeded cases over paths, methods,
-// headers, bodies, encodings, slow senders, half-closed sockets and many idle connections. Each case must get a status
-// of its expected class (or a closed socket where node itself refuses), the server must never exit, and a bystander
-// stream opened at the start must finish intact. `npx tsx test/fuzz/http-fuzz.ts --cases 1000000` ends with one JSON
-// line {"cases","crashes","bystanderBroken","maxRssMb"}; test/api/http/fuzz.test.ts runs a bounded budget in npm test.
+// headers, bodies, encodings (test/fuzz/http-cases.ts), sent pipelined in batches over many keep-alive connections at
+// once, while connection behaviours (half-closed sockets, garbage, idle connections, slow senders, oversized bodies) run
+// beside them on sockets of their own, a bounded number at a time. Every case must get a status of its expected class
+// (or a closed socket where node itself refuses), a slow or idle connection must be cut by the server's timeouts, the
+// server must never exit and must answer /healthz every `checkEvery` cases and at the end, and bystander streams run
+// for the whole time and must each finish intact. `npm run fuzz:http -- --cases 1000000` ends with one JSON line
+// {"cases","crashes","bystanderBroken","maxRssMb",...}; test/api/http/fuzz.test.ts runs a bounded budget in npm test.
 import { readFileSync } from 'node:fs';
-import { connect } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { connectClient } from '../../api/client.ts';
+import { connectClient, type SwitchyardClient as Client } from '../../api/client.ts';
+import { createWallClock, type Clock } from '../../runtime/clock.ts';
 import { serve, type Served } from '../e2e/harness.ts';
+import { drawCase, rng, type Behaviour, type Case, type Framed } from './http-cases.ts';
+import { GARBLED, STALLED, keepAlive, runBehaviour } from './http-wire.ts';
 
 /** The fuzz run's result. */
 export interface FuzzResult {
   cases: number;
+  /** The server process exited, or failed a /healthz check. */
   crashes: number;
   bystanderBroken: number;
   maxRssMb: number;
   /** Cases whose answer was outside the expected class, with what came back (at most 20 kept). */
   unexpected: string[];
+  /** How many cases were outside the expected class (all of them, not only those kept). */
+  unexpectedCount: number;
+  bystanders: number;
+  healthChecks: number;
+  healthFailed: number;
+  /** Cases per kind (framed requests and connection behaviours). */
+  byKind: Record<string, number>;
+  seconds: number;
+}
+
+/** Options of a fuzz run. */
+export interface FuzzOptions {
+  cases: number;
+  seed?: number;
+  /** Keep-alive connections sending batches at once. Default 32. */
+  connections?: number;
+  /** Requests per pipelined batch. Default 16. */
+  pipeline?: number;
+  /** Connection behaviours running at once: quick ones and slow ones (idle, slow senders). Defaults 16 and 160. */
+  quickBehaviours?: number;
+  slowBehaviours?: number;
+  /** Check /healthz after every this many cases (and at the end). Default 1000. */
+  checkEvery?: number;
+  /** No batch is sent while a health check is owed or running: each check follows its group of cases. */
+  gated?: boolean;
+  /** Stop drawing cases after this long (ms); `cases` in the result is the exact count run. */
+  maxMs?: number;
+  /** Print progress to stderr every this many ms. */
+  progressMs?: number;
 }
 
 const MODEL = 'llama-3-8b';
+/** The server's timeouts in the fuzz: an idle or slow connection is cut within them (plus the check interval). */
+const HEADERS_TIMEOUT_MS = 1_000;
+const REQUEST_TIMEOUT_MS = 2_000;
+/** A framed request with no progress for this long counts as stalled (the server's timeouts are far shorter). */
+const STALL_MS = 30_000;
 
-/** A small seeded generator (xorshift32): the same seed gives the same cases. */
-function rng(seed: number): { int(n: number): number; pick<T>(xs: readonly T[]): T } {
-  let x = seed >>> 0 || 1;
-  const next = (): number => {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    return x;
-  };
-  return { int: (n) => next() % n, pick: (xs) => xs[next() % xs.length]! };
-}
-
-type Rng = ReturnType<typeof rng>;
-
-/** One case: raw bytes to send, how to send them, and the statuses that are acceptable (0: the socket closed). */
-interface Case {
-  kind: string;
-  bytes: string;
-  ok: (status: number) => boolean;
-  /** Send the bytes then half-close (FIN) the socket. */
-  halfClose?: boolean;
-  /** Send only this many bytes, then wait without sending more (a slow sender). */
-  stallAfter?: number;
-}
-
-const PATHS = [
-  '/',
-  '//',
-  '///',
-  '//inspector',
-  '/inspector/',
-  '/inspector/../../etc/passwd',
-  '/v1/models',
-  '/v1/ws',
-  '/v1/completions',
-  '/v1/chat/completions',
-  '/admin/status',
-  '/admin/replicas/%zz/drain',
-  '/admin/gpus/99/fail',
-  '/metrics',
-  '/healthz',
-  '/readyz',
-  '/%',
-  '/%00',
-  '/a?b=%',
-  '/\u00e9',
-  '*',
-  'http://x/',
-  '/v1/../admin/status',
-];
-const METHODS = ['GET', 'POST', 'PUT', 'DELETE', 'HEAD', 'OPTIONS', 'PATCH', 'TRACE', 'CONNECT', 'FOO', 'G ET'];
-const BODIES = [
-  '',
-  '{',
-  '[]',
-  'null',
-  '"x"',
-  '{"model":1}',
-  `{"model":"${MODEL}","prompt":"hi","max_tokens":2}`,
-  `{"model":"${MODEL}","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`,
-  '{"__proto__":{"x":1}}',
-  `{"model":"x","prompt":${'['.repeat(5000)}`,
-  '{"model":"m","max_tokens":1e309}',
-  '\u0000\u0001\u00ff',
-];
-const TYPES = [
-  'application/json',
-  'text/plain',
-  'application/x-www-form-urlencoded',
-  'multipart/form-data',
-  '',
-  'application/json; charset=utf-16',
-  'application/vnd.api+json',
-];
-
-// 100 is the interim answer to `Expect: 100-continue`.
-const anyStatus = (s: number): boolean => s === 0 || s === 100 || (s >= 200 && s < 500) || s === 503;
-
-/** Draws one case. Every case allows 503 only where the server may legitimately be unready or overloaded. */
-function drawCase(r: Rng): Case {
-  const path = r.pick(PATHS) + (r.int(4) === 0 ? `?${'q'.repeat(r.int(3000))}` : '');
-  const host = r.pick(['127.0.0.1', 'localhost', 'evil.example', '', '[::1]']);
-  const hostLine = host === '' ? '' : `Host: ${host}\r\n`;
-  switch (r.int(6)) {
-    case 0:
-      return { kind: 'path', bytes: `GET ${path} HTTP/1.1\r\n${hostLine}Connection: close\r\n\r\n`, ok: anyStatus };
-    case 1:
-      return {
-        kind: 'method',
-        bytes: `${r.pick(METHODS)} ${path} HTTP/1.1\r\n${hostLine}Connection: close\r\n\r\n`,
-        ok: anyStatus,
-      };
-    case 2: {
-      const extra = r.pick([
-        `X-Big: ${'a'.repeat(20_000)}\r\n`,
-        'Authorization: Bearer \r\n',
-        'Authorization: Basic Zm9vOmJhcg==\r\n',
-        'Origin: https://evil.example\r\n',
-        'Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: x\r\n',
-        'Content-Length: -1\r\n',
-        'Content-Length: 5\r\nTransfer-Encoding: chunked\r\n',
-        'Expect: 100-continue\r\n',
-      ]);
-      return {
-        kind: 'header',
-        bytes: `GET ${path} HTTP/1.1\r\n${hostLine}${extra}Connection: close\r\n\r\n`,
-        ok: anyStatus,
-      };
-    }
-    case 3: {
-      const body = r.pick(BODIES);
-      const type = r.pick(TYPES);
-      const target = r.pick(['/v1/completions', '/v1/chat/completions', '/admin/routing', '/admin/placement']);
-      const head = `POST ${target} HTTP/1.1\r\nHost: 127.0.0.1\r\n${type ? `Content-Type: ${type}\r\n` : ''}`;
-      const enc = r.int(5) === 0 ? `Content-Encoding: ${r.pick(['gzip', 'br', 'x-bogus'])}\r\n` : '';
-      const bytes = `${head}${enc}Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
-      // A valid completion may be served (200) or refused for load (429); nothing may answer 500.
-      return { kind: 'body', bytes, ok: (s) => s === 0 || (s >= 200 && s < 500) || s === 503 };
-    }
-    case 4: {
-      const chunked = `POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n${r.pick(['zz\r\n', '5\r\n{"a"\r\n', 'ffffffffff\r\n', '0\r\n\r\n'])}`;
-      return { kind: 'encoding', bytes: chunked, ok: anyStatus, halfClose: true };
-    }
-    default:
-      return {
-        kind: 'half-closed',
-        bytes: `GET ${path} HTTP/1.1\r\n${hostLine}`,
-        ok: anyStatus,
-        halfClose: true,
-      };
-  }
-}
-
-/** Sends one case over a raw socket; resolves with the status line's code (0 when none came before close). */
-function send(port: number, c: Case, timeoutMs: number): Promise<number> {
-  return new Promise((resolve) => {
-    const s = connect(port, '127.0.0.1');
-    let got = '';
-    const t = setTimeout(() => s.destroy(), timeoutMs);
-    s.on('data', (d) => {
-      got += d.toString('latin1');
-      if (/^HTTP\/1\.1 \d{3}/.test(got)) s.destroy();
-    });
-    s.on('close', () => {
-      clearTimeout(t);
-      resolve(Number(/^HTTP\/1\.1 (\d{3})/.exec(got)?.[1] ?? 0));
-    });
-    s.on('error', () => {});
-    s.on('connect', () => {
-      s.write(c.stallAfter !== undefined ? c.bytes.slice(0, c.stallAfter) : c.bytes);
-      if (c.halfClose) s.end();
-    });
-  });
-}
-
-/** Opens `n` idle connections (nothing sent) and one slow sender per ten; resolves with a closer. */
-function idle(port: number, n: number): () => void {
-  const sockets = Array.from({ length: n }, (_, i) => {
-    const s = connect(port, '127.0.0.1');
-    s.on('error', () => {});
-    if (i % 10 === 0)
-      s.on('connect', () =>
-        s.write(
-          'POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{',
-        ),
-      );
-    return s;
-  });
-  return () => sockets.forEach((s) => s.destroy());
-}
-
-/** Runs `cases` cases against a fresh `serve` process; `concurrency` at a time. */
-export async function runHttpFuzz(opts: {
-  cases: number;
-  seed?: number;
-  concurrency?: number;
-  /** Stop drawing cases after this long (ms); `cases` in the result is the exact count run. */
-  maxMs?: number;
-}): Promise<FuzzResult> {
-  const served: Served = await serve(['--time-scale', '0.05', '--request-timeout-ms', '2000', '--drain-ms', '0']);
+/** Runs `cases` cases against a fresh `serve` process. */
+export async function runHttpFuzz(opts: FuzzOptions): Promise<FuzzResult> {
+  const clock = createWallClock();
+  const t0 = clock.now();
+  const served: Served = await serve([
+    '--time-scale',
+    '0.05',
+    '--headers-timeout-ms',
+    String(HEADERS_TIMEOUT_MS),
+    '--request-timeout-ms',
+    String(REQUEST_TIMEOUT_MS),
+    '--drain-ms',
+    '0',
+  ]);
   const port = Number(new URL(served.url).port);
-  let crashes = 0;
-  served.proc.once('exit', () => crashes++);
-  const result: FuzzResult = { cases: 0, crashes: 0, bystanderBroken: 0, maxRssMb: 0, unexpected: [] };
+  const result: FuzzResult = {
+    cases: 0,
+    crashes: 0,
+    bystanderBroken: 0,
+    maxRssMb: 0,
+    unexpected: [],
+    unexpectedCount: 0,
+    bystanders: 0,
+    healthChecks: 0,
+    healthFailed: 0,
+    byKind: {},
+    seconds: 0,
+  };
+  let exited = false;
+  let stopping = false;
+  served.proc.once('exit', () => {
+    exited = true;
+    if (!stopping) result.crashes++;
+  });
+  let client: Client | null = null;
   try {
     await served.waitReady(MODEL);
-    const client = await connectClient(served.wsUrl, {});
-    // Bystanders stream one after another for the whole run; each must end done with every token it asked for.
-    let stopBystanders = false;
-    let bystanders = 0;
-    const bystanding = (async () => {
-      while (!stopBystanders) {
-        const s = client.stream({ model: MODEL, prompt: `bystander ${bystanders}`, maxTokens: 200 });
-        let n = 0;
-        try {
-          for await (const c of s) n += c.n;
-          const end = await s.result;
-          if (!end.ok || end.usage.completionTokens !== 200 || n !== 200) result.bystanderBroken++;
-        } catch (e) {
-          result.bystanderBroken++;
-          if (result.unexpected.length < 20) result.unexpected.push(`bystander: ${(e as Error).message}`);
-        }
-        bystanders++;
-      }
-    })();
-    const r = rng(opts.seed ?? 1);
-    const closeIdle = idle(port, 200);
-    const concurrency = opts.concurrency ?? 32;
-    let next = 0;
-    const stopAt = performance.now() + (opts.maxMs ?? Infinity);
-    const lane = async (): Promise<void> => {
-      while (next < opts.cases && crashes === 0 && performance.now() < stopAt) {
-        next++;
-        const c = drawCase(r);
-        const status = await send(port, c, 5_000);
-        result.cases++;
-        if (!c.ok(status) && result.unexpected.length < 20)
-          result.unexpected.push(`${c.kind} -> ${status}: ${JSON.stringify(c.bytes.slice(0, 120))}`);
-      }
-    };
-    const rss = setInterval(() => {
-      result.maxRssMb = Math.max(result.maxRssMb, rssOf(served.proc.pid));
-    }, 500);
-    await Promise.all(Array.from({ length: concurrency }, lane));
-    clearInterval(rss);
-    closeIdle();
-    const health = await fetch(`${served.url}/healthz`)
-      .then((x) => x.status)
-      .catch(() => 0);
-    if (health !== 200) crashes++;
-    stopBystanders = true;
-    await bystanding;
-    if (bystanders === 0) result.bystanderBroken++;
-    client.close();
+    client = await connectClient(served.wsUrl, {});
+    const bystanders = bystand(client, result);
+    await fuzz(port, served.proc.pid, clock, opts, result, () => exited);
+    await bystanders.stop();
+    if (result.bystanders === 0) result.bystanderBroken++;
   } finally {
-    result.crashes = crashes;
+    client?.close();
+    result.seconds = Math.round((clock.now() - t0) / 100) / 10;
+    stopping = true;
     await served.stop();
   }
   return result;
+}
+
+/** Bystanders stream one after another for the whole run; each must end done with every token it asked for. */
+function bystand(client: Client, result: FuzzResult): { stop(): Promise<void> } {
+  let stop = false;
+  const running = (async () => {
+    while (!stop) {
+      const s = client.stream({ model: MODEL, prompt: `bystander ${result.bystanders}`, maxTokens: 200 });
+      let n = 0;
+      try {
+        for await (const c of s) n += c.n;
+        const end = await s.result;
+        if (!end.ok || end.usage.completionTokens !== 200 || n !== 200) {
+          result.bystanderBroken++;
+          note(result, `bystander: ended ${end.ok ? 'done' : end.error.message} after ${n} tokens`);
+        }
+      } catch (e) {
+        result.bystanderBroken++;
+        note(result, `bystander: ${(e as Error).message}`);
+      }
+      result.bystanders++;
+    }
+  })();
+  return {
+    stop: () => {
+      stop = true;
+      return running;
+    },
+  };
+}
+
+function note(result: FuzzResult, line: string): void {
+  result.unexpectedCount++;
+  if (result.unexpected.length < 20) result.unexpected.push(line);
+}
+
+/** The cases themselves: keep-alive lanes, the two behaviour pools, health checks and the RSS sampler. */
+async function fuzz(
+  port: number,
+  pid: number | undefined,
+  clock: Clock,
+  opts: FuzzOptions,
+  result: FuzzResult,
+  exited: () => boolean,
+): Promise<void> {
+  const r = rng(opts.seed ?? 1);
+  const stopAt = clock.now() + (opts.maxMs ?? Infinity);
+  let drawn = 0;
+  const draw = (): Case | null => {
+    if (drawn >= opts.cases || exited() || clock.now() >= stopAt) return null;
+    drawn++;
+    return drawCase(r);
+  };
+  const health = healthChecker(port, clock, opts.checkEvery ?? 1000, result);
+  const record = (kind: string, ok: (s: number) => boolean, status: number, what: string): void => {
+    result.cases++;
+    result.byKind[kind] = (result.byKind[kind] ?? 0) + 1;
+    if (!ok(status)) {
+      const why = status === STALLED ? 'stalled' : status === GARBLED ? 'garbled answer' : String(status);
+      note(result, `${kind} -> ${why}: ${JSON.stringify(what.slice(0, 160))}`);
+    }
+    health.counted(result.cases);
+  };
+  const bound = (b: Behaviour): number => (b.slow ? REQUEST_TIMEOUT_MS + 3_000 + b.pieces * b.everyMs : 15_000);
+  const pools = {
+    quick: pool(opts.quickBehaviours ?? 16, (b) => runBehaviour(port, b, clock, bound(b))),
+    slow: pool(opts.slowBehaviours ?? 160, (b) => runBehaviour(port, b, clock, bound(b))),
+  };
+  const onBehaviour = (b: Behaviour, status: number): void => record(b.kind, b.ok, status, b.bytes);
+  const stopSampling = ticker(clock, 500, () => {
+    result.maxRssMb = Math.max(result.maxRssMb, rssOf(pid));
+  });
+  const began = clock.now();
+  const progress = opts.progressMs
+    ? ticker(clock, opts.progressMs, () => progressLine(result, drawn, (clock.now() - began) / 1000, pid))
+    : null;
+  const retry: Framed[] = [];
+  const pipeline = opts.pipeline ?? 16;
+  const lane = async (): Promise<void> => {
+    const conn = keepAlive(port, clock, STALL_MS);
+    for (;;) {
+      // A batch: requests sent again first, then new ones; one the server is expected to close after goes last.
+      const batch: Framed[] = retry.splice(0, pipeline);
+      let closer: Framed | null = null;
+      while (batch.length < pipeline && closer === null) {
+        const c = draw();
+        if (c === null) break;
+        if (c.type === 'behaviour') {
+          const p = c.slow ? pools.slow : pools.quick;
+          await p.room();
+          p.run(c, onBehaviour);
+        } else if (c.closes) closer = c;
+        else batch.push(c);
+      }
+      if (closer) batch.push(closer);
+      if (batch.length === 0) break;
+      if (opts.gated) await health.settled();
+      const got = await conn.send(batch);
+      if (got.garbled !== undefined && result.unexpected.length < 20) result.unexpected.push(`garbled: ${got.garbled}`);
+      for (const a of got.answered) record(a.c.kind, a.c.ok, a.status, a.c.bytes);
+      retry.push(...got.requeue);
+    }
+    conn.close();
+  };
+  const lanes = opts.connections ?? 32;
+  await Promise.all(Array.from({ length: lanes }, lane));
+  // Requests sent again by a lane that has already stopped.
+  while (retry.length > 0) await lane();
+  await Promise.all([pools.quick.idle(), pools.slow.idle()]);
+  stopSampling();
+  progress?.();
+  await health.final();
+  if (exited()) result.crashes = Math.max(result.crashes, 1);
+}
+
+/** A bounded pool of behaviours: `room()` resolves when one more may start without the backlog growing past 2x. */
+function pool(
+  size: number,
+  exec: (b: Behaviour) => Promise<number>,
+): {
+  room(): Promise<void>;
+  run(b: Behaviour, done: (b: Behaviour, status: number) => void): void;
+  idle(): Promise<void>;
+} {
+  let active = 0;
+  const queue: { b: Behaviour; done: (b: Behaviour, status: number) => void }[] = [];
+  const waiters: (() => void)[] = [];
+  const start = (): void => {
+    while (active < size && queue.length > 0) {
+      const { b, done } = queue.shift()!;
+      active++;
+      void exec(b).then((status) => {
+        active--;
+        done(b, status);
+        start();
+        while (waiters.length > 0 && queue.length < size) waiters.shift()!();
+      });
+    }
+  };
+  return {
+    room: () => (queue.length < size ? Promise.resolve() : new Promise<void>((res) => waiters.push(res))),
+    run: (b, done) => {
+      queue.push({ b, done });
+      start();
+    },
+    idle: async () => {
+      while (active > 0 || queue.length > 0) await new Promise<void>((res) => waiters.push(res));
+    },
+  };
+}
+
+/**
+ * /healthz on a connection of its own after every `every` cases (one at a time, none skipped) and at the end; 200 or
+ * it counts as a crash. `settled()` resolves once every check owed so far is done (the lanes wait on it when gated).
+ */
+function healthChecker(
+  port: number,
+  clock: Clock,
+  every: number,
+  result: FuzzResult,
+): { counted(cases: number): void; settled(): Promise<void>; final(): Promise<void> } {
+  const probe: Behaviour = {
+    type: 'behaviour',
+    kind: 'slow-complete',
+    bytes: 'GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n',
+    ok: (s) => s === 200,
+    halfClose: false,
+    pieces: 1,
+    everyMs: 0,
+    slow: false,
+  };
+  let owed = 0;
+  let running: Promise<void> | null = null;
+  const drain = async (): Promise<void> => {
+    while (owed > 0) {
+      owed--;
+      const status = await runBehaviour(port, probe, clock, 10_000);
+      result.healthChecks++;
+      if (status !== 200) {
+        result.healthFailed++;
+        result.crashes++;
+        note(result, `/healthz -> ${status} after ${result.cases} cases`);
+      }
+    }
+    running = null;
+  };
+  const owe = (): void => {
+    owed++;
+    running ??= drain();
+  };
+  let next = every;
+  return {
+    counted: (cases) => {
+      while (cases >= next) {
+        next += every;
+        owe();
+      }
+    },
+    settled: async () => {
+      while (running) await running;
+    },
+    final: async () => {
+      while (running) await running;
+      owe();
+      await running;
+    },
+  };
+}
+
+/** Calls `fn` every `ms` until the returned stop is called (which calls it once more). */
+function ticker(clock: Clock, ms: number, fn: () => void): () => void {
+  let t = clock.setTimeout(function tick() {
+    fn();
+    t = clock.setTimeout(tick, ms);
+  }, ms);
+  return () => {
+    clock.clearTimeout(t);
+    fn();
+  };
+}
+
+function progressLine(result: FuzzResult, drawn: number, seconds: number, pid: number | undefined): void {
+  const rate = result.cases / Math.max(0.001, seconds);
+  const cpu = `server cpu ${cpuOf(pid).toFixed(0)} s, fuzzer cpu ${(process.cpuUsage().user / 1e6).toFixed(0)} s`;
+  process.stderr.write(
+    `http-fuzz: ${seconds.toFixed(0)} s, ${result.cases} cases (${drawn} drawn), ${rate.toFixed(0)}/s, ${cpu}, ` +
+      `unexpected ${result.unexpectedCount}, ` +
+      `health ${result.healthChecks - result.healthFailed}/${result.healthChecks}, bystanders ${result.bystanders}, ` +
+      `rss ${result.maxRssMb} MiB\n`,
+  );
+}
+
+/** CPU seconds a process has used (Linux /proc, user + system), 0 when unknown. */
+function cpuOf(pid: number | undefined): number {
+  if (pid === undefined) return 0;
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return 0;
+  }
 }
 
 /** Resident set of a process in MiB (Linux /proc), 0 when unknown. */
@@ -281,22 +370,42 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     options: {
       cases: { type: 'string', default: '1000000' },
       seed: { type: 'string', default: '1' },
-      'max-seconds': { type: 'string', default: '10800' },
+      'max-seconds': { type: 'string', default: '3600' },
+      connections: { type: 'string', default: '32' },
+      pipeline: { type: 'string', default: '16' },
+      'check-every': { type: 'string', default: '1000' },
     },
     strict: true,
   });
-  const cases = Number(values.cases);
-  const maxSeconds = Number(values['max-seconds']);
-  if (!Number.isSafeInteger(cases) || cases < 1 || !(maxSeconds > 0)) {
-    process.stderr.write('usage: npx tsx test/fuzz/http-fuzz.ts [--cases N] [--seed S] [--max-seconds 10800]\n');
+  const n = (s: string): number => Number(s);
+  const cases = n(values.cases);
+  const maxSeconds = n(values['max-seconds']);
+  const ints = [cases, n(values.connections), n(values.pipeline), n(values['check-every'])];
+  if (!ints.every((x) => Number.isSafeInteger(x) && x >= 1) || !(maxSeconds > 0)) {
+    process.stderr.write(
+      'usage: npm run fuzz:http -- [--cases 1000000] [--seed 1] [--max-seconds 3600] [--connections 32] ' +
+        '[--pipeline 16] [--check-every 1000]\n',
+    );
     process.exit(2);
   }
-  runHttpFuzz({ cases, seed: Number(values.seed), maxMs: maxSeconds * 1000 }).then(
+  runHttpFuzz({
+    cases,
+    seed: n(values.seed),
+    maxMs: maxSeconds * 1000,
+    connections: n(values.connections),
+    pipeline: n(values.pipeline),
+    checkEvery: n(values['check-every']),
+    progressMs: 10_000,
+  }).then(
     (r) => {
       for (const u of r.unexpected) process.stderr.write(`unexpected: ${u}\n`);
-      const { unexpected, ...line } = r;
-      process.stdout.write(`${JSON.stringify({ ...line, unexpected: unexpected.length })}\n`);
-      process.exitCode = r.crashes > 0 || r.bystanderBroken > 0 || unexpected.length > 0 ? 1 : 0;
+      process.stderr.write(`by kind: ${JSON.stringify(r.byKind)}\n`);
+      const { unexpected, unexpectedCount, byKind, ...line } = r;
+      void unexpected;
+      void byKind;
+      process.stdout.write(`${JSON.stringify({ ...line, unexpected: unexpectedCount })}\n`);
+      const failed = r.crashes > 0 || r.bystanderBroken > 0 || unexpectedCount > 0 || r.cases < cases;
+      process.exitCode = failed ? 1 : 0;
     },
     (e: unknown) => {
       process.stderr.write(`http-fuzz: ${e instanceof Error ? e.stack : String(e)}\n`);

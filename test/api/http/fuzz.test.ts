@@ -1,13 +1,22 @@
 // A bounded HTTP fuzz run in npm test (the long one is `npm run fuzz:http`): a real server process survives every
-// case, answers each within its expected class, and a bystander stream keeps streaming throughout.
+// case, answers each within its expected class, cuts idle and slow connections, answers /healthz after every small
+// group of cases (no batch goes out until it has), and a bystander stream keeps streaming throughout.
 import { describe, expect, it } from 'vitest';
 import { runHttpFuzz } from '../../fuzz/http-fuzz.ts';
 
 describe('the HTTP edge under fuzzing', () => {
-  it('survives 1,500 fuzzed requests and connection behaviours with no crash, no 5xx and the bystander intact', async () => {
-    const r = await runHttpFuzz({ cases: 1_500, seed: 7, concurrency: 16 });
+  it('survives 3,000 fuzzed requests and connection behaviours, /healthz after every 10, the bystander intact', async () => {
+    const r = await runHttpFuzz({ cases: 3_000, seed: 7, connections: 8, pipeline: 4, checkEvery: 10, gated: true });
     expect(r.unexpected).toEqual([]);
-    expect(r).toMatchObject({ cases: 1_500, crashes: 0, bystanderBroken: 0 });
+    expect(r).toMatchObject({ cases: 3_000, crashes: 0, bystanderBroken: 0, healthFailed: 0 });
+    // One check per group of ten, none skipped, and one at the end.
+    expect(r.healthChecks).toBe(301);
+    expect(r.bystanders).toBeGreaterThan(0);
+    // Every kind of case ran: framed requests and each connection behaviour.
+    for (const kind of ['path', 'method', 'header', 'body', 'chunked', 'half-closed', 'encoding', 'garbage'])
+      expect(r.byKind[kind], kind).toBeGreaterThan(0);
+    for (const kind of ['idle', 'slow-headers', 'slow-body', 'slow-complete'])
+      expect(r.byKind[kind], kind).toBeGreaterThan(0);
     expect(r.maxRssMb).toBeGreaterThan(0);
   }, 120_000);
 });
