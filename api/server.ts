@@ -358,9 +358,10 @@ function createHttpServer(opts: ServerOptions, listener: RequestListener): Serve
   // not yet answered it lands inside that answer (between its headers and body) and garbles the stream. It is sent
   // only when this request's answer is next on the socket; otherwise the final answer alone is sent (which RFC 9110
   // allows) and node closes the connection after it.
+  // Emitted as 'request' so that every listener (the WebSocket server counts answers owed per connection) sees it.
   server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
     if (res.socket) res.writeContinue();
-    listener(req, res);
+    server.emit('request', req, res);
   });
   // A malformed or slow request is answered by node itself (400, 408 or 431) and its socket closed: no listener here.
   return server;

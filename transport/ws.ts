@@ -1,6 +1,6 @@
 // The one module that imports `ws`: a WebSocket server attached to an HTTP server (authentication at the upgrade,
 // explicit payload limits, ping/pong heartbeats, bufferedAmount caps) and a client connector with the same limits.
-import type { IncomingMessage, Server } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { BlockList, isIPv4, isIPv6 } from 'node:net';
@@ -296,6 +296,37 @@ function startHeartbeat(clock: Clock, ms: number, live: Set<Live>, log?: (line: 
   };
 }
 
+/**
+ * Counts the answers still owed on each connection (requests emitted, their responses not finished or closed);
+ * `owed(socket, fn)` runs fn once none is owed there (at once when none is).
+ */
+function trackAnswers(server: Server): (socket: Duplex, fn: () => void) => void {
+  const owed = new WeakMap<Duplex, { n: number; then: (() => void)[] }>();
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    const socket = req.socket;
+    let o = owed.get(socket);
+    if (!o) owed.set(socket, (o = { n: 0, then: [] }));
+    const entry = o;
+    entry.n++;
+    let settled = false;
+    const settle = (): void => {
+      if (settled) return;
+      settled = true;
+      if (--entry.n > 0) return;
+      const then = entry.then;
+      entry.then = [];
+      for (const f of then) f();
+    };
+    res.once('finish', settle);
+    res.once('close', settle);
+  });
+  return (socket, fn) => {
+    const o = owed.get(socket);
+    if (o && o.n > 0) o.then.push(fn);
+    else fn();
+  };
+}
+
 function refuse(socket: Duplex, status: number, text: string, extra = ''): void {
   if (socket.writable) {
     socket.end(
@@ -351,8 +382,17 @@ export function attachWsServer(server: Server, opts: WsServerOptions): WsServer 
     else m.set(k, n);
   };
 
+  // Answers still owed on each connection: an upgrade pipelined behind requests not yet answered waits for their
+  // answers (node hands the socket over at once; writing the refusal or the 101 then would land inside them).
+  const owed = trackAnswers(server);
+
   const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
     socket.on('error', () => socket.destroy());
+    owed(socket, () => {
+      if (!socket.destroyed) upgrade(req, socket, head);
+    });
+  };
+  const upgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
     const path = requestPath(req.url);
     if (path === null) return refuse(socket, 400, 'Bad Request');
     const route = Object.hasOwn(opts.routes, path) ? opts.routes[path] : undefined;

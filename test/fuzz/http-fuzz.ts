@@ -142,9 +142,15 @@ function bystand(client: Client, result: FuzzResult): { stop(): Promise<void> } 
   };
 }
 
+/** Set by the command line: each unexpected case is printed as it happens (the first 20), not only at the end. */
+let echoNotes = false;
+
 function note(result: FuzzResult, line: string): void {
   result.unexpectedCount++;
-  if (result.unexpected.length < 20) result.unexpected.push(line);
+  if (result.unexpected.length < 20) {
+    result.unexpected.push(line);
+    if (echoNotes) process.stderr.write(`unexpected: ${line}\n`);
+  }
 }
 
 /** The cases themselves: keep-alive lanes, the two behaviour pools, health checks and the RSS sampler. */
@@ -193,8 +199,18 @@ async function fuzz(
     const conn = keepAlive(port, clock, STALL_MS);
     for (;;) {
       // A batch: requests sent again first, then new ones; one the server is expected to close after goes last.
-      const batch: Framed[] = retry.splice(0, pipeline);
+      const batch: Framed[] = [];
       let closer: Framed | null = null;
+      for (let i = 0; i < retry.length && batch.length < pipeline;) {
+        const c = retry[i]!;
+        if (c.closes && closer !== null) {
+          i++;
+          continue;
+        }
+        retry.splice(i, 1);
+        if (c.closes) closer = c;
+        else batch.push(c);
+      }
       while (batch.length < pipeline && closer === null) {
         const c = draw();
         if (c === null) break;
@@ -209,7 +225,10 @@ async function fuzz(
       if (batch.length === 0) break;
       if (opts.gated) await health.settled();
       const got = await conn.send(batch);
-      if (got.garbled !== undefined && result.unexpected.length < 20) result.unexpected.push(`garbled: ${got.garbled}`);
+      if (got.garbled !== undefined && result.unexpected.length < 20) {
+        result.unexpected.push(`garbled: ${got.garbled}`);
+        if (echoNotes) process.stderr.write(`garbled: ${got.garbled}\n`);
+      }
       for (const a of got.answered) record(a.c.kind, a.c.ok, a.status, a.c.bytes);
       retry.push(...got.requeue);
     }
@@ -388,6 +407,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     );
     process.exit(2);
   }
+  echoNotes = true;
   runHttpFuzz({
     cases,
     seed: n(values.seed),
@@ -398,7 +418,6 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     progressMs: 10_000,
   }).then(
     (r) => {
-      for (const u of r.unexpected) process.stderr.write(`unexpected: ${u}\n`);
       process.stderr.write(`by kind: ${JSON.stringify(r.byKind)}\n`);
       const { unexpected, unexpectedCount, byKind, ...line } = r;
       void unexpected;

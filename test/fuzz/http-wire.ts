@@ -103,6 +103,8 @@ export function keepAlive(port: number, clock: Clock, stallMs: number): KeepAliv
   let tail: number | null = null;
   let stall: TimerId | null = null;
   let finish: (() => void) | null = null;
+  let sent: readonly Framed[] = [];
+  let all = Buffer.alloc(0);
 
   const answer = (status: number): void => void result.answered.push({ c: inflight.shift()!, status });
   const armStall = (): void => {
@@ -116,6 +118,7 @@ export function keepAlive(port: number, clock: Clock, stallMs: number): KeepAliv
   };
   const onData = (d: Buffer): void => {
     if (inflight.length === 0) return;
+    if (process.env.FUZZ_DEBUG) all = Buffer.concat([all, d]);
     buf = buf.length === 0 ? d : Buffer.concat([buf, d]);
     armStall();
     while (inflight.length > 0 && tail === null) {
@@ -124,6 +127,8 @@ export function keepAlive(port: number, clock: Clock, stallMs: number): KeepAliv
       if (a.kind === 'garbled') {
         const before = result.answered.map((x) => `${x.status} for ${JSON.stringify(x.c.bytes.slice(0, 60))}`);
         result.garbled = `${JSON.stringify(buf.toString('latin1', 0, 200))} after [${before.join(', ')}]`;
+        if (process.env.FUZZ_DEBUG)
+          result.garbled += ` batch ${JSON.stringify(sent.map((c) => c.bytes.slice(0, 300)))} all ${JSON.stringify(all.toString('latin1'))}`;
         answer(GARBLED);
         closing = true;
         sock?.destroy();
@@ -173,6 +178,8 @@ export function keepAlive(port: number, clock: Clock, stallMs: number): KeepAliv
       new Promise<BatchResult>((resolve) => {
         result = { answered: [], requeue: [] };
         inflight = [...batch];
+        sent = batch;
+        all = Buffer.alloc(0);
         buf = Buffer.alloc(0);
         closing = false;
         tail = null;

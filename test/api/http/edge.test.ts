@@ -108,6 +108,27 @@ describe('the HTTP edge', () => {
     expect((await get('/healthz')).status).toBe(200);
   });
 
+  it('answers an upgrade pipelined behind a streaming request only after the stream (found by fuzz:http)', async () => {
+    // The refusal (or the 101) was written at once, inside the event stream still being answered.
+    const body = JSON.stringify({ model: MODEL, prompt: 'hi', max_tokens: 4, stream: true });
+    const upgrade =
+      'GET /healthz HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n' +
+      'Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: x\r\n\r\n';
+    const answer = await raw(
+      server.port,
+      `POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n` +
+        `Content-Length: ${body.length}\r\n\r\n${body}${upgrade}`,
+      5_000,
+    );
+    const end = answer.indexOf('\r\n0\r\n\r\n');
+    expect(answer.startsWith('HTTP/1.1 200 OK')).toBe(true);
+    expect(end, answer).toBeGreaterThan(0);
+    const stream = answer.slice(0, end);
+    expect(stream).toContain('data: [DONE]');
+    expect(stream).not.toContain('HTTP/1.1 404');
+    expect(answer.slice(end + 7).startsWith('HTTP/1.1 404 Not Found')).toBe(true);
+  });
+
   it('refuses a text/plain POST with 415, so that a cross-site page cannot send one without a preflight', async () => {
     const body = JSON.stringify({ model: MODEL, prompt: 'hi', max_tokens: 2 });
     const r = await post('/v1/completions', body, { 'content-type': 'text/plain' });
