@@ -37,8 +37,18 @@ export interface FairQueue<T> {
   activeWeight(also?: Flow): number;
 }
 
+/** Test-only mutations that break the queue's promise on purpose, to show its property test catches them. */
+export interface FairQueueMutations {
+  /** First come, first served across flows (arrival order) instead of the smallest start tag. */
+  fifo?: boolean;
+}
+
 /** Creates an empty fair queue. */
-export function createFairQueue<T>(): FairQueue<T> {
+export function createFairQueue<T>(mutations: FairQueueMutations = {}): FairQueue<T> {
+  const before = mutations.fifo
+    ? (h: Tagged<T>, best: Tagged<T>): boolean => h.order < best.order
+    : (h: Tagged<T>, best: Tagged<T>): boolean =>
+        h.start < best.start || (h.start === best.start && h.order < best.order);
   let virtual = 0;
   let order = 0;
   let total = 0;
@@ -55,12 +65,7 @@ export function createFairQueue<T>(): FairQueue<T> {
     let best: Tagged<T> | null = null;
     for (const s of flows.values()) {
       const h = s.items[0];
-      if (
-        h &&
-        (!eligible || eligible(h)) &&
-        (best === null || h.start < best.start || (h.start === best.start && h.order < best.order))
-      )
-        best = h;
+      if (h && (!eligible || eligible(h)) && (best === null || before(h, best))) best = h;
     }
     return best;
   };

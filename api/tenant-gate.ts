@@ -15,7 +15,8 @@ import type { Tenant, Tenants } from './tenants.ts';
 export interface TenantGateOptions {
   clock: Clock;
   tenants: Tenants;
-  /** Requests waiting in the control plane's own queues, per ready replica of the model, before more are handed over. Default 2. */
+  /** Requests of one tenant handed to the control plane and not yet started, per ready replica of the model, before
+   * more of its requests wait here. Default 2. */
   perReplicaWindow?: number;
   /** Most requests one tenant may have waiting here in one model's class. Default 64. */
   maxPendingPerTenant?: number;
@@ -23,6 +24,18 @@ export interface TenantGateOptions {
   pumpMs?: number;
   /** Told of every refusal made here (metrics). */
   refused?(code: string): void;
+  /** Test-only mutations that break a promise on purpose, to show the property tests catch them. */
+  mutations?: TenantGateMutations;
+}
+
+/** Test-only mutations of the tenant gate (test/api/tenant-fairness.test.ts shows each is caught). */
+export interface TenantGateMutations {
+  /** The class queues serve in arrival order across tenants. */
+  fifo?: boolean;
+  /** One window per model shared by all tenants (a flood's requests waiting at the replicas hold the others back). */
+  sharedWindow?: boolean;
+  /** No cap on a tenant's share of the slots and the cache beside other tenants. */
+  noCap?: boolean;
 }
 
 /** A Serving that applies tenants' limits and fair queuing, and what it holds. */
@@ -67,7 +80,8 @@ const RATE_TAU_MS = 1_000;
 interface Dispatch {
   queueFor(model: string, priority: string, rank: number): FairQueue<Entry>;
   queues(): FairQueue<Entry>[];
-  room(model: string): boolean;
+  /** True when the tenant may hand one more request of `model` to the control plane now (its window). */
+  room(model: string, s: TenantState): boolean;
   /** True when the tenant may have one more request of `cost` in the control plane for `model` (its share). */
   underCap(s: TenantState, model: string, cost: number): boolean;
   /** The tenant asked for `model` now: it counts as active there for a while. */
@@ -83,32 +97,40 @@ interface Dispatch {
 }
 
 /** Creates the dispatch of a tenant gate. */
-function createDispatch(inner: Serving, clock: Clock, window: number, pumpMs: number): Dispatch {
+function createDispatch(
+  inner: Serving,
+  clock: Clock,
+  window: number,
+  pumpMs: number,
+  mutations: TenantGateMutations,
+): Dispatch {
   const queues = new Map<string, { model: string; rank: number; q: FairQueue<Entry> }>();
   const outstanding = new Map<string, number>();
   const rates = new Map<string, { perMs: number; at: number }>();
   let waiting = 0;
   let pumpAt: TimerId | null = null;
-  const usage = createUsage(inner, clock);
+  const usage = createUsage(inner, clock, mutations.noCap === true);
 
-  // Room while the model's ready replicas have fewer than `window` requests each waiting in their own queues (a
-  // request handed over joins one at once); with none ready, while few handed-over requests have not started.
-  const room = (model: string): boolean => {
+  // Room for a tenant while it has fewer than `window` requests per ready replica of the model handed over and not
+  // yet started (waiting in the replicas' queues). Counted per tenant, so that a flooding tenant's requests waiting
+  // there never hold a quiet tenant's next request back here: it joins the replicas' queues at once and starts at
+  // the next step (the flood's share of the slots and the cache is capped, see underCap, so there is room for it).
+  const key = (model: string, s: TenantState): string =>
+    mutations.sharedWindow ? model : `${model}\u0000${s.tenant.name}`;
+  const room = (model: string, s: TenantState): boolean => {
     let ready = 0;
-    let queued = 0;
-    for (const r of inner.cp.placement.replicas.values()) {
-      if (r.model !== model || !r.ready()) continue;
-      ready++;
-      queued += r.stateless ? 0 : r.batcher.stats().waiting;
-    }
-    return (ready > 0 ? queued : (outstanding.get(model) ?? 0)) < window * Math.max(1, ready);
+    for (const r of inner.cp.placement.replicas.values()) if (r.model === model && r.ready()) ready++;
+    return (outstanding.get(key(model, s)) ?? 0) < window * Math.max(1, ready);
   };
   const rateOf = (model: string): number => {
     const r = rates.get(model);
     return r ? r.perMs * Math.exp(-(clock.now() - r.at) / RATE_TAU_MS) : 0;
   };
-  const bump = (model: string, d: number): void => {
-    outstanding.set(model, Math.max(0, (outstanding.get(model) ?? 0) + d));
+  const bump = (model: string, s: TenantState, d: number): void => {
+    const k = key(model, s);
+    const n = Math.max(0, (outstanding.get(k) ?? 0) + d);
+    if (n === 0) outstanding.delete(k);
+    else outstanding.set(k, n);
   };
   /** Hands an entry to the control plane; answers its refusal (the caller tells the client). */
   const release = (e: Entry): Failure | null => {
@@ -116,11 +138,11 @@ function createDispatch(inner: Serving, clock: Clock, window: number, pumpMs: nu
     e.timer = null;
     const waited = clock.now() - e.enqueuedAt;
     e.outstanding = true;
-    bump(e.req.model, 1);
+    bump(e.req.model, e.state, 1);
     usage.add(e.state, e.req.model, cost(e.req));
     rates.set(e.req.model, { perMs: rateOf(e.req.model) + cost(e.req) / RATE_TAU_MS, at: clock.now() });
     const settle = (): void => {
-      if (e.outstanding) bump(e.req.model, -1);
+      if (e.outstanding) bump(e.req.model, e.state, -1);
       e.outstanding = false;
     };
     const end = (): void => {
@@ -162,13 +184,15 @@ function createDispatch(inner: Serving, clock: Clock, window: number, pumpMs: nu
     return null;
   };
 
-  /** Releases waiting requests, highest class first and fairly within each, while their model has room. */
+  /** Releases waiting requests, highest class first and fairly within each, while their tenant has room. */
   const pump = (): void => {
     pumpAt = null;
     const ordered = [...queues.values()].sort((a, b) => a.rank - b.rank);
+    const eligible = (model: string, h: Tagged<Entry>): boolean =>
+      room(model, h.item.state) && usage.underCap(h.item.state, model, h.cost);
     for (const { model, q } of ordered) {
-      while (q.size() > 0 && room(model)) {
-        const t = q.pop((h) => usage.underCap(h.item.state, model, h.cost));
+      while (q.size() > 0) {
+        const t = q.pop((h) => eligible(model, h));
         if (!t) break;
         waiting--;
         const refused = release(t.item);
@@ -199,7 +223,7 @@ function createDispatch(inner: Serving, clock: Clock, window: number, pumpMs: nu
       const key = `${model}\u0000${priority}`;
       let cq = queues.get(key);
       if (!cq) {
-        cq = { model, rank, q: createFairQueue<Entry>() };
+        cq = { model, rank, q: createFairQueue<Entry>({ fifo: mutations.fifo === true }) };
         queues.set(key, cq);
       }
       return cq.q;
@@ -225,7 +249,7 @@ export function createTenantGate(inner: Serving, opts: TenantGateOptions): Tenan
   const maxPending = opts.maxPendingPerTenant ?? 64;
   const byName = new Map(opts.tenants.list().map((t) => [t.name, t]));
   const states = new Map<string, TenantState>();
-  const d = createDispatch(inner, clock, opts.perReplicaWindow ?? 2, opts.pumpMs ?? 5);
+  const d = createDispatch(inner, clock, opts.perReplicaWindow ?? 2, opts.pumpMs ?? 5, opts.mutations ?? {});
   const stateOf = (t: Tenant): TenantState => {
     let s = states.get(t.name);
     if (!s) {
@@ -272,7 +296,9 @@ export function createTenantGate(inner: Serving, opts: TenantGateOptions): Tenan
       ended: false,
     };
     d.seen(s, req.model);
-    const direct = q.size() === 0 && d.room(req.model) && d.underCap(s, req.model, work);
+    // Straight through when the tenant has nothing waiting here and room of its own: the pump would release it at
+    // once too (room and caps are per tenant, so it takes nothing from the others), a tick later.
+    const direct = q.size(s) === 0 && d.room(req.model, s) && d.underCap(s, req.model, work);
     const late = direct ? null : backlogRefusal(q, s, work, d.rateOf(req.model), budgetMs, maxPending, req.model);
     if (late) return refuse(late);
     const bucketWait = takeTokens(s, work, clock.now());
@@ -283,7 +309,7 @@ export function createTenantGate(inner: Serving, opts: TenantGateOptions): Tenan
         }),
       );
     if (direct) {
-      // Nothing waits and the control plane has room: straight through, tagged so that fairness holds afterwards.
+      // Tagged all the same, so that fairness holds afterwards.
       q.push(e, s, work, false);
       s.inflight++;
       e.id = inner.cp.runtime.ids.next('req');
@@ -360,6 +386,7 @@ const ACTIVE_MS = 10_000;
 function createUsage(
   inner: Serving,
   clock: Clock,
+  noCap: boolean,
 ): {
   add(s: TenantState, model: string, tokens: number): void;
   seen(s: TenantState, model: string): void;
@@ -388,7 +415,7 @@ function createUsage(
       }
       // Alone on the model it may use all of it; beside others, its weighted share of the slots and the KV cache,
       // so that another tenant's next request finds room at once instead of waiting behind this one's work.
-      if (weight <= s.weight) return true;
+      if (weight <= s.weight || noCap) return true;
       let slots = 0;
       let kvTokens = 0;
       for (const r of inner.cp.placement.replicas.values()) {

@@ -1,7 +1,8 @@
 // `npm run bench:tenants`: fairness between tenants on the live server. Starts `switchyard serve --tenants` (cost-model
 // executor in real time, modest capacity) with two tenants of equal weight, measures capacity with a closed loop, then
-// runs tenant B alone at 20 % of capacity, then tenant A flooding at 10x capacity beside B at 20 %. Prints B's p99
-// TTFT in both phases, B's refusals, and how much of A's flood was admitted (the rest refused with retryAfterMs).
+// runs tenant B at 20 % of capacity in alternating windows: alone, then beside tenant A flooding at 10x capacity, and
+// so on (so that other load on the machine weighs on both alike). Prints B's p99 TTFT alone and beside the flood, B's
+// refusals, and how much of A's flood was admitted (the rest refused with retryAfterMs).
 // Ends with one JSON line {"quietP99Ratio","quietRejected","floodAdmittedShare", ...}.
 import { createHash } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -161,8 +162,12 @@ async function calibrate(wsUrl: string, concurrency: number, ms: number): Promis
 }
 
 /** Open-loop Poisson arrivals at each rate for `ms`; then waits for the tail to end. */
-async function drive(senders: { rate: number; submit(id: string): void; prefix: string }[], ms: number): Promise<void> {
-  const rng = createRng(15).fork('tenants');
+async function drive(
+  senders: { rate: number; submit(id: string): void; prefix: string }[],
+  ms: number,
+  window: number,
+): Promise<void> {
+  const rng = createRng(15).fork(`tenants-${window}`);
   const next = senders.map(() => 0);
   const counts = senders.map(() => 0);
   const t0 = now();
@@ -188,6 +193,11 @@ async function settle(reqs: Iterable<Map<string, Req>>): Promise<void> {
 const ttfts = (m: Map<string, Req>): number[] =>
   [...m.values()].filter((r) => r.end === 'done' && r.firstAt >= 0).map((r) => r.firstAt - r.sentAt);
 
+/** One measurement window: B alone, or B beside A's flood; B's requests of each kind end up in one map. */
+const WINDOW_MS = quick ? 2_000 : 5_000;
+/** Quiet time after each window, so that what one window left running does not reach into the next. */
+const GAP_MS = 2_000;
+
 async function run(wsUrl: string): Promise<void> {
   const capacity = await calibrate(wsUrl, 4 * 2 * 16, quick ? 4_000 : 8_000);
   const quietRate = QUIET_FRACTION * capacity;
@@ -196,29 +206,35 @@ async function run(wsUrl: string): Promise<void> {
     `bench:tenants: capacity ${capacity.toFixed(1)} req/s; quiet ${quietRate.toFixed(1)}, flood ${floodRate.toFixed(1)} req/s\n`,
   );
   await sleep(1_000);
-  // B alone.
-  const alone = await openTenant(wsUrl, TOKEN_B, 2);
-  await drive([{ rate: quietRate, submit: alone.submit, prefix: 'alone' }], PHASE_MS);
-  await settle([alone.reqs]);
-  alone.close();
-  await sleep(1_000);
-  // A floods beside B.
-  const quiet = await openTenant(wsUrl, TOKEN_B, 2);
+  // B alone and B beside A's flood, in alternating windows of equal length: whatever else loads this machine
+  // weighs on both the same way (measured back to back, a busy minute would land on one of them only).
+  const alone = new Map<string, Req>();
+  const quiet = new Map<string, Req>();
+  const b = await openTenant(wsUrl, TOKEN_B, 2);
   const flood = await openTenant(wsUrl, TOKEN_A, 8);
-  await drive(
-    [
-      { rate: quietRate, submit: quiet.submit, prefix: 'quiet' },
-      { rate: floodRate, submit: flood.submit, prefix: 'flood' },
-    ],
-    PHASE_MS,
-  );
-  await settle([quiet.reqs, flood.reqs]);
-  quiet.close();
+  const windows = Math.max(1, Math.round(PHASE_MS / WINDOW_MS));
+  for (let i = 0; i < 2 * windows; i++) {
+    const flooding = i % 2 === 1;
+    const prefix = `${flooding ? 'quiet' : 'alone'}${i}-`;
+    const senders = [{ rate: quietRate, submit: b.submit, prefix }];
+    if (flooding) senders.push({ rate: floodRate, submit: flood.submit, prefix: `flood${i}-` });
+    await drive(senders, WINDOW_MS, i);
+    await sleep(GAP_MS);
+  }
+  await settle([b.reqs, flood.reqs]);
+  for (const [id, r] of b.reqs) (id.startsWith('quiet') ? quiet : alone).set(id, r);
+  b.close();
   flood.close();
-  report(capacity, alone.reqs, quiet.reqs, flood.reqs);
+  report(capacity, alone, quiet, flood.reqs, windows);
 }
 
-function report(capacity: number, alone: Map<string, Req>, quiet: Map<string, Req>, flood: Map<string, Req>): void {
+function report(
+  capacity: number,
+  alone: Map<string, Req>,
+  quiet: Map<string, Req>,
+  flood: Map<string, Req>,
+  windows: number,
+): void {
   const aloneP99 = percentile(ttfts(alone), 99);
   const quietP99 = percentile(ttfts(quiet), 99);
   const refused = (m: Map<string, Req>): Req[] => [...m.values()].filter((r) => r.end === 'rejected');
@@ -230,7 +246,8 @@ function report(capacity: number, alone: Map<string, Req>, quiet: Map<string, Re
   const quietBad = [...quiet.values()].filter((r) => r.end !== 'done');
   const out = [
     `tenants: switchyard serve --tenants, ${MODEL} x2 replicas (cost-model executor, real time), prompt ${PROMPT_TOKENS} / output ${MAX_TOKENS} tokens`,
-    `capacity (closed loop) ${capacity.toFixed(1)} req/s; quiet tenant at ${(QUIET_FRACTION * 100).toFixed(0)} %, flooding tenant at ${FLOOD_FACTOR}x, ${PHASE_MS / 1000} s per phase`,
+    `capacity (closed loop) ${capacity.toFixed(1)} req/s; quiet tenant at ${(QUIET_FRACTION * 100).toFixed(0)} %, flooding tenant at ${FLOOD_FACTOR}x`,
+    `${windows} windows of ${WINDOW_MS / 1000} s of each (quiet alone, quiet beside the flood), alternating, ${GAP_MS / 1000} s apart`,
     '',
     `quiet alone:       ${alone.size} sent, TTFT p50 ${percentile(ttfts(alone), 50).toFixed(1)} ms, p99 ${aloneP99.toFixed(1)} ms`,
     `quiet beside flood: ${quiet.size} sent, TTFT p50 ${percentile(ttfts(quiet), 50).toFixed(1)} ms, p99 ${quietP99.toFixed(1)} ms, not done ${quietBad.length}${quietBad[0] ? ` (first: ${quietBad[0].end} ${quietBad[0].code})` : ''}`,
@@ -246,7 +263,7 @@ function report(capacity: number, alone: Map<string, Req>, quiet: Map<string, Re
     quietFloodP99Ms: r2(quietP99),
     quietNotDone: quietBad.length,
     floodRefusedWithoutRetryAfter: noHint,
-    floodServedRps: r2(floodDone / (PHASE_MS / 1000)),
+    floodServedRps: r2(floodDone / ((windows * WINDOW_MS) / 1000)),
     capacityRps: r2(capacity),
   });
 }
