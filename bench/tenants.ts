@@ -60,6 +60,10 @@ interface Req {
   end: 'done' | 'rejected' | 'error' | null;
   code: string;
   retryAfterMs: number | undefined;
+  /** The control plane's own TTFT (from its submit, after the tenant gate), as the done message reports it. */
+  serverTtftMs: number;
+  /** When the done message came (the time per output token after the first tells the engine's step cadence). */
+  doneAt: number;
 }
 
 /** Starts `switchyard serve --tenants` and resolves once the model is ready. */
@@ -97,7 +101,10 @@ async function openTenant(
       return;
     }
     r.end = m.type;
-    if (m.type !== 'done') {
+    if (m.type === 'done') {
+      r.serverTtftMs = m.timings.ttftMs;
+      r.doneAt = now();
+    } else {
       r.code = m.code;
       r.retryAfterMs = m.retryAfterMs;
     }
@@ -117,7 +124,15 @@ async function openTenant(
   return {
     reqs,
     submit: (id) => {
-      reqs.set(id, { sentAt: now(), firstAt: -1, end: null, code: '', retryAfterMs: undefined });
+      reqs.set(id, {
+        sentAt: now(),
+        firstAt: -1,
+        end: null,
+        code: '',
+        retryAfterMs: undefined,
+        serverTtftMs: -1,
+        doneAt: -1,
+      });
       const c = conns[next++ % conns.length]!;
       if (c.pending.length === 0) {
         queueMicrotask(() => {
@@ -192,6 +207,21 @@ async function settle(reqs: Iterable<Map<string, Req>>): Promise<void> {
 
 const ttfts = (m: Map<string, Req>): number[] =>
   [...m.values()].filter((r) => r.end === 'done' && r.firstAt >= 0).map((r) => r.firstAt - r.sentAt);
+const serverTtfts = (m: Map<string, Req>): number[] =>
+  [...m.values()].filter((r) => r.end === 'done' && r.serverTtftMs >= 0).map((r) => r.serverTtftMs);
+/** Median time per output token after the first: the engine's step cadence as this tenant saw it. */
+const tpot = (m: Map<string, Req>): number =>
+  percentile(
+    [...m.values()]
+      .filter((r) => r.end === 'done' && r.firstAt >= 0)
+      .map((r) => (r.doneAt - r.firstAt) / (MAX_TOKENS - 1)),
+    50,
+  );
+/** p50 and p99 of the client's TTFT and of the control plane's own (the rest is the edge, the gate and the wire). */
+const ttftLine = (m: Map<string, Req>): string =>
+  `TTFT p50 ${percentile(ttfts(m), 50).toFixed(1)} ms, p99 ${percentile(ttfts(m), 99).toFixed(1)} ms ` +
+  `(control plane's own: p50 ${percentile(serverTtfts(m), 50).toFixed(1)}, p99 ${percentile(serverTtfts(m), 99).toFixed(1)}); ` +
+  `time per output token p50 ${tpot(m).toFixed(1)} ms`;
 
 /** One measurement window: B alone, or B beside A's flood; B's requests of each kind end up in one map. */
 const WINDOW_MS = quick ? 2_000 : 5_000;
@@ -249,8 +279,8 @@ function report(
     `capacity (closed loop) ${capacity.toFixed(1)} req/s; quiet tenant at ${(QUIET_FRACTION * 100).toFixed(0)} %, flooding tenant at ${FLOOD_FACTOR}x`,
     `${windows} windows of ${WINDOW_MS / 1000} s of each (quiet alone, quiet beside the flood), alternating, ${GAP_MS / 1000} s apart`,
     '',
-    `quiet alone:       ${alone.size} sent, TTFT p50 ${percentile(ttfts(alone), 50).toFixed(1)} ms, p99 ${aloneP99.toFixed(1)} ms`,
-    `quiet beside flood: ${quiet.size} sent, TTFT p50 ${percentile(ttfts(quiet), 50).toFixed(1)} ms, p99 ${quietP99.toFixed(1)} ms, not done ${quietBad.length}${quietBad[0] ? ` (first: ${quietBad[0].end} ${quietBad[0].code})` : ''}`,
+    `quiet alone:        ${alone.size} sent, ${ttftLine(alone)}`,
+    `quiet beside flood: ${quiet.size} sent, ${ttftLine(quiet)}, not done ${quietBad.length}${quietBad[0] ? ` (first: ${quietBad[0].end} ${quietBad[0].code})` : ''}`,
     `flood: ${floodAll.length} sent, ${floodAdmitted} admitted (${floodDone} done), ${floodRefused.length} refused, ${noHint} of them without overloaded + retryAfterMs`,
     '',
   ];
@@ -261,6 +291,10 @@ function report(
     floodAdmittedShare: r2(floodAdmitted / Math.max(1, floodAll.length)),
     quietAloneP99Ms: r2(aloneP99),
     quietFloodP99Ms: r2(quietP99),
+    quietAloneServerP99Ms: r2(percentile(serverTtfts(alone), 99)),
+    quietFloodServerP99Ms: r2(percentile(serverTtfts(quiet), 99)),
+    quietAloneTpotMs: r2(tpot(alone)),
+    quietFloodTpotMs: r2(tpot(quiet)),
     quietNotDone: quietBad.length,
     floodRefusedWithoutRetryAfter: noHint,
     floodServedRps: r2(floodDone / ((windows * WINDOW_MS) / 1000)),
