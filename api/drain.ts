@@ -41,7 +41,7 @@ export function createDrainGate(inner: Serving, clock: Clock): DrainGate {
       const r = inner.submit(
         req,
         {
-          tokens: (seq, n, text) => sink.tokens(seq, n, text),
+          tokens: sink.tokens,
           done: (d) => {
             forget();
             sink.done(d);

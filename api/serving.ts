@@ -1,6 +1,6 @@
 // What every client API (WebSocket stream, OpenAI HTTP, chat) uses: submit a request to the control plane and hear
 // accepted / tokens (with pseudo-text) / exactly one terminal event; readiness and model listing.
-import type { ControlPlane, TerminalOutcome } from '../actors/control-plane.ts';
+import type { ClientListener, ControlPlane, TerminalOutcome } from '../actors/control-plane.ts';
 import { failure, type Failure } from '../machines/outcomes.ts';
 import type { NodeLink } from '../actors/node-link.ts';
 import type { ClientRequest, Sampling } from '../transport/client-protocol.ts';
@@ -48,7 +48,8 @@ export interface DoneInfo {
 
 /** What a client API hears about a request after it was accepted. */
 export interface StreamSink {
-  tokens(seq: number, n: number, text: string | undefined): void;
+  /** Called as a plain function (without `this`): wrappers pass it on as it is, so a token costs no extra call. */
+  tokens(this: void, seq: number, n: number, text: string | undefined): void;
   /** Exactly one of done / failed ends the request. */
   done(info: DoneInfo): void;
   failed(f: Failure & { outcome: TerminalOutcome['outcome'] }): void;
@@ -100,7 +101,14 @@ export function createServing(
     const promptTokens = engine ? engine.prompt.length : (req.promptTokens ?? estimateTokens(req.prompt ?? ''));
     const seed = textSeed(`${req.model}\u0000${req.prompt ?? String(promptTokens)}`);
     let accepted = false;
-    let firstSchedule = -1;
+    // Chosen once per request: a token goes straight to the sink, with the text only when asked for (a real engine's
+    // text as it sampled it; the cost model's words otherwise, made only then).
+    const sinkTokens = sink.tokens;
+    const tokens: ClientListener['tokens'] = !delivery.text
+      ? (_id, seq, n) => sinkTokens(seq, n, undefined)
+      : engine
+        ? (_id, seq, n, _t, text) => sinkTokens(seq, n, text ?? '')
+        : (_id, seq, n) => sinkTokens(seq, n, textRange(seed, seq, n));
     const res = cp.submit(
       {
         ...(delivery.id !== undefined ? { id: delivery.id } : {}),
@@ -117,12 +125,7 @@ export function createServing(
         accepted: () => {
           accepted = true;
         },
-        tokens: (_id, seq, n, t, text) => {
-          if (firstSchedule < 0) firstSchedule = t;
-          // A real engine's text as it sampled it; the cost model's words otherwise (made only when asked for).
-          if (!delivery.text) sink.tokens(seq, n, undefined);
-          else sink.tokens(seq, n, engine ? (text ?? '') : textRange(seed, seq, n));
-        },
+        tokens,
         terminal: (_id, o) => {
           metrics.outcome(req.model, o);
           // A rejection is answered by submit's return value; only accepted requests hear a terminal event.
