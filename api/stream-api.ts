@@ -14,7 +14,9 @@ import {
 import { CLOSE, DEFAULT_MAX_BUFFERED, type WsPeer } from '../transport/ws.ts';
 import { tokensMessage, writeFrame, type TokensEntry } from '../transport/frame-writer.ts';
 import type { ServerMetrics } from './metrics.ts';
-import type { Serving } from './serving.ts';
+import type { DoneInfo, Serving, StreamSink } from './serving.ts';
+import type { Failure } from '../machines/outcomes.ts';
+import type { TerminalOutcome } from '../actors/control-plane.ts';
 
 /** Options of the streaming API. */
 export interface StreamApiOptions {
@@ -213,14 +215,44 @@ function createPacer(clock: Clock, budgetMs: number): { wake(inbox: Inbox): void
   };
 }
 
-/** A request's tokens while they wait in the outbox, merged per frame: one per request, reused for every frame
- * (`gen` names the outbox's batch it waits in; -1 once the request ended). */
-class TokensSlot implements TokensEntry {
+/**
+ * One request's stream to its client: the sink serving talks to, and its tokens while they wait in the outbox,
+ * merged per frame (reused for every frame; `gen` names the outbox's batch they wait in, -1 once the request ended).
+ * A class, so a request costs no closures and a token touches this one object on its way to the outbox.
+ */
+class TokensSlot implements TokensEntry, StreamSink {
   seq = 0;
   n = 0;
   text: string | undefined = undefined;
   gen = -1;
-  constructor(readonly id: string) {}
+  constructor(
+    readonly id: string,
+    private readonly outbox: Pick<Outbox, 'push' | 'pushTokens'>,
+    private readonly ended: (id: string) => void,
+  ) {}
+  tokens(seq: number, n: number, text: string | undefined): void {
+    this.outbox.pushTokens(this, seq, n, text);
+  }
+  done(info: DoneInfo): void {
+    this.end();
+    this.outbox.push({ type: 'done', id: this.id, ...info });
+  }
+  failed(f: Failure & { outcome: TerminalOutcome['outcome'] }): void {
+    this.end();
+    this.outbox.push({
+      type: 'error',
+      id: this.id,
+      code: f.code,
+      message: f.message,
+      retryable: f.retryable,
+      ...(f.retryAfterMs !== undefined ? { retryAfterMs: f.retryAfterMs } : {}),
+    });
+  }
+  private end(): void {
+    // Nothing merges into tokens queued before the request's end.
+    this.gen = -1;
+    this.ended(this.id);
+  }
 }
 
 const isSlot = (x: unknown): boolean => x instanceof TokensSlot;
@@ -365,8 +397,11 @@ function createRequestTable(
   counted: (delta: 1 | -1) => void,
   tenant: string | undefined,
 ): RequestTable {
-  const { push, pushTokens } = outbox;
+  const { push } = outbox;
   const live = new Map<string, { cancel(): void }>();
+  const ended = (id: string): void => {
+    if (live.delete(id)) counted(-1);
+  };
   const submit = (m: Extract<ClientMessage, { type: 'submit' }>): void => {
     if (live.has(m.id)) {
       metrics.refused('invalid_request');
@@ -394,35 +429,11 @@ function createRequestTable(
       return;
     }
     const id = m.id;
-    // Nothing merges into tokens queued before the request's end.
-    const slot = new TokensSlot(id);
-    const end = (): void => {
-      slot.gen = -1;
-      if (live.delete(id)) counted(-1);
-    };
     const { type: _type, id: _id, text: withText, ...request } = m;
-    const res = serving.submit(
-      request,
-      {
-        tokens: (seq, n, text) => pushTokens(slot, seq, n, text),
-        done: (info) => {
-          end();
-          push({ type: 'done', id, ...info });
-        },
-        failed: (f) => {
-          end();
-          push({
-            type: 'error',
-            id,
-            code: f.code,
-            message: f.message,
-            retryable: f.retryable,
-            ...(f.retryAfterMs !== undefined ? { retryAfterMs: f.retryAfterMs } : {}),
-          });
-        },
-      },
-      { text: withText ?? true, ...(tenant !== undefined ? { tenant } : {}) },
-    );
+    const res = serving.submit(request, new TokensSlot(id, outbox, ended), {
+      text: withText ?? true,
+      ...(tenant !== undefined ? { tenant } : {}),
+    });
     if (!res.ok) {
       const f = res.failure;
       push({
