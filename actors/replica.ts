@@ -239,7 +239,7 @@ function createStepLoop(d: StepLoopDeps) {
     ledger.reported.length = 0;
     ledger.pending = c.gpus.length;
     // A step is counted outside the machine unless an inspector watches (it must see every rank's report).
-    ledger.direct = engine === null && !runtime.stepByStep();
+    ledger.direct = !runtime.stepByStep();
     plan.predictedMs = o.cost.stepS(plan.shape) * 1000 * (o.slowdown ?? 1);
     const saturated = batcher.saturated();
     if (saturated !== ledger.saturated) {
@@ -401,14 +401,22 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
     const { epoch } = actor.getSnapshot().context;
     switch (msg.type) {
       case 'step.completed': {
-        if (msg.ranks)
+        if (msg.ranks) {
+          // An engine reports once for all ranks: applied, then each rank counts as a cost model's report does.
           return engineCompleted(
             msg,
             ledger,
             engine,
-            (e) => toMachine(e, true),
+            (e) => {
+              if (ledger.direct && e.epoch === epoch && ledger.pending > 0 && !held && hasTag('stepping')) {
+                if (--ledger.pending === 0) directStep();
+                return;
+              }
+              toMachine(e, true);
+            },
             (p) => o.onEngineMismatch?.(handle, p),
           );
+        }
         const current = msg.step === ledger.step && msg.epoch === ledger.epoch;
         if (current) ledger.reported.push(msg.gpu);
         // The machine's `rankOfStep` guard, on the ledger's count: a rank of the step in flight in a stepping state.

@@ -152,7 +152,9 @@ function servedLines(r: ServedRun): string[] {
       `llama.cpp ${us(c.engineMs)}`,
     `  served idle (before the run, counted in the run): serve ${r.idle.serveMsPerS.toFixed(1)} ms/s, worker ` +
       `${r.idle.workerMsPerS.toFixed(1)} ms/s, host ${r.idle.hostMsPerS.toFixed(1)} ms/s; llama.cpp threads ` +
-      c.pools.map((p) => `${p.pid}: ${p.threads.map((t) => t.tid).join(',')} (busiest other ${p.otherMaxMs.toFixed(0)} ms)`).join('; ') +
+      c.pools
+        .map((p) => `${p.pid}: ${p.threads.map((t) => t.tid).join(',')} (busiest other ${p.otherMaxMs.toFixed(0)} ms)`)
+        .join('; ') +
       (c.hostsGone > 0 ? `; ${c.hostsGone} engine host(s) exited mid-run: share NOT valid` : ''),
     `  served latency (wall clock): TTFT p50 ${g.ttft.p50.toFixed(0)} p99 ${g.ttft.p99.toFixed(0)} ms, TBT p50 ` +
       `${g.tbt.p50.toFixed(0)} p99 ${g.tbt.p99.toFixed(0)} ms, ${g.tokensPerS.toFixed(1)} tokens/s; failures ` +
