@@ -289,10 +289,8 @@ async function createLlamaEngine(file: string, llama: Llama, model: LlamaModel, 
     // A sequence that ended (by itself, or its last token taken) is freed now: no separate free() for it.
     for (const seq of ended) await freeSeq(seq);
     // Reported in the plan's order, whatever order the batch ran in.
-    if (sampled.length > 1) {
-      const rank = new Map(plan.items.map((item, i) => [item.seq, i]));
-      sampled.sort((a, b) => rank.get(a.seq)! - rank.get(b.seq)!);
-    }
+    const rank = new Map(plan.items.map((item, i) => [item.seq, i]));
+    sampled.sort((a, b) => rank.get(a.seq)! - rank.get(b.seq)!);
     return { sampled, ms, tokens, dispatches: 1 + gate.late - lateBefore };
   };
 
