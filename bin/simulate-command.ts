@@ -9,7 +9,7 @@ import type { ControlPlane } from '../actors/control-plane.ts';
 
 const USAGE =
   'usage: switchyard simulate <scenario.yaml> [--seed N] [--json] [--wall] [--explain req.N] [--trace out.json]\n' +
-  '  [--wire-check]    every frame crosses the codec (no link shortcut; the report is the same)\n' +
+  '  [--wire-check]    every frame crosses the codec (no link shortcut, no envelope arrays; same report)\n' +
   '  [--step-by-step]  --wire-check, and every step through the replica machine (the reference run)\n' +
   '       switchyard simulate --fleet <fleet-scenario.yaml> [--seed N] [--router gie-like|predicted] [--json] [--wall]\n';
 

@@ -6,19 +6,31 @@ import type { OutcomeCode } from './outcomes.ts';
 /** Terminal outcomes a request can end with. */
 export type RequestOutcome = 'done' | 'cancelled' | 'expired' | 'rejected' | 'failed';
 
-/** Context of a request actor: budget, where it runs, what it has streamed and how it ended. */
-export interface RequestContext {
-  id: string;
-  model: string;
-  priority: string;
+/** What a request is given and never changes: one object shared by every snapshot of its actor. */
+export interface RequestLimits {
   receivedAt: number;
   /** The most a request may wait in a queue before its first token (ms). */
   queueBudgetMs: number;
   /** The most a request may wait to resume after an interruption (ms). */
   resumeBudgetMs: number;
-  /** Resumes left before an interruption ends the request. */
-  resumesLeft: number;
+  /** Interruptions it may resume from; the next one ends it. */
+  maxResumes: number;
+}
+
+/**
+ * Context of a request actor: budget, where it runs, what it has streamed and how it ended.
+ *
+ * Every assign copies the context (`Object.assign({}, context, update)`), and V8 turns an object built that way into
+ * a slow dictionary once it has 20 properties: every later assign and read then costs ~15 µs instead of ~0.7 µs. So
+ * what never changes lives in `limits`, and the context stays at 17 properties (test/machines holds it under 20).
+ */
+export interface RequestContext {
+  id: string;
+  model: string;
+  priority: string;
+  limits: RequestLimits;
   replica: string | null;
+  /** When it entered its current wait (admission, or the preemption or interruption it resumes from). */
   queuedAt: number;
   scheduledAt: number;
   firstTokenAt: number;
@@ -99,7 +111,7 @@ export const requestMachine = setup({
     })),
   },
   guards: {
-    canResume: ({ context }) => context.resumesLeft > 0,
+    canResume: ({ context }) => context.resumes < context.limits.maxResumes,
     /** The deadline that fired is the current one (an older one may fire after the request moved on). */
     currentDeadline: ({ context, event }) => event.type === 'request.deadline' && event.at === context.deadlineAt,
   },
@@ -109,10 +121,12 @@ export const requestMachine = setup({
     id: input.id,
     model: input.model,
     priority: input.priority,
-    receivedAt: input.receivedAt,
-    queueBudgetMs: input.queueBudgetMs,
-    resumeBudgetMs: input.resumeBudgetMs ?? input.queueBudgetMs,
-    resumesLeft: input.maxResumes ?? 1,
+    limits: {
+      receivedAt: input.receivedAt,
+      queueBudgetMs: input.queueBudgetMs,
+      resumeBudgetMs: input.resumeBudgetMs ?? input.queueBudgetMs,
+      maxResumes: input.maxResumes ?? 1,
+    },
     replica: null,
     queuedAt: input.receivedAt,
     scheduledAt: -1,
@@ -218,8 +232,8 @@ export const requestMachine = setup({
         assign({
           deadlineAt: ({ context }) =>
             context.scheduledAt < 0
-              ? context.receivedAt + context.queueBudgetMs
-              : context.queuedAt + context.resumeBudgetMs,
+              ? context.limits.receivedAt + context.limits.queueBudgetMs
+              : context.queuedAt + context.limits.resumeBudgetMs,
           requeueCode: ({ context }) => (context.scheduledAt < 0 ? 'expired' : context.requeueCode),
         }),
         'armDeadline',
@@ -263,7 +277,6 @@ export const requestMachine = setup({
         guard: 'canResume',
         target: '.requeued',
         actions: assign({
-          resumesLeft: ({ context }) => context.resumesLeft - 1,
           resumes: ({ context }) => context.resumes + 1,
           tokens: ({ event }) => event.tokens,
           replica: null,

@@ -29,6 +29,16 @@ export interface FrameCarrier {
   close(code?: number, reason?: string): void;
 }
 
+/**
+ * A carrier of frames as envelope arrays, for two sides in one process (the simulator's wire without `--wire-check`):
+ * the same framing, order and timing as bytes, without the codec round trip (whose only proof there is the codec's
+ * own; the DST and `--wire-check` keep it).
+ */
+export interface ObjectCarrier {
+  send(frame: readonly { to: string; msg: Msg }[]): boolean;
+  onMessage(fn: (frame: readonly { to: string; msg: Msg }[]) => void): void;
+}
+
 /** Counters of a link. */
 export interface LinkStats {
   framesIn: number;
@@ -62,6 +72,8 @@ export interface LinkOptions {
   /** The simulator's shortcut (sim-link.ts): offered a tick's lone envelope before it is framed; true when it was
    * answered without the wire (it is then counted out, not framed). */
   bypass?(to: string, msg: Msg): boolean;
+  /** Frames travel as envelope arrays on this carrier instead of as bytes on the frame carrier (see ObjectCarrier). */
+  objects?: ObjectCarrier;
 }
 
 /** One side of a node link: `send` queues, the queue is flushed as frames at the end of the tick. */
@@ -87,6 +99,7 @@ export function createLink(carrier: FrameCarrier, opts: LinkOptions): Link {
   };
   let queue: { to: string; msg: Msg }[] = [];
   let scheduled = false;
+  const { objects } = opts;
 
   const flush = (): void => {
     scheduled = false;
@@ -102,16 +115,37 @@ export function createLink(carrier: FrameCarrier, opts: LinkOptions): Link {
       return;
     }
     for (let i = 0; i < out.length; i += MAX_ENVELOPES_PER_FRAME) {
-      const bytes = encode(out.slice(i, i + MAX_ENVELOPES_PER_FRAME));
+      const part = out.length <= MAX_ENVELOPES_PER_FRAME ? out : out.slice(i, i + MAX_ENVELOPES_PER_FRAME);
       stats.framesOut++;
-      stats.bytesOut += bytes.length;
-      if (!carrier.send(bytes)) {
+      let sent: boolean;
+      if (objects) sent = objects.send(part);
+      else {
+        const bytes = encode(part);
+        stats.bytesOut += bytes.length;
+        sent = carrier.send(bytes);
+      }
+      if (!sent) {
         stats.dropped += out.length - i;
         return;
       }
     }
     stats.messagesOut += out.length;
   };
+
+  const deliverAll = (envelopes: readonly { to: string; msg: Msg }[]): void => {
+    for (const e of envelopes) {
+      if (!opts.accepts(e.to)) {
+        stats.misaddressed++;
+        continue;
+      }
+      stats.messagesIn++;
+      opts.deliver(e.to, e.msg as NodeMessage);
+    }
+  };
+  objects?.onMessage((frame) => {
+    stats.framesIn++;
+    deliverAll(frame);
+  });
 
   carrier.onMessage((data) => {
     if (typeof data === 'string') {
@@ -129,14 +163,7 @@ export function createLink(carrier: FrameCarrier, opts: LinkOptions): Link {
       );
       return;
     }
-    for (const e of frame.value) {
-      if (!opts.accepts(e.to)) {
-        stats.misaddressed++;
-        continue;
-      }
-      stats.messagesIn++;
-      opts.deliver(e.to, e.msg as NodeMessage);
-    }
+    deliverAll(frame.value);
   });
 
   return {

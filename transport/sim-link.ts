@@ -10,12 +10,15 @@
 import type { Clock } from '../runtime/clock.ts';
 import type { Rng } from '../runtime/rng.ts';
 import type { Msg, Runtime } from '../runtime/system.ts';
-import { createLink, type FrameCarrier, type Link } from './link.ts';
+import { createLink, type FrameCarrier, type Link, type ObjectCarrier } from './link.ts';
 
 /** Latency of a simulated link. */
 export interface SimLinkOptions {
   latencyMs: number;
   jitterMs: number;
+  /** Frames cross the codec as bytes (encode, pre-scan, decode, schema check); false: they travel as envelope
+   * arrays with the same framing, order and timing (the DST and `--wire-check` keep the codec). Default true. */
+  codec?: boolean;
 }
 
 /** A pair of connected runtimes; can be cut to simulate a partition or a crashed process. */
@@ -57,6 +60,8 @@ export interface SimWire {
   /** The carrier each side's link sends on (`ab`: a's frames to b) and receives from (`ba` is b's sending side). */
   readonly ab: FrameCarrier;
   readonly ba: FrameCarrier;
+  /** The same two directions carrying frames as envelope arrays (one wire: timing, order and cuts are shared). */
+  readonly objects: { readonly ab: ObjectCarrier; readonly ba: ObjectCarrier };
   setOpen(dir: 'ab' | 'ba', open: boolean): void;
   isOpen(dir: 'ab' | 'ba'): boolean;
   setExtraLatency(ms: number): void;
@@ -70,7 +75,9 @@ export interface SimWire {
 export function createSimWire(clock: VClock, rng: Rng, opts: SimLinkOptions): SimWire {
   const open = { ab: true, ba: true };
   let extra = 0;
-  const receivers: { ab?: (d: Uint8Array | string) => void; ba?: (d: Uint8Array | string) => void } = {};
+  type Receiver = (d: unknown) => void;
+  // What arrives in each direction, by kind: bytes for the byte carriers, envelope arrays for the object carriers.
+  const receivers: Record<'ab' | 'ba', { bytes?: Receiver; objects?: Receiver }> = { ab: {}, ba: {} };
   // Jitter draws taken ahead (a shortcut peeks at two before knowing it may use them); frames use them up in order,
   // so the wire's random stream is consumed exactly as without the shortcut.
   const ahead: number[] = [];
@@ -87,32 +94,39 @@ export function createSimWire(clock: VClock, rng: Rng, opts: SimLinkOptions): Si
   const last = { ab: 0, ba: 0 };
   const arrivalAt = (dir: 'ab' | 'ba', sentAt: number, j: number): number =>
     Math.max(sentAt + opts.latencyMs + extra + j, last[dir]);
-  const carrier = (dir: 'ab' | 'ba'): FrameCarrier => {
+  /** Sends one frame in `dir`: it arrives after latency (+ jitter), in order, unless the direction is cut by then. */
+  const sendOn = (dir: 'ab' | 'ba', kind: 'bytes' | 'objects', data: unknown): boolean => {
+    if (!open[dir]) return false;
+    const at = arrivalAt(dir, clock.now(), take());
+    last[dir] = at;
     const back = dir === 'ab' ? 'ba' : 'ab';
-    return {
-      isOpen: () => open[dir],
-      send: (bytes) => {
-        if (!open[dir]) return false;
-        const at = arrivalAt(dir, clock.now(), take());
-        last[dir] = at;
-        clock.at(at, () => {
-          if (open[dir]) receivers[back]?.(bytes);
-        });
-        return true;
-      },
-      // Frames sent in the other direction arrive here.
-      onMessage: (fn) => {
-        receivers[dir] = fn;
-      },
-      close: () => {
-        open.ab = false;
-        open.ba = false;
-      },
-    };
+    clock.at(at, () => {
+      if (open[dir]) receivers[back][kind]?.(data);
+    });
+    return true;
   };
+  const carrier = (dir: 'ab' | 'ba'): FrameCarrier => ({
+    isOpen: () => open[dir],
+    send: (bytes) => sendOn(dir, 'bytes', bytes),
+    // Frames sent in the other direction arrive here.
+    onMessage: (fn) => {
+      receivers[dir].bytes = fn as Receiver;
+    },
+    close: () => {
+      open.ab = false;
+      open.ba = false;
+    },
+  });
+  const objectCarrier = (dir: 'ab' | 'ba'): ObjectCarrier => ({
+    send: (frame) => sendOn(dir, 'objects', frame),
+    onMessage: (fn) => {
+      receivers[dir].objects = fn as Receiver;
+    },
+  });
   return {
     ab: carrier('ab'),
     ba: carrier('ba'),
+    objects: { ab: objectCarrier('ab'), ba: objectCarrier('ba') },
     setOpen: (dir, o) => {
       open[dir] = o;
     },
@@ -153,16 +167,22 @@ export function connectSimLink(a: Runtime, b: Runtime, clock: VClock, rng: Rng, 
     return true;
   };
   // Each side's link sends its runtime's messages and delivers what the other side sent to its own runtime.
-  const side = (carrier: FrameCarrier, local: Runtime, sc?: (to: string, msg: Msg) => boolean): Link =>
+  const side = (
+    carrier: FrameCarrier,
+    objects: ObjectCarrier,
+    local: Runtime,
+    sc?: (to: string, msg: Msg) => boolean,
+  ): Link =>
     createLink(carrier, {
       accepts: () => true,
       deliver: (dest, msg) => local.send(dest, msg as Msg),
       onRefused: () => stats.rejected++,
       defer,
       ...(sc ? { bypass: sc } : {}),
+      ...(opts.codec === false ? { objects } : {}),
     });
-  const linkA = side(wire.ab, a, bypass);
-  const linkB = side(wire.ba, b);
+  const linkA = side(wire.ab, wire.objects.ab, a, bypass);
+  const linkB = side(wire.ba, wire.objects.ba, b);
   const sender = (link: Link, dir: 'ab' | 'ba') => (dest: string, msg: Msg) => {
     // A cut direction loses what is sent: nothing is queued or scheduled.
     if (!wire.isOpen(dir)) return;

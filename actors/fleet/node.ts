@@ -54,6 +54,8 @@ export function startFleetNode(
   const link = connectSimLink(control, nodeRt, clock, rng.fork('link'), {
     latencyMs: scenario.sim.latencyMs,
     jitterMs: scenario.sim.jitterMs,
+    // The reference run keeps every frame through the codec; otherwise frames are envelope arrays (same report).
+    codec: stepByStep,
   });
   const cp = startControlPlane(control, scenario, { checkInvariants: scenario.sim.checkInvariants, onIdle });
   const agent = startNodeAgent(nodeRt, {

@@ -62,7 +62,8 @@ export interface SimOptions {
   /** Called with the control plane before traffic starts (tests, tracing). */
   onStart?(cp: ControlPlane): void;
   /** Every frame between control plane and node crosses the codec (encode, pre-scan, decode, schema check); by
-   * default a lone step the node answers by itself skips it (the link shortcut; same report, byte for byte). */
+   * default frames travel as envelope arrays, and a lone step the node answers by itself is not framed at all (the
+   * link shortcut); the report is the same, byte for byte. */
   wireCheck?: boolean;
   /** The reference run: wireCheck, and every step of every replica through its machine (no direct step). */
   stepByStep?: boolean;
@@ -83,6 +84,7 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
   const link = connectSimLink(control, nodeRt, clock, rng.fork('link'), {
     latencyMs: scenario.sim.latencyMs,
     jitterMs: scenario.sim.jitterMs,
+    codec: opts.wireCheck === true || stepByStep,
   });
   const executor = createCostModelExecutor(clock);
   const gpuList = Array.from({ length: scenario.node.gpus }, (_, i) => i);

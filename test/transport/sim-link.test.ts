@@ -36,7 +36,7 @@ describeLinkConformance('simulated', async (accepts): Promise<LinkPair> => {
 });
 
 describe('connectSimLink', () => {
-  const setup = () => {
+  const setup = (codec = true) => {
     const clock = createVirtualClock();
     const rng = createRng(3);
     const a = createRuntime({ name: 'control', clock, rng: rng.fork('a') });
@@ -44,7 +44,7 @@ describe('connectSimLink', () => {
     const got: { t: number; gpu: number }[] = [];
     for (let g = 0; g < 8; g++)
       b.register(`gpu.${g}`, (m) => got.push({ t: clock.now(), gpu: 'gpu' in m ? m.gpu : -1 }));
-    const link = connectSimLink(a, b, clock, rng.fork('link'), { latencyMs: 2, jitterMs: 1 });
+    const link = connectSimLink(a, b, clock, rng.fork('link'), { latencyMs: 2, jitterMs: 1, codec });
     return { clock, a, link, got };
   };
 
@@ -70,5 +70,32 @@ describe('connectSimLink', () => {
     clock.run();
     expect(got.map((x) => x.gpu)).toEqual([2]);
     expect(link.stats.messages).toBe(1);
+  });
+
+  it('carries frames as envelope arrays without the codec at the same times, in the same order, with the same counts', () => {
+    const run = (codec: boolean) => {
+      const { clock, a, link, got } = setup(codec);
+      for (let g = 0; g < 8; g++) a.send(`gpu.${g}`, { type: 'gpu.ready', gpu: g });
+      clock.run();
+      a.send('gpu.3', { type: 'gpu.ready', gpu: 3 });
+      clock.run();
+      const { messages, frames, bytes } = link.stats;
+      return {
+        got,
+        messages,
+        frames,
+        bytes,
+        messagesOut: link.a.stats.messagesOut,
+        messagesIn: link.b.stats.messagesIn,
+      };
+    };
+    const bytes = run(true);
+    const objects = run(false);
+    expect(objects.got).toEqual(bytes.got);
+    expect(objects.got.length).toBe(9);
+    expect({ ...objects, bytes: 0 }).toEqual({ ...bytes, bytes: 0 });
+    expect(objects.frames).toBe(2);
+    expect(objects.bytes).toBe(0);
+    expect(bytes.bytes).toBeGreaterThan(0);
   });
 });
