@@ -13,6 +13,7 @@ import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { connectClient } from '../../api/client.ts';
+import { createRng, type Rng } from '../../runtime/rng.ts';
 import type { BenchRequest, RequestTiming, ServeRun } from './engine-serve.ts';
 import { poolSize, splitEngineThreads, threadCpu, threadDelta, totalMs } from './thread-cpu.ts';
 
@@ -110,6 +111,17 @@ const IDLE_MS = 2_000;
 /** Most retries of one request refused as overloaded. */
 const MAX_RETRIES = 10_000;
 
+/**
+ * The wait before retry `attempt` (0 first) of a request refused as overloaded: the server's retryAfterMs, but at
+ * least an exponential backoff from 10 ms (doubling, to 1 s) with full jitter, as a well-behaved API client does.
+ * The server's advice is one sequence's expected wait for KV; with hundreds of clients refused at once, honouring it
+ * alone (10 ms floor) sent 71,870 retries in a 300-request run, and the control plane spent its time refusing them.
+ */
+function retryDelayMs(attempt: number, retryAfterMs: number | undefined, rng: Rng): number {
+  const backoff = Math.min(1000, 10 * 2 ** Math.min(attempt, 7));
+  return Math.min(1000, Math.max(retryAfterMs ?? 0, backoff * (0.5 + 0.5 * rng.next())));
+}
+
 /** Prompt token ids of the bench (BOS, then printable bytes) as the text the byte-level tokenizer reads back. */
 const promptText = (prompt: readonly number[]): string => String.fromCharCode(...prompt.slice(1));
 
@@ -179,6 +191,7 @@ async function drive(
     hostMsPerS: perS(idleSplit.hostMainMs + idleSplit.hostOtherMs),
   };
   const timings: RequestTiming[] = reqs.map((r) => ({ arrival: r.t, tokens: [], eos: false }));
+  const rng = createRng(1).fork('retry');
   const failures: Record<string, number> = {};
   let retries = 0;
   const steps0 = await stepsOf(url, model);
@@ -207,7 +220,7 @@ async function drive(
         return;
       }
       retries++;
-      await sleep(Math.min(1000, Math.max(10, res.error.retryAfterMs ?? 50)));
+      await sleep(retryDelayMs(attempt, res.error.retryAfterMs, rng));
     }
   });
   await Promise.all(runs);
