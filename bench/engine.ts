@@ -93,7 +93,11 @@ const alone = await split(() =>
   ),
 );
 // The served side loads its own engine, in its engine host.
-const served = path === 'in-process' ? undefined : await serveThroughSwitchyard(configFile, model.name, reqs);
+// Its client keeps as many requests in flight as the engine has sequences; the rest wait at the client in arrival
+// order, as the engine alone's driver holds them (time scale 16 is several times the engine's capacity: a client
+// with every request in flight at once only measures the control plane refusing and the client retrying).
+const inFlight = model.engine!.sequences;
+const served = path === 'in-process' ? undefined : await serveThroughSwitchyard(configFile, model.name, reqs, inFlight);
 const loadAfter = load();
 
 const ours: ServeRun = inProcess?.run ?? served!;
@@ -158,7 +162,8 @@ function servedLines(r: ServedRun): string[] {
       (c.hostsGone > 0 ? `; ${c.hostsGone} engine host(s) exited mid-run: share NOT valid` : ''),
     `  served latency (wall clock): TTFT p50 ${g.ttft.p50.toFixed(0)} p99 ${g.ttft.p99.toFixed(0)} ms, TBT p50 ` +
       `${g.tbt.p50.toFixed(0)} p99 ${g.tbt.p99.toFixed(0)} ms, ${g.tokensPerS.toFixed(1)} tokens/s; failures ` +
-      `${JSON.stringify(r.failures)}, ${r.retries} submissions refused as overloaded and retried`,
+      `${JSON.stringify(r.failures)}, ${r.retries} submissions refused as overloaded and retried; at most ` +
+      `${inFlight} requests in flight (the rest wait at the client, as for the engine alone)`,
   ];
 }
 

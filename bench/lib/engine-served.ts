@@ -105,6 +105,26 @@ export interface ServedRun extends ServeRun {
   retries: number;
 }
 
+/** A FIFO gate letting at most `n` holders in at once. */
+function createGate(n: number): { enter(): Promise<void>; leave(): void } {
+  let inside = 0;
+  const waiting: (() => void)[] = [];
+  return {
+    enter: () => {
+      if (inside < n) {
+        inside++;
+        return Promise.resolve();
+      }
+      return new Promise<void>((resolve) => waiting.push(resolve));
+    },
+    leave: () => {
+      const next = waiting.shift();
+      if (next) next();
+      else inside--;
+    },
+  };
+}
+
 /** How long the processes' idle CPU is measured before the run, ms. */
 const IDLE_MS = 2_000;
 
@@ -133,6 +153,7 @@ export async function serveThroughSwitchyard(
   configFile: string,
   model: string,
   reqs: readonly BenchRequest[],
+  maxInFlight = Infinity,
 ): Promise<ServedRun> {
   const proc = spawn(process.execPath, ['--import', 'tsx', BIN, 'serve', '--config', configFile, '--port', '0'], {
     cwd: ROOT,
@@ -143,7 +164,7 @@ export async function serveThroughSwitchyard(
   proc.stdout.on('data', (d: Buffer) => (log += d.toString()));
   proc.stderr.on('data', (d: Buffer) => (log += d.toString()));
   try {
-    return await drive(proc.pid!, () => log, model, reqs);
+    return await drive(proc.pid!, () => log, model, reqs, maxInFlight);
   } finally {
     proc.kill('SIGTERM');
     await new Promise<void>((r) => (proc.exitCode !== null ? r() : proc.once('exit', () => r())));
@@ -165,6 +186,7 @@ async function drive(
   log: () => string,
   model: string,
   reqs: readonly BenchRequest[],
+  maxInFlight: number,
 ): Promise<ServedRun> {
   const url = await waitFor('serve printing its URL', () => /http:\/\/127\.0\.0\.1:\d+/.exec(log())?.[0]);
   await waitFor('readiness', async () => {
@@ -198,8 +220,19 @@ async function drive(
   const cpu0 = snapshot(pids);
   const wall0 = performance.now();
   const now = (): number => performance.now() - wall0;
+  // At most maxInFlight requests at the server; later arrivals wait here in arrival order, as the engine alone's
+  // driver holds a request until one of its sequences is free.
+  const gate = createGate(maxInFlight);
   const runs = reqs.map(async (r, i) => {
     await sleep(Math.max(0, r.t - now()));
+    await gate.enter();
+    try {
+      await serveOne(r, i);
+    } finally {
+      gate.leave();
+    }
+  });
+  const serveOne = async (r: BenchRequest, i: number): Promise<void> => {
     const timing = timings[i]!;
     // Refused as overloaded (no replica has KV headroom yet): the client retries after the advised wait, as a
     // client of the API would; the request's TTFT still counts from its arrival.
@@ -222,7 +255,7 @@ async function drive(
       retries++;
       await sleep(retryDelayMs(attempt, res.error.retryAfterMs, rng));
     }
-  });
+  };
   await Promise.all(runs);
   const wallS = (performance.now() - wall0) / 1e3;
   const cpu = cpuSplit(servePid, workerPid, hostPids, cpu0, snapshot(pids));
