@@ -9,7 +9,7 @@ import {
   type ReplicaTag,
 } from '../machines/replica.machine.ts';
 import { failure, type OutcomeCode } from '../machines/outcomes.ts';
-import type { Runtime } from '../runtime/system.ts';
+import type { Msg, Runtime } from '../runtime/system.ts';
 import type { MessageOf, WireEngineSpec } from '../machines/messages.ts';
 import { createEngineSteps, type EngineSteps } from './replica-engine.ts';
 import {
@@ -279,6 +279,59 @@ function createStepLoop(d: StepLoopDeps) {
   return { dispatch, complete };
 }
 
+/** The replica machine with its actions: GPU commands, the step loop, and giving up what it holds on failure. */
+function provideReplica(
+  o: ReplicaOptions,
+  gpu: ReturnType<typeof gpuCommands>,
+  loop: ReturnType<typeof createStepLoop>,
+  parts: {
+    ledger: StepLedger;
+    engine: EngineSteps | null;
+    stateless: StatelessBatcher | null;
+    batcher: ContinuousBatcher;
+  },
+) {
+  const { ledger, engine, stateless, batcher } = parts;
+  return replicaMachine.provide({
+    actions: {
+      assignGpus: ({ context }) => gpu.assign(context),
+      releaseGpus: ({ context }) => gpu.release(context),
+      dispatchStep: ({ context }) => loop.dispatch(context, context.step + ledger.extra),
+      completeStep: () => loop.complete(),
+      crash: ({ event }) => {
+        if (event.type === 'step.crashed') throw event.error;
+      },
+      abortStep: () => {
+        ledger.plan = null;
+        ledger.batch = null;
+      },
+      interruptAll: () => {
+        engine?.reset();
+        stateless?.abortAll(failure('replica_failed', `replica ${o.id} failed with the batch in flight`));
+        const seqs = batcher.evictAll();
+        if (seqs.length > 0) o.onInterrupted(seqs, 'replica_failed');
+      },
+    },
+    delays: {
+      assignRetry: ({ context }) => Math.max(GPU_RETRY_MS, context.loadMs),
+      releaseRetry: GPU_RETRY_MS,
+    },
+  });
+}
+
+/** A gang's one report as the one report per rank it stands for, in order (see NodeAgentOptions.gangs). */
+function rankReports(msg: MessageOf<'step.completed'>, gang: readonly number[]): MessageOf<'step.completed'>[] {
+  const { replica, epoch, step, busyMs } = msg;
+  return gang.map((gpu) => ({
+    type: 'step.completed',
+    gpu,
+    replica,
+    epoch,
+    step,
+    ...(busyMs === undefined ? {} : { busyMs }),
+  }));
+}
+
 /** Creates and starts a replica actor registered as its system id. */
 export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandle {
   const { clock } = runtime;
@@ -311,31 +364,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
   };
   const loop = createStepLoop({ runtime, o, batcher, stateless, engine, ledger, toActor, handle: () => handle });
 
-  const machine = replicaMachine.provide({
-    actions: {
-      assignGpus: ({ context }) => gpu.assign(context),
-      releaseGpus: ({ context }) => gpu.release(context),
-      dispatchStep: ({ context }) => loop.dispatch(context, context.step + ledger.extra),
-      completeStep: () => loop.complete(),
-      crash: ({ event }) => {
-        if (event.type === 'step.crashed') throw event.error;
-      },
-      abortStep: () => {
-        ledger.plan = null;
-        ledger.batch = null;
-      },
-      interruptAll: () => {
-        engine?.reset();
-        stateless?.abortAll(failure('replica_failed', `replica ${o.id} failed with the batch in flight`));
-        const seqs = batcher.evictAll();
-        if (seqs.length > 0) o.onInterrupted(seqs, 'replica_failed');
-      },
-    },
-    delays: {
-      assignRetry: ({ context }) => Math.max(GPU_RETRY_MS, context.loadMs),
-      releaseRetry: GPU_RETRY_MS,
-    },
-  });
+  const machine = provideReplica(o, gpu, loop, { ledger, engine, stateless, batcher });
   const actor = createActor(machine, {
     input: { id: o.id, model: o.model, version: o.version, gpus: o.gpus, epoch: o.epoch, loadMs, unloadMs },
     clock,
@@ -399,10 +428,14 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
       epoch: msg.epoch,
       step: current ? actor.getSnapshot().context.step : -1,
     });
-  runtime.register(o.id, (msg) => {
+  const onMessage = (msg: Msg): void => {
     const { epoch } = actor.getSnapshot().context;
     switch (msg.type) {
       case 'step.completed': {
+        if (msg.gang) {
+          for (const r of rankReports(msg, msg.gang)) onMessage(r);
+          return;
+        }
         const current = msg.step === ledger.step && msg.epoch === ledger.epoch;
         // An engine reports once for all ranks: its tokens are applied, then each rank counts as a cost model's does.
         const ranks = msg.ranks ? engineCompleted(msg, ledger, engine, (p) => o.onEngineMismatch?.(handle, p)) : [msg];
@@ -426,7 +459,8 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
         if (engine?.withdrawn(msg.id)) runtime.send('node', { type: 'seq.free', replica: o.id, epoch, seqs: [msg.id] });
         return;
     }
-  });
+  };
+  runtime.register(o.id, onMessage);
   runtime.supervise(o.id, actor);
   actor.start();
   return handle;
