@@ -188,21 +188,23 @@ function gpuCommands(runtime: Runtime, o: ReplicaOptions, loadMs: number, unload
   };
 }
 
-/** An engine's one report for all ranks: its sampled tokens go on the sequences, then every rank counts as done. */
+/** An engine's one report for all ranks: its sampled tokens go on the sequences; answers each rank's report. */
 function engineCompleted(
   msg: MessageOf<'step.completed'>,
   ledger: StepLedger,
   engine: EngineSteps | null,
-  send: (e: MessageOf<'step.completed'>) => void,
   mismatch: (problem: string) => void,
-): void {
-  if (msg.step !== ledger.step || msg.epoch !== ledger.epoch || !ledger.plan || !engine) return;
+): MessageOf<'step.completed'>[] {
+  if (msg.step !== ledger.step || msg.epoch !== ledger.epoch || !ledger.plan || !engine) return [];
   const problem = engine.apply(ledger.plan, msg);
   if (problem) mismatch(problem);
-  for (const g of msg.ranks ?? []) {
-    ledger.reported.push(g);
-    send({ type: 'step.completed', gpu: g, replica: msg.replica, epoch: msg.epoch, step: msg.step });
-  }
+  return (msg.ranks ?? []).map((g) => ({
+    type: 'step.completed',
+    gpu: g,
+    replica: msg.replica,
+    epoch: msg.epoch,
+    step: msg.step,
+  }));
 }
 
 /** What the step loop needs from its replica. */
@@ -239,7 +241,7 @@ function createStepLoop(d: StepLoopDeps) {
     ledger.reported.length = 0;
     ledger.pending = c.gpus.length;
     // A step is counted outside the machine unless an inspector watches (it must see every rank's report).
-    ledger.direct = engine === null && !runtime.stepByStep();
+    ledger.direct = !runtime.stepByStep();
     plan.predictedMs = o.cost.stepS(plan.shape) * 1000 * (o.slowdown ?? 1);
     const saturated = batcher.saturated();
     if (saturated !== ledger.saturated) {
@@ -434,22 +436,17 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
           for (const r of rankReports(msg, msg.gang)) onMessage(r);
           return;
         }
-        if (msg.ranks)
-          return engineCompleted(
-            msg,
-            ledger,
-            engine,
-            (e) => toMachine(e, true),
-            (p) => o.onEngineMismatch?.(handle, p),
-          );
         const current = msg.step === ledger.step && msg.epoch === ledger.epoch;
-        if (current) ledger.reported.push(msg.gpu);
-        // The machine's `rankOfStep` guard, on the ledger's count: a rank of the step in flight in a stepping state.
-        if (current && ledger.direct && msg.epoch === epoch && ledger.pending > 0 && !held && hasTag('stepping')) {
-          if (--ledger.pending === 0) directStep();
-          return;
+        // An engine reports once for all ranks: its tokens are applied, then each rank counts as a cost model's does.
+        const ranks = msg.ranks ? engineCompleted(msg, ledger, engine, (p) => o.onEngineMismatch?.(handle, p)) : [msg];
+        for (const r of ranks) {
+          if (current) ledger.reported.push(r.gpu);
+          // The machine's `rankOfStep` guard, on the ledger's count: a rank of the step in flight in a stepping state.
+          if (current && ledger.direct && r.epoch === epoch && ledger.pending > 0 && !held && hasTag('stepping')) {
+            if (--ledger.pending === 0) directStep();
+          } else toMachine(r, current);
         }
-        return toMachine(msg, current);
+        return;
       }
       case 'gpu.loaded':
       case 'gpu.released':
