@@ -9,7 +9,7 @@ import {
   type ReplicaTag,
 } from '../machines/replica.machine.ts';
 import { failure, type OutcomeCode } from '../machines/outcomes.ts';
-import type { Runtime } from '../runtime/system.ts';
+import type { Msg, Runtime } from '../runtime/system.ts';
 import type { MessageOf, WireEngineSpec } from '../machines/messages.ts';
 import { createEngineSteps, type EngineSteps } from './replica-engine.ts';
 import {
@@ -188,21 +188,23 @@ function gpuCommands(runtime: Runtime, o: ReplicaOptions, loadMs: number, unload
   };
 }
 
-/** An engine's one report for all ranks: its sampled tokens go on the sequences, then every rank counts as done. */
+/** An engine's one report for all ranks: its sampled tokens go on the sequences; answers each rank's report. */
 function engineCompleted(
   msg: MessageOf<'step.completed'>,
   ledger: StepLedger,
   engine: EngineSteps | null,
-  send: (e: MessageOf<'step.completed'>) => void,
   mismatch: (problem: string) => void,
-): void {
-  if (msg.step !== ledger.step || msg.epoch !== ledger.epoch || !ledger.plan || !engine) return;
+): MessageOf<'step.completed'>[] {
+  if (msg.step !== ledger.step || msg.epoch !== ledger.epoch || !ledger.plan || !engine) return [];
   const problem = engine.apply(ledger.plan, msg);
   if (problem) mismatch(problem);
-  for (const g of msg.ranks ?? []) {
-    ledger.reported.push(g);
-    send({ type: 'step.completed', gpu: g, replica: msg.replica, epoch: msg.epoch, step: msg.step });
-  }
+  return (msg.ranks ?? []).map((g) => ({
+    type: 'step.completed',
+    gpu: g,
+    replica: msg.replica,
+    epoch: msg.epoch,
+    step: msg.step,
+  }));
 }
 
 /** What the step loop needs from its replica. */
@@ -239,7 +241,7 @@ function createStepLoop(d: StepLoopDeps) {
     ledger.reported.length = 0;
     ledger.pending = c.gpus.length;
     // A step is counted outside the machine unless an inspector watches (it must see every rank's report).
-    ledger.direct = engine === null && !runtime.stepByStep();
+    ledger.direct = !runtime.stepByStep();
     plan.predictedMs = o.cost.stepS(plan.shape) * 1000 * (o.slowdown ?? 1);
     const saturated = batcher.saturated();
     if (saturated !== ledger.saturated) {
@@ -277,6 +279,59 @@ function createStepLoop(d: StepLoopDeps) {
   return { dispatch, complete };
 }
 
+/** The replica machine with its actions: GPU commands, the step loop, and giving up what it holds on failure. */
+function provideReplica(
+  o: ReplicaOptions,
+  gpu: ReturnType<typeof gpuCommands>,
+  loop: ReturnType<typeof createStepLoop>,
+  parts: {
+    ledger: StepLedger;
+    engine: EngineSteps | null;
+    stateless: StatelessBatcher | null;
+    batcher: ContinuousBatcher;
+  },
+) {
+  const { ledger, engine, stateless, batcher } = parts;
+  return replicaMachine.provide({
+    actions: {
+      assignGpus: ({ context }) => gpu.assign(context),
+      releaseGpus: ({ context }) => gpu.release(context),
+      dispatchStep: ({ context }) => loop.dispatch(context, context.step + ledger.extra),
+      completeStep: () => loop.complete(),
+      crash: ({ event }) => {
+        if (event.type === 'step.crashed') throw event.error;
+      },
+      abortStep: () => {
+        ledger.plan = null;
+        ledger.batch = null;
+      },
+      interruptAll: () => {
+        engine?.reset();
+        stateless?.abortAll(failure('replica_failed', `replica ${o.id} failed with the batch in flight`));
+        const seqs = batcher.evictAll();
+        if (seqs.length > 0) o.onInterrupted(seqs, 'replica_failed');
+      },
+    },
+    delays: {
+      assignRetry: ({ context }) => Math.max(GPU_RETRY_MS, context.loadMs),
+      releaseRetry: GPU_RETRY_MS,
+    },
+  });
+}
+
+/** A gang's one report as the one report per rank it stands for, in order (see NodeAgentOptions.gangs). */
+function rankReports(msg: MessageOf<'step.completed'>, gang: readonly number[]): MessageOf<'step.completed'>[] {
+  const { replica, epoch, step, busyMs } = msg;
+  return gang.map((gpu) => ({
+    type: 'step.completed',
+    gpu,
+    replica,
+    epoch,
+    step,
+    ...(busyMs === undefined ? {} : { busyMs }),
+  }));
+}
+
 /** Creates and starts a replica actor registered as its system id. */
 export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandle {
   const { clock } = runtime;
@@ -309,31 +364,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
   };
   const loop = createStepLoop({ runtime, o, batcher, stateless, engine, ledger, toActor, handle: () => handle });
 
-  const machine = replicaMachine.provide({
-    actions: {
-      assignGpus: ({ context }) => gpu.assign(context),
-      releaseGpus: ({ context }) => gpu.release(context),
-      dispatchStep: ({ context }) => loop.dispatch(context, context.step + ledger.extra),
-      completeStep: () => loop.complete(),
-      crash: ({ event }) => {
-        if (event.type === 'step.crashed') throw event.error;
-      },
-      abortStep: () => {
-        ledger.plan = null;
-        ledger.batch = null;
-      },
-      interruptAll: () => {
-        engine?.reset();
-        stateless?.abortAll(failure('replica_failed', `replica ${o.id} failed with the batch in flight`));
-        const seqs = batcher.evictAll();
-        if (seqs.length > 0) o.onInterrupted(seqs, 'replica_failed');
-      },
-    },
-    delays: {
-      assignRetry: ({ context }) => Math.max(GPU_RETRY_MS, context.loadMs),
-      releaseRetry: GPU_RETRY_MS,
-    },
-  });
+  const machine = provideReplica(o, gpu, loop, { ledger, engine, stateless, batcher });
   const actor = createActor(machine, {
     input: { id: o.id, model: o.model, version: o.version, gpus: o.gpus, epoch: o.epoch, loadMs, unloadMs },
     clock,
@@ -397,26 +428,25 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
       epoch: msg.epoch,
       step: current ? actor.getSnapshot().context.step : -1,
     });
-  runtime.register(o.id, (msg) => {
+  const onMessage = (msg: Msg): void => {
     const { epoch } = actor.getSnapshot().context;
     switch (msg.type) {
       case 'step.completed': {
-        if (msg.ranks)
-          return engineCompleted(
-            msg,
-            ledger,
-            engine,
-            (e) => toMachine(e, true),
-            (p) => o.onEngineMismatch?.(handle, p),
-          );
-        const current = msg.step === ledger.step && msg.epoch === ledger.epoch;
-        if (current) ledger.reported.push(msg.gpu);
-        // The machine's `rankOfStep` guard, on the ledger's count: a rank of the step in flight in a stepping state.
-        if (current && ledger.direct && msg.epoch === epoch && ledger.pending > 0 && !held && hasTag('stepping')) {
-          if (--ledger.pending === 0) directStep();
+        if (msg.gang) {
+          for (const r of rankReports(msg, msg.gang)) onMessage(r);
           return;
         }
-        return toMachine(msg, current);
+        const current = msg.step === ledger.step && msg.epoch === ledger.epoch;
+        // An engine reports once for all ranks: its tokens are applied, then each rank counts as a cost model's does.
+        const ranks = msg.ranks ? engineCompleted(msg, ledger, engine, (p) => o.onEngineMismatch?.(handle, p)) : [msg];
+        for (const r of ranks) {
+          if (current) ledger.reported.push(r.gpu);
+          // The machine's `rankOfStep` guard, on the ledger's count: a rank of the step in flight in a stepping state.
+          if (current && ledger.direct && r.epoch === epoch && ledger.pending > 0 && !held && hasTag('stepping')) {
+            if (--ledger.pending === 0) directStep();
+          } else toMachine(r, current);
+        }
+        return;
       }
       case 'gpu.loaded':
       case 'gpu.released':
@@ -429,7 +459,8 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
         if (engine?.withdrawn(msg.id)) runtime.send('node', { type: 'seq.free', replica: o.id, epoch, seqs: [msg.id] });
         return;
     }
-  });
+  };
+  runtime.register(o.id, onMessage);
   runtime.supervise(o.id, actor);
   actor.start();
   return handle;

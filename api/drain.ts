@@ -3,7 +3,7 @@
 // terminal event, and the drain resolves when the control plane holds none.
 import { failure } from '../machines/outcomes.ts';
 import type { Clock } from '../runtime/clock.ts';
-import type { Accepted, Serving } from './serving.ts';
+import type { Accepted, DoneInfo, Serving, StreamSink } from './serving.ts';
 
 /** How often the drain looks at what is left (ms). */
 const POLL_MS = 25;
@@ -19,6 +19,31 @@ export interface DrainGate {
   drain(deadlineMs: number, live: () => number): Promise<void>;
 }
 
+/** A sink whose request leaves the open set when it ends (a class: no closures per request). */
+class Tracked implements StreamSink {
+  id = '';
+  ended = false;
+  constructor(
+    private readonly sink: StreamSink,
+    private readonly open: Map<string, Accepted>,
+  ) {}
+  tokens(seq: number, n: number, text: string | undefined): void {
+    this.sink.tokens(seq, n, text);
+  }
+  done(d: DoneInfo): void {
+    this.forget();
+    this.sink.done(d);
+  }
+  failed(f: Parameters<StreamSink['failed']>[0]): void {
+    this.forget();
+    this.sink.failed(f);
+  }
+  private forget(): void {
+    this.ended = true;
+    this.open.delete(this.id);
+  }
+}
+
 /** Wraps `inner` so that it can be drained. */
 export function createDrainGate(inner: Serving, clock: Clock): DrainGate {
   let draining = false;
@@ -32,30 +57,11 @@ export function createDrainGate(inner: Serving, clock: Clock): DrainGate {
           failure: { ...failure('model_unavailable', 'the server is shutting down'), retryAfterMs: 1000 },
         };
       }
-      let id = '';
-      let ended = false;
-      const forget = (): void => {
-        ended = true;
-        open.delete(id);
-      };
-      const r = inner.submit(
-        req,
-        {
-          tokens: (seq, n, text) => sink.tokens(seq, n, text),
-          done: (d) => {
-            forget();
-            sink.done(d);
-          },
-          failed: (f) => {
-            forget();
-            sink.failed(f);
-          },
-        },
-        delivery,
-      );
-      if (r.ok && !ended) {
-        id = r.request;
-        open.set(id, r);
+      const tracked = new Tracked(sink, open);
+      const r = inner.submit(req, tracked, delivery);
+      if (r.ok && !tracked.ended) {
+        tracked.id = r.request;
+        open.set(r.request, r);
       }
       return r;
     },

@@ -1,6 +1,6 @@
 // What every client API (WebSocket stream, OpenAI HTTP, chat) uses: submit a request to the control plane and hear
 // accepted / tokens (with pseudo-text) / exactly one terminal event; readiness and model listing.
-import type { ControlPlane, TerminalOutcome } from '../actors/control-plane.ts';
+import type { ClientListener, ControlPlane, TerminalOutcome } from '../actors/control-plane.ts';
 import { failure, type Failure } from '../machines/outcomes.ts';
 import type { NodeLink } from '../actors/node-link.ts';
 import type { ClientRequest, Sampling } from '../transport/client-protocol.ts';
@@ -83,6 +83,70 @@ export interface Serving {
 
 const finite = (x: number): number => (Number.isFinite(x) && x >= 0 ? Math.round(x * 1000) / 1000 : 0);
 
+/** Which text a request's tokens carry: none, a real engine's as it sampled it, or the cost model's words. */
+const enum Text {
+  None,
+  Engine,
+  Words,
+}
+
+const text = (delivery: Delivery, engine: unknown): Text =>
+  !delivery.text ? Text.None : engine ? Text.Engine : Text.Words;
+
+/**
+ * What the control plane tells one request's client API, relayed to its sink: a class rather than closures, so a
+ * request makes no functions and a token reaches the sink through this one object. Every outcome feeds the metrics.
+ */
+class Relay implements ClientListener {
+  private isAccepted = false;
+  constructor(
+    private readonly sink: StreamSink,
+    private readonly metrics: ServerMetrics,
+    private readonly model: string,
+    private readonly maxTokens: number,
+    private readonly promptTokens: number,
+    private readonly text: Text,
+    private readonly seed: number,
+  ) {}
+  accepted(): void {
+    this.isAccepted = true;
+  }
+  tokens(_id: string, seq: number, n: number, _t: number, text?: string): void {
+    const t = this.text;
+    // The cost model's words are made only when asked for.
+    this.sink.tokens(
+      seq,
+      n,
+      t === Text.None ? undefined : t === Text.Engine ? (text ?? '') : textRange(this.seed, seq, n),
+    );
+  }
+  terminal(_id: string, o: TerminalOutcome): void {
+    this.metrics.outcome(this.model, o);
+    // A rejection is answered by submit's return value; only accepted requests hear a terminal event.
+    if (!this.isAccepted) return;
+    if (o.outcome === 'done') {
+      const { receivedAt, firstTokenAt, finishedAt } = o.timings;
+      this.sink.done({
+        finishReason: o.tokens >= this.maxTokens ? 'length' : 'stop',
+        usage: { promptTokens: this.promptTokens, completionTokens: o.tokens },
+        timings: {
+          queueMs: finite((firstTokenAt >= 0 ? firstTokenAt : finishedAt) - receivedAt),
+          ttftMs: finite(firstTokenAt - receivedAt),
+          e2eMs: finite(finishedAt - receivedAt),
+        },
+      });
+    } else {
+      const code = o.code ?? (o.outcome === 'cancelled' ? 'cancelled' : 'internal');
+      const f = failure(code, o.message ?? `request ${o.outcome}`);
+      this.sink.failed({
+        ...f,
+        outcome: o.outcome,
+        ...(o.retryAfterMs !== undefined ? { retryAfterMs: o.retryAfterMs } : {}),
+      });
+    }
+  }
+}
+
 /** Wraps a control plane for client APIs; every outcome also feeds the metrics. */
 export function createServing(
   cp: ControlPlane,
@@ -99,8 +163,7 @@ export function createServing(
     const engine = engineInput(tokenizers.get(req.model), req);
     const promptTokens = engine ? engine.prompt.length : (req.promptTokens ?? estimateTokens(req.prompt ?? ''));
     const seed = textSeed(`${req.model}\u0000${req.prompt ?? String(promptTokens)}`);
-    let accepted = false;
-    let firstSchedule = -1;
+    const relay = new Relay(sink, metrics, req.model, req.maxTokens, promptTokens, text(delivery, engine), seed);
     const res = cp.submit(
       {
         ...(delivery.id !== undefined ? { id: delivery.id } : {}),
@@ -113,42 +176,7 @@ export function createServing(
         ...(engine ? { engine } : {}),
         ...(req.deadlineMs !== undefined ? { deadlineMs: req.deadlineMs } : {}),
       },
-      {
-        accepted: () => {
-          accepted = true;
-        },
-        tokens: (_id, seq, n, t, text) => {
-          if (firstSchedule < 0) firstSchedule = t;
-          // A real engine's text as it sampled it; the cost model's words otherwise (made only when asked for).
-          if (!delivery.text) sink.tokens(seq, n, undefined);
-          else sink.tokens(seq, n, engine ? (text ?? '') : textRange(seed, seq, n));
-        },
-        terminal: (_id, o) => {
-          metrics.outcome(req.model, o);
-          // A rejection is answered by submit's return value; only accepted requests hear a terminal event.
-          if (!accepted) return;
-          if (o.outcome === 'done') {
-            const { receivedAt, firstTokenAt, finishedAt } = o.timings;
-            sink.done({
-              finishReason: o.tokens >= req.maxTokens ? 'length' : 'stop',
-              usage: { promptTokens, completionTokens: o.tokens },
-              timings: {
-                queueMs: finite((firstTokenAt >= 0 ? firstTokenAt : finishedAt) - receivedAt),
-                ttftMs: finite(firstTokenAt - receivedAt),
-                e2eMs: finite(finishedAt - receivedAt),
-              },
-            });
-          } else {
-            const code = o.code ?? (o.outcome === 'cancelled' ? 'cancelled' : 'internal');
-            const f = failure(code, o.message ?? `request ${o.outcome}`);
-            sink.failed({
-              ...f,
-              outcome: o.outcome,
-              ...(o.retryAfterMs !== undefined ? { retryAfterMs: o.retryAfterMs } : {}),
-            });
-          }
-        },
-      },
+      relay,
     );
     if (!res.ok) return { ok: false, failure: res.failure };
     return {

@@ -12,8 +12,11 @@ import {
   type ServerMessage,
 } from '../transport/client-protocol.ts';
 import { CLOSE, DEFAULT_MAX_BUFFERED, type WsPeer } from '../transport/ws.ts';
+import { tokensMessage, writeFrame, type TokensEntry } from '../transport/frame-writer.ts';
 import type { ServerMetrics } from './metrics.ts';
-import type { Serving } from './serving.ts';
+import type { DoneInfo, Serving, StreamSink } from './serving.ts';
+import type { Failure } from '../machines/outcomes.ts';
+import type { TerminalOutcome } from '../actors/control-plane.ts';
 
 /** Options of the streaming API. */
 export interface StreamApiOptions {
@@ -53,8 +56,6 @@ export interface StreamApi {
   /** Bytes of incoming frames waiting to be handled, across sessions. */
   inboundBytes(): number;
 }
-
-type TokensMsg = Extract<ServerMessage, { type: 'tokens' }>;
 
 /** Creates the `/v1/ws` handler over a serving facade. */
 export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: StreamApiOptions): StreamApi {
@@ -214,18 +215,54 @@ function createPacer(clock: Clock, budgetMs: number): { wake(inbox: Inbox): void
   };
 }
 
-/** A request's latest tokens message while it still waits in the outbox (`gen` names the outbox's batch). */
-interface TokensSlot {
-  msg: TokensMsg | null;
-  gen: number;
+/**
+ * One request's stream to its client: the sink serving talks to, and its tokens while they wait in the outbox,
+ * merged per frame (reused for every frame; `gen` names the outbox's batch they wait in, -1 once the request ended).
+ * A class, so a request costs no closures and a token touches this one object on its way to the outbox.
+ */
+class TokensSlot implements TokensEntry, StreamSink {
+  seq = 0;
+  n = 0;
+  text: string | undefined = undefined;
+  gen = -1;
+  constructor(
+    readonly id: string,
+    private readonly outbox: Pick<Outbox, 'push' | 'pushTokens'>,
+    private readonly ended: (id: string) => void,
+  ) {}
+  tokens(seq: number, n: number, text: string | undefined): void {
+    this.outbox.pushTokens(this, seq, n, text);
+  }
+  done(info: DoneInfo): void {
+    this.end();
+    this.outbox.push({ type: 'done', id: this.id, ...info });
+  }
+  failed(f: Failure & { outcome: TerminalOutcome['outcome'] }): void {
+    this.end();
+    this.outbox.push({
+      type: 'error',
+      id: this.id,
+      code: f.code,
+      message: f.message,
+      retryable: f.retryable,
+      ...(f.retryAfterMs !== undefined ? { retryAfterMs: f.retryAfterMs } : {}),
+    });
+  }
+  private end(): void {
+    // Nothing merges into tokens queued before the request's end.
+    this.gen = -1;
+    this.ended(this.id);
+  }
 }
+
+const isSlot = (x: unknown): boolean => x instanceof TokensSlot;
 
 /** A connection's outgoing queue. */
 interface Outbox {
   /** Queues a message; it leaves with the others queued in this turn. */
   push(m: ServerMessage): void;
   /** Queues a request's tokens, merged into its tokens message still waiting (same turn, or congested). */
-  pushTokens(slot: TokensSlot, id: string, seq: number, n: number, text: string | undefined): void;
+  pushTokens(slot: TokensSlot, seq: number, n: number, text: string | undefined): void;
   /** Sends what is queued at the end of the current task instead of the end of the loop's turn. */
   soon(): void;
   /** Cancels a pending congestion retry (the connection closed); later pushes are no longer scheduled. */
@@ -242,7 +279,7 @@ function createOutbox(
   metrics: ServerMetrics,
   o: { clock: Clock; perFrame: number; maxQueuedBytes: number; congestionRetryMs: number },
 ): Outbox {
-  let out: ServerMessage[] = [];
+  let out: (ServerMessage | TokensSlot)[] = [];
   // Which batch `out` holds: a request's slot merges tokens only into a message of the current batch.
   let gen = 0;
   let scheduled = false;
@@ -272,8 +309,18 @@ function createOutbox(
     out = [];
     gen++;
     waitingBytes = 0;
-    for (let i = 0; i < msgs.length; i += o.perFrame)
-      peer.send(encodeFrame(i === 0 && msgs.length <= o.perFrame ? msgs : msgs.slice(i, i + o.perFrame), format));
+    for (let i = 0; i < msgs.length; i += o.perFrame) {
+      const part = i === 0 && msgs.length <= o.perFrame ? msgs : msgs.slice(i, i + o.perFrame);
+      // msgpack frames are written directly (tokens from their slots); JSON ones from the messages.
+      peer.send(
+        format === 'msgpack'
+          ? writeFrame(part, isSlot)
+          : encodeFrame(
+              part.map((x) => (x instanceof TokensSlot ? tokensMessage(x) : x)),
+              format,
+            ),
+      );
+    }
   };
   const schedule = (): void => {
     if (!scheduled && retry === null) {
@@ -287,18 +334,24 @@ function createOutbox(
     out.push(m);
     schedule();
   };
-  const pushTokens = (slot: TokensSlot, id: string, seq: number, n: number, text: string | undefined): void => {
+  const pushTokens = (slot: TokensSlot, seq: number, n: number, text: string | undefined): void => {
     waitingBytes += 24 + (text?.length ?? 0);
-    const prev = slot.gen === gen ? slot.msg : null;
-    if (prev && prev.seq + prev.n === seq) {
-      prev.n += n;
-      if (text !== undefined) prev.text = (prev.text ?? '') + text;
+    if (slot.gen === gen) {
+      if (slot.seq + slot.n === seq) {
+        slot.n += n;
+        if (text !== undefined) slot.text = (slot.text ?? '') + text;
+        return;
+      }
+      // Not contiguous with what waits (never, as sequence numbers are): a message of its own.
+      out.push(tokensMessage({ id: slot.id, seq, n, text }));
+      schedule();
       return;
     }
-    const m: TokensMsg = text === undefined ? { type: 'tokens', id, seq, n } : { type: 'tokens', id, seq, n, text };
-    slot.msg = m;
     slot.gen = gen;
-    out.push(m);
+    slot.seq = seq;
+    slot.n = n;
+    slot.text = text;
+    out.push(slot);
     schedule();
   };
   let soonPending = false;
@@ -344,8 +397,11 @@ function createRequestTable(
   counted: (delta: 1 | -1) => void,
   tenant: string | undefined,
 ): RequestTable {
-  const { push, pushTokens } = outbox;
+  const { push } = outbox;
   const live = new Map<string, { cancel(): void }>();
+  const ended = (id: string): void => {
+    if (live.delete(id)) counted(-1);
+  };
   const submit = (m: Extract<ClientMessage, { type: 'submit' }>): void => {
     if (live.has(m.id)) {
       metrics.refused('invalid_request');
@@ -373,35 +429,11 @@ function createRequestTable(
       return;
     }
     const id = m.id;
-    // Nothing merges into tokens queued before the request's end.
-    const slot: TokensSlot = { msg: null, gen: -1 };
-    const end = (): void => {
-      slot.msg = null;
-      if (live.delete(id)) counted(-1);
-    };
     const { type: _type, id: _id, text: withText, ...request } = m;
-    const res = serving.submit(
-      request,
-      {
-        tokens: (seq, n, text) => pushTokens(slot, id, seq, n, text),
-        done: (info) => {
-          end();
-          push({ type: 'done', id, ...info });
-        },
-        failed: (f) => {
-          end();
-          push({
-            type: 'error',
-            id,
-            code: f.code,
-            message: f.message,
-            retryable: f.retryable,
-            ...(f.retryAfterMs !== undefined ? { retryAfterMs: f.retryAfterMs } : {}),
-          });
-        },
-      },
-      { text: withText ?? true, ...(tenant !== undefined ? { tenant } : {}) },
-    );
+    const res = serving.submit(request, new TokensSlot(id, outbox, ended), {
+      text: withText ?? true,
+      ...(tenant !== undefined ? { tenant } : {}),
+    });
     if (!res.ok) {
       const f = res.failure;
       push({

@@ -1,15 +1,28 @@
 // `npm run bench:fidelity`: one request stream served live on the real llama.cpp engine through switchyard's batcher,
-// and simulated (`simulate()` on the same config, the model's calibrated profile giving every step time), side by
+// and simulated (`simulate()` on the same config, the calibrated profile giving every step time), side by
 // side as simulated ÷ measured. Also compares each live step with the profile's prediction for its shape, so a miss
 // can be told apart: step-time model (calibration) or live overheads between steps.
 //
 // Usage: tsx bench/fidelity.ts [--quick] [--requests N] [--time-scale X] [--clock cpu|wall] [--config file.yaml]
-// The profile is bench/profiles/bench.json (`switchyard calibrate --config bench/engine.yaml` writes it); the live
-// side runs in process (batcher + engine, no server), on the cpu clock by default (see bench/lib/engine-serve.ts).
+//                             [--calibrate]
+// The profile is the stored bench/profiles/bench.json (`switchyard calibrate --config bench/engine.yaml` writes it).
+// With --calibrate the bench calibrates on the live run's own engine (same threads, cache and batch), half the
+// repetitions just before the live run and half just after, and simulates with that profile instead, so both sides
+// see the same machine on average over the run; the stored profile's prediction of the live steps is printed too.
+// Why it matters (see actors/engine/README.md, "Fidelity"): a step's CPU time on this shared machine moves by several
+// % with the other tenants' load, and at this load (time scale 2, near saturation) queueing multiplies a step-time
+// error 2-3x in the latency percentiles; with --quick's 40 requests the TPOT p50 also sits between the clusters
+// of requests that did and did not share a step with a prefill chunk, so it jumps by 20 % for a 2 % step-time change.
+// The live side runs in process (batcher + engine, no server), on the cpu clock by default
+// (see bench/lib/engine-serve.ts).
 import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { loadScenario } from '../actors/config.ts';
+import { DEFAULT_GRID, fitProfile, measureGrid, type CalibrationSample } from '../actors/engine/calibrate.ts';
 import { loadLlamaEngine } from '../actors/engine/llama-engine.ts';
-import { engineProfileAt, profileStepS } from '../actors/gpu/profile-cost-model.ts';
+import { engineProfileAt, profileStepS, type EngineProfile } from '../actors/gpu/profile-cost-model.ts';
 import { simulate } from '../actors/sim/simulate.ts';
 import { printFigures, quick, writeChartData } from './lib/data.ts';
 import {
@@ -27,6 +40,7 @@ const opt = (name: string): string | undefined => {
 };
 const configFile = opt('config') ?? 'bench/engine.yaml';
 const clockKind = (opt('clock') ?? 'cpu') as 'cpu' | 'wall';
+const useStored = !argv.includes('--calibrate');
 const load = (): string => execFileSync('uptime', { encoding: 'utf8' }).trim();
 
 const scenario = loadScenario(configFile);
@@ -35,38 +49,92 @@ scenario.traffic[0]!.requests = Number(opt('requests') ?? (quick ? 40 : 300));
 // at 16 it sheds 134 with `overloaded` for want of KV headroom), so both sides serve the same requests.
 scenario.traffic[0]!.arrival.timeScale = Number(opt('time-scale') ?? 2);
 const model = scenario.models[0]!;
-const profile = engineProfileAt(model.calibration!);
+const stored = engineProfileAt(model.calibration!);
 const reqs = scenarioRequests(scenario);
 const b = model.batching;
+const threads = model.engine!.threads ?? stored.threads;
 process.stderr.write(
-  `bench:fidelity ${reqs.length} requests, profile ${profile.name} (${profile.timing ?? 'wall'} timing, fit mean ` +
-    `${(profile.fit.meanRelError * 100).toFixed(1)} %), ${clockKind} clock\nload before: ${load()}\n`,
+  `bench:fidelity ${reqs.length} requests, ${useStored ? `stored profile ${stored.name}` : 'profile calibrated in this run'}, ` +
+    `${threads} thread(s), ${clockKind} clock\nload before: ${load()}\n`,
 );
 
-const sim = simulate(scenario);
-
+const loadStarted = performance.now();
 const engine = await loadLlamaEngine(model.engine!.file, {
   sequences: model.engine!.sequences,
   contextTokens: model.engine!.contextTokens,
-  threads: profile.threads,
+  threads,
   batchTokens: b.tokenBudget,
 });
+const loadS = (performance.now() - loadStarted) / 1e3;
 const cap = engine.capacity();
 const limits = limitsForEngine(b, cap);
-const steps = { n: 0, predictedMs: 0, measuredMs: 0, absErrMs: 0, decodeOnly: [0, 0], withPrefill: [0, 0] };
+// Half the repetitions before the live run, half after (each half warms up first); quick runs take fewer.
+const reps = quick ? 2 : Math.ceil(DEFAULT_GRID.repetitions / 2);
+const timing = clockKind === 'cpu' ? 'cpu' : 'wall';
+const calibrated: CalibrationSample[] = [];
+const calibrating = async (): Promise<void> => {
+  if (!useStored) calibrated.push(...(await measureGrid(engine, { ...DEFAULT_GRID, repetitions: reps }, timing)));
+};
+await calibrating();
+const steps: { shape: Parameters<typeof profileStepS>[1]; prefill: boolean; ms: number }[] = [];
 const live = await serveWithSwitchyard(engine, reqs, limits, createBenchClock(clockKind), (plan, cpuMs, wallMs) => {
-  const measured = clockKind === 'cpu' ? cpuMs : wallMs;
-  const predicted = profileStepS(profile, plan.shape) * 1e3;
-  steps.n++;
-  steps.predictedMs += predicted;
-  steps.measuredMs += measured;
-  steps.absErrMs += Math.abs(predicted - measured);
-  const bucket = plan.prefillTokens > 0 ? steps.withPrefill : steps.decodeOnly;
-  bucket[0]! += predicted;
-  bucket[1]! += measured;
+  steps.push({ shape: plan.shape, prefill: plan.prefillTokens > 0, ms: clockKind === 'cpu' ? cpuMs : wallMs });
 });
+await calibrating();
 await engine.unload();
+
+/** The profile the simulation uses: fitted on this run's samples, or the stored one. */
+function runProfile(): EngineProfile {
+  if (useStored) return stored;
+  const { coefficients, fit } = fitProfile(calibrated);
+  return {
+    ...stored,
+    name: `${stored.name}-in-run`,
+    threads,
+    timing,
+    loadS,
+    capacity: {
+      sequences: cap.sequences,
+      cellsPerSequence: cap.cellsPerSequence,
+      totalCells: cap.totalCells,
+      batchTokens: cap.batchTokens,
+    },
+    coefficients,
+    fit,
+    samples: calibrated,
+  };
+}
+const profile = runProfile();
+const dir = mkdtempSync(join(tmpdir(), 'switchyard-fidelity-'));
+if (!useStored) {
+  model.calibration = join(dir, 'profile.json');
+  writeFileSync(model.calibration, JSON.stringify(profile));
+}
+/** The profile's predictions for the live steps ÷ what they measured: all, decode-only, with prefill. */
+function stepModel(p: EngineProfile) {
+  const sum = { all: [0, 0], decodeOnly: [0, 0], withPrefill: [0, 0], absErr: 0 };
+  for (const s of steps) {
+    const predicted = profileStepS(p, s.shape) * 1e3;
+    for (const k of ['all', s.prefill ? 'withPrefill' : 'decodeOnly'] as const) {
+      sum[k][0]! += predicted;
+      sum[k][1]! += s.ms;
+    }
+    sum.absErr += Math.abs(predicted - s.ms);
+  }
+  const r = (k: 'all' | 'decodeOnly' | 'withPrefill'): number => sum[k][0]! / sum[k][1]!;
+  return {
+    all: r('all'),
+    decodeOnly: r('decodeOnly'),
+    withPrefill: r('withPrefill'),
+    absErr: sum.absErr / sum.all[1]!,
+  };
+}
 const loadAfter = load();
+
+const sim = simulate(scenario);
+rmSync(dir, { recursive: true, force: true });
+const model_ = stepModel(profile);
+const drift = useStored ? undefined : stepModel(stored);
 
 const m = figuresOf(live);
 const sched = live.scheduler!;
@@ -92,13 +160,15 @@ const lines = [
   `simulated outcomes: ${Object.entries(sim.requests)
     .map(([k, v]) => `${k} ${v}`)
     .join(', ')}${sim.requests.total !== (sim.requests['done'] ?? 0) ? ' (NOT all served: the sides differ)' : ''}`,
-  `steps: simulated ${sim.batch.steps}, live ${steps.n}; span: simulated ${sim.sim.simulatedSeconds} s, live ` +
+  `steps: simulated ${sim.batch.steps}, live ${steps.length}; span: simulated ${sim.sim.simulatedSeconds} s, live ` +
     `${(liveSpanMs / 1e3).toFixed(3)} s; output tokens: simulated ${Math.round(sim.throughput.outputTokensPerS * sim.sim.simulatedSeconds)}, ` +
     `live ${m.outputTokens} (${m.eosEnded} ended by EOS)`,
-  `step-time model on the live steps: predicted ÷ measured ${(steps.predictedMs / steps.measuredMs).toFixed(3)} ` +
-    `(decode-only steps ${(steps.decodeOnly[0]! / steps.decodeOnly[1]!).toFixed(3)}, steps with prefill ` +
-    `${(steps.withPrefill[0]! / steps.withPrefill[1]!).toFixed(3)}), mean |error| per step ` +
-    `${((steps.absErrMs / steps.measuredMs) * 100).toFixed(1)} % of the step`,
+  `profile: ${profile.name}, fit over ${profile.fit.points} shapes, mean |error| ${(profile.fit.meanRelError * 100).toFixed(1)} %` +
+    (useStored ? '' : ` (${reps} + ${reps} repetitions around the live run)`),
+  `step-time model on the live steps: predicted ÷ measured ${model_.all.toFixed(3)} ` +
+    `(decode-only steps ${model_.decodeOnly.toFixed(3)}, steps with prefill ${model_.withPrefill.toFixed(3)}), ` +
+    `mean |error| per step ${(model_.absErr * 100).toFixed(1)} % of the step` +
+    (drift ? `; the stored profile (${stored.name}) would predict ${drift.all.toFixed(3)}` : ''),
   `live time outside engine steps: scheduler ${sched.schedCpuMs.toFixed(0)} ms CPU, other (frees, event loop) ` +
     `${Math.max(0, live.cpuS * 1e3 - sched.schedCpuMs - sched.engineCpuMs).toFixed(0)} ms CPU of ` +
     `${(live.cpuS * 1e3).toFixed(0)} ms; live measured in process (batcher + engine)`,
@@ -108,7 +178,9 @@ process.stdout.write(`${lines.join('\n')}\n`);
 writeChartData({ simulated: sim.throughput, measured: { tokensPerS: m.tokensPerS }, ratios });
 printFigures({
   ...ratios,
-  stepModelRatio: steps.predictedMs / steps.measuredMs,
+  stepModelRatio: model_.all,
+  ...(drift ? { storedProfileStepModelRatio: drift.all } : {}),
+  profile: useStored ? 'stored' : 'in-run',
   simulatedDone: sim.requests['done'] ?? 0,
   requests: reqs.length,
   clock: clockKind,

@@ -107,6 +107,8 @@ export type NodeProtocolMessage =
       step: number;
       busyMs?: number;
       ranks?: number[];
+      /** The ranks of a cost-model gang that ran the step on one timer, reporting together: one report per rank. */
+      gang?: number[];
       sampled?: WireEngineSampled[];
       cache?: { sequences: number; cellsPerSequence: number };
     }

@@ -28,6 +28,9 @@ export interface VirtualClock extends Clock {
    * have run in between, so the skip is indistinguishable from running those events one by one.
    */
   skipTo(t: number, events: number): boolean;
+  /** Counts `events` more events for the one running now: a timer that stands for several (a tensor-parallel gang's
+   * ranks finishing one step together) counts as the timers it replaces. Nothing happens outside a run. */
+  standIn(events: number): void;
 }
 
 interface Entry {
@@ -111,6 +114,9 @@ export function createVirtualClock(startMs = 0): VirtualClock {
       now = t;
       ran += events;
       return true;
+    },
+    standIn: (events) => {
+      if (limit >= 0) ran += events;
     },
     run: (untilMs = Infinity) => {
       stopped = false;

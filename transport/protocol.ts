@@ -132,6 +132,8 @@ export const nodeMessageSchema = union('type', {
     step: count,
     busyMs: optional(ms),
     ranks: optional(arr(gpu, { min: 1, max: 64 })),
+    // Ranks of a tensor-parallel gang that ran the step together under the cost model: one report per rank, in order.
+    gang: optional(arr(gpu, { min: 2, max: 64 })),
     sampled: optional(arr(engineSampled, { max: ENGINE_WIRE_BOUNDS.maxItems })),
     cache: optional(obj({ sequences: count, cellsPerSequence: count })),
   }),

@@ -186,7 +186,8 @@ export function connectSimLink(a: Runtime, b: Runtime, clock: VClock, rng: Rng, 
   const sender = (link: Link, dir: 'ab' | 'ba') => (dest: string, msg: Msg) => {
     // A cut direction loses what is sent: nothing is queued or scheduled.
     if (!wire.isOpen(dir)) return;
-    stats.messages++;
+    // A gang's report counts as the one report per rank it stands for (NodeAgentOptions.gangs).
+    stats.messages += msg.type === 'step.completed' && msg.gang ? msg.gang.length : 1;
     link.send(dest, msg);
   };
   a.setRemote(sender(linkA, 'ab'));

@@ -120,6 +120,10 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       return headBlocked(st, st.waiting.peek()!);
     },
     stats: () => (cached ??= batcherStats(st)),
+    waitingOf: (rank) => ({
+      count: st.waiting.sums.byClass[rank] ?? 0,
+      tokens: st.waiting.sums.tokensByClass[rank] ?? 0,
+    }),
     waitingList: () => st.waiting.list(),
     runningList: () => st.running,
     checkInvariants: (p) => {

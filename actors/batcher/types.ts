@@ -57,6 +57,8 @@ export interface ContinuousBatcher {
   hasWork(): boolean;
   saturated(): boolean;
   stats(): BatcherStats;
+  /** Sequences of class `rank` waiting and their prompt tokens: stats()'s per-class totals, without the rest (O(1)). */
+  waitingOf(rank: number): { count: number; tokens: number };
   /** Waiting sequences in the order they will be admitted (highest class first); O(queue), for tests and views. */
   waitingList(): Sequence[];
   /** Running sequences, highest class and oldest first. */

@@ -153,6 +153,17 @@ const gridShapes = (grid: CalibrationGrid, context: number): GridShape[] =>
     ),
   );
 
+/** Prefills `tokens` of `seq` in steps of at most the engine's batch, sampling after the last when asked. */
+async function prefillChunked(engine: Engine, seq: string, tokens: readonly number[], sample: boolean): Promise<void> {
+  const batch = engine.capacity().batchTokens;
+  for (let at = 0; at < tokens.length; at += batch) {
+    const chunk = tokens.slice(at, at + batch);
+    await engine.step({
+      items: [{ seq, kind: 'prefill', tokens: chunk, sample: sample && at + batch >= tokens.length }],
+    });
+  }
+}
+
 /** How a step is timed: wall time, or the process's CPU time (the engine's own cost on a shared CPU, one thread). */
 export type StepTiming = 'wall' | 'cpu';
 
@@ -182,20 +193,19 @@ export async function measureGrid(
   const samples: CalibrationSample[] = [];
   const decoding = Array.from({ length: Math.max(...grid.decodeSeqs) }, (_, i) => `cal.d${i}`);
   for (const context of grid.contextTokens) {
-    const shapes = gridShapes(grid, context).map((shape) => ({ ...shape, runs: [] as [number, number][] }));
+    // A shape the engine cannot run as one batch is never planned on it either.
+    const shapes = gridShapes(grid, context)
+      .filter((shape) => shape.prefill + shape.decode <= engine.capacity().batchTokens)
+      .map((shape) => ({ ...shape, runs: [] as [number, number][] }));
     for (let r = -1; r < grid.repetitions; r++) {
       // Set-up steps, not timed: each decoding sequence holds `context` tokens and has a sampled token pending
       // (again each round, so the contexts drift by at most one round's decodes).
       for (const [i, seq] of decoding.entries()) {
         await engine.free(seq);
-        await engine.step({ items: [{ seq, kind: 'prefill', tokens: filler(context, i), sample: true }] });
+        await prefillChunked(engine, seq, filler(context, i), true);
       }
       for (const shape of shapes) {
-        if (shape.cached > 0) {
-          await engine.step({
-            items: [{ seq: 'cal.p', kind: 'prefill', tokens: filler(shape.cached, r), sample: false }],
-          });
-        }
+        if (shape.cached > 0) await prefillChunked(engine, 'cal.p', filler(shape.cached, r), false);
         const items: StepItem[] = decoding.slice(0, shape.decode).map((seq) => ({ seq, kind: 'decode' as const }));
         chunkSizes(shape).forEach((n, i) => {
           items.push({ seq: PREFILLING[i]!, kind: 'prefill', tokens: filler(n, r + 7 + i), sample: true });

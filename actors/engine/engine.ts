@@ -74,6 +74,10 @@ export interface SamplingParams {
  * was streamed already: the engine's text stream replays them without emitting, so what it held back (an incomplete
  * character, a possible stop-string prefix) is neither lost nor sent twice, and a stop string spanning the
  * preemption is still found.
+ *
+ * `last` on an item that samples says the caller takes no more tokens of the sequence (its max_tokens): the engine
+ * appends the text it held back to that token's and frees the sequence in the same step, as it does a sequence that
+ * ended by itself (end-of-generation token, stop string), so a finished sequence costs no separate free().
  */
 export type StepItem =
   | {
@@ -83,8 +87,9 @@ export type StepItem =
       sample: boolean;
       sampling?: SamplingParams;
       streamed?: readonly number[];
+      last?: boolean;
     }
-  | { seq: string; kind: 'decode' };
+  | { seq: string; kind: 'decode'; last?: boolean };
 
 /** A step as switchyard's batcher planned it; executed as exactly one engine batch. */
 export interface StepPlan {

@@ -154,7 +154,9 @@ function forkHost(opts: EngineHostOptions): { child: ChildProcess; stderrTail: (
   let tail = '';
   const child: ChildProcess = fork(opts.entry ?? defaultEntry(), [], {
     execArgv: ['--import', tsxLoader()],
-    env: { ...process.env, ...opts.env, CUDA_VISIBLE_DEVICES: opts.gpus.join(',') },
+    // One libuv pool thread: node-llama-cpp queues a step's decode and then each sequence's sampling there, and one
+    // thread runs them back to back instead of waking idle threads for each (a wake-up per item, on both sides).
+    env: { ...process.env, UV_THREADPOOL_SIZE: '1', ...opts.env, CUDA_VISIBLE_DEVICES: opts.gpus.join(',') },
     stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
     serialization: 'json',
   });

@@ -226,7 +226,7 @@ async function createLlamaEngine(file: string, llama: Llama, model: LlamaModel, 
   const runStep = async (plan: StepPlan): Promise<StepResult> => {
     const { tokens } = checkPlan(plan, live, capacity(), vocab ?? Number.MAX_SAFE_INTEGER);
     const evaluations: Promise<unknown[]>[] = [];
-    const order: { seq: string; state: Live; sampleAt: number }[] = [];
+    const order: { seq: string; state: Live; sampleAt: number; last: boolean }[] = [];
     const queued: { item: StepPlan['items'][number]; state: Live }[] = [];
     for (const item of plan.items) {
       let state = live.get(item.seq);
@@ -246,7 +246,7 @@ async function createLlamaEngine(file: string, llama: Llama, model: LlamaModel, 
     for (const { item, state } of queued) {
       const { input, sampleAt } = evaluationInput(item, state);
       if (item.kind === 'decode') state.pending = undefined;
-      order.push({ seq: item.seq, state, sampleAt });
+      order.push({ seq: item.seq, state, sampleAt, last: item.last === true });
       evaluations.push(state.sequence.controlledEvaluate(input));
     }
     const lateBefore = gate.late;
@@ -265,7 +265,8 @@ async function createLlamaEngine(file: string, llama: Llama, model: LlamaModel, 
     }
     const ms = performance.now() - started;
     const sampled: SampledToken[] = [];
-    order.forEach(({ seq, state, sampleAt }, i) => {
+    const ended: string[] = [];
+    order.forEach(({ seq, state, sampleAt, last }, i) => {
       if (sampleAt < 0) return;
       const out = results[i]![sampleAt] as { next?: { token?: number | null } } | undefined;
       const token = out?.next?.token;
@@ -273,13 +274,20 @@ async function createLlamaEngine(file: string, llama: Llama, model: LlamaModel, 
       state.pending = token;
       if (model.isEogToken(token as Token)) {
         state.finished = true;
+        ended.push(seq);
         sampled.push({ seq, token, text: state.stream.flush(), finish: 'eos' });
         return;
       }
       const { text, stopped } = state.stream.push(token);
-      if (stopped) state.finished = true;
-      sampled.push(stopped ? { seq, token, text, finish: 'stop' } : { seq, token, text });
+      if (stopped || last) {
+        state.finished = true;
+        ended.push(seq);
+      }
+      if (stopped) sampled.push({ seq, token, text, finish: 'stop' });
+      else sampled.push({ seq, token, text: last ? text + state.stream.flush() : text });
     });
+    // A sequence that ended (by itself, or its last token taken) is freed now: no separate free() for it.
+    for (const seq of ended) await freeSeq(seq);
     // Reported in the plan's order, whatever order the batch ran in.
     const rank = new Map(plan.items.map((item, i) => [item.seq, i]));
     sampled.sort((a, b) => rank.get(a.seq)! - rank.get(b.seq)!);

@@ -63,6 +63,7 @@ export function startFleetNode(
     executor: createCostModelExecutor(clock),
     repairMs: scenario.node.repairMs,
     heartbeatMs: scenario.detection.heartbeatMs,
+    gangs: !stepByStep,
   });
   if (!stepByStep) link.setShortcut(agent.shortcut);
   const node: FleetNode = {

@@ -1,6 +1,6 @@
 // Executors run steps on a GPU. The cost-model executor takes the time the roofline predicts, on whatever clock
 // it is given: virtual time in the simulator, real time when serving. A real engine would implement the same.
-import type { Clock, TimerId } from '../../runtime/clock.ts';
+import type { Clock, TimerId, VirtualClock } from '../../runtime/clock.ts';
 import type { CostModel, StepShape } from './cost-model.ts';
 
 /** One rank's share of a step. */
@@ -30,29 +30,47 @@ export interface Executor {
     durationMs(work: StepWork): number;
     running(gpu: number): boolean;
     credit(gpu: number, ms: number): void;
+    /**
+     * Starts one step on every rank of a gang whose ranks take the same time (the caller checked): one timer for all,
+     * and `done` once with the ranks still running it, in start order (an aborted rank leaves the gang). On a virtual
+     * clock the timer counts as the one timer per rank it replaces.
+     */
+    startGang(works: readonly StepWork[], done: (busyMs: number, ranks: number[]) => void): void;
   };
 }
 
 /** Creates an executor whose steps take `durationMs(work)` on `clock`. */
 export function createTimedExecutor(name: string, clock: Clock, durationMs: (w: StepWork) => number): Executor {
-  const running = new Map<number, TimerId>();
+  // What each GPU is running: one timer per step, shared by the ranks of a gang.
+  const running = new Map<number, { timer: TimerId; ranks: Set<number> }>();
   const busy = new Map<number, number>();
+  const standIn = (clock as Partial<VirtualClock>).standIn;
+  const launch = (gpus: readonly number[], ms: number, done: (busyMs: number, ranks: number[]) => void): void => {
+    for (const g of gpus) if (running.has(g)) throw new Error(`gpu.${g} is already executing a step`);
+    const ranks = new Set(gpus);
+    const run = {
+      ranks,
+      timer: clock.setTimeout(() => {
+        const finished = [...ranks];
+        for (const g of finished) {
+          running.delete(g);
+          busy.set(g, (busy.get(g) ?? 0) + ms);
+        }
+        if (finished.length > 1) standIn?.(finished.length - 1);
+        done(ms, finished);
+      }, ms),
+    };
+    for (const g of gpus) running.set(g, run);
+  };
   return {
     name,
-    start: (work, done) => {
-      if (running.has(work.gpu)) throw new Error(`gpu.${work.gpu} is already executing a step`);
-      const ms = durationMs(work);
-      const timer = clock.setTimeout(() => {
-        running.delete(work.gpu);
-        busy.set(work.gpu, (busy.get(work.gpu) ?? 0) + ms);
-        done(ms);
-      }, ms);
-      running.set(work.gpu, timer);
-    },
+    start: (work, done) => launch([work.gpu], durationMs(work), (ms) => done(ms)),
     abort: (gpu) => {
-      const t = running.get(gpu);
-      if (t !== undefined) clock.clearTimeout(t);
+      const run = running.get(gpu);
+      if (!run) return;
       running.delete(gpu);
+      run.ranks.delete(gpu);
+      if (run.ranks.size === 0) clock.clearTimeout(run.timer);
     },
     busyMs: (gpu) => busy.get(gpu) ?? 0,
     timed: {
@@ -61,6 +79,12 @@ export function createTimedExecutor(name: string, clock: Clock, durationMs: (w: 
       credit: (gpu, ms) => {
         busy.set(gpu, (busy.get(gpu) ?? 0) + ms);
       },
+      startGang: (works, done) =>
+        launch(
+          works.map((w) => w.gpu),
+          durationMs(works[0]!),
+          done,
+        ),
     },
   };
 }

@@ -40,10 +40,8 @@ export function viewOf(r: ReplicaHandle): ReplicaView {
     state: () => r.state(),
     blocksTotal: r.batcher.limits.blocksTotal,
     estimate: (work, slowdown) => estimateWait(r, work, slowdown),
-    waiting: (rank) => {
-      const st = r.batcher.stats();
-      return { count: st.waitingByClass[rank] ?? 0, tokens: st.waitingTokensByClass[rank] ?? 0 };
-    },
+    // The class totals only: stats() would walk the running set whenever a step changed it.
+    waiting: (rank) => r.batcher.waitingOf(rank),
   };
   views.set(r, v);
   return v;

@@ -98,6 +98,7 @@ export function buildDstSystem(
         executor: createCostModelExecutor(clock),
         repairMs: scenario.node.repairMs,
         heartbeatMs: scenario.detection.heartbeatMs,
+        gangs: !stepByStep,
       });
       wireShortcut();
     },

@@ -108,6 +108,7 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
     repairMs: scenario.node.repairMs,
     heartbeatMs: scenario.detection.heartbeatMs,
     lanes: scenario.placement.policy === 'share' ? 2 : 1,
+    gangs: !stepByStep,
   });
   if (opts.wireCheck !== true && !stepByStep) link.setShortcut(agent.shortcut);
   // Heartbeats keep the clock busy forever: the run ends when placement, requests and faults are all done.

@@ -3,7 +3,7 @@ import { createActor, type ActorRefFrom } from 'xstate';
 import { gpuMachine } from '../../machines/gpu.machine.ts';
 import type { CostModel, StepShape } from '../gpu/cost-model.ts';
 import { costModelFor } from '../gpu/profile-cost-model.ts';
-import type { Executor } from '../gpu/executor.ts';
+import type { Executor, StepWork } from '../gpu/executor.ts';
 import type { Msg, Runtime } from '../../runtime/system.ts';
 import type { InjectedFault, MessageOf, NodeInventoryDevice } from '../../machines/messages.ts';
 import type { TimerId } from '../../runtime/clock.ts';
@@ -58,6 +58,12 @@ export interface NodeAgentOptions {
   lanes?: number;
   /** How engine hosts (replicas assigned with a real engine) are started and bounded. */
   engines?: Omit<EngineManagerOptions, 'ready' | 'failed'>;
+  /**
+   * The ranks of a tensor-parallel step that all start it and take the same time run it on one timer and report it
+   * in one message (`gang`), which the replica takes as one report per rank, in order: the same events, times and
+   * results as one timer and one message per rank (the simulator's reference run keeps those). Default off.
+   */
+  gangs?: boolean;
 }
 
 /** A GPU of an engine replica stays `loading` until the host is ready; this only backs up the host's own bound. */
@@ -223,6 +229,43 @@ function stepShortcut(
   };
 }
 
+/** Starts a step on all its ranks as one gang when every rank would start it now and take the same time (see
+ * NodeAgentOptions.gangs); false (nothing started) otherwise, and each rank starts on its own. */
+function startGang(
+  slots: ReadonlyMap<number, GpuSlot>,
+  executor: Executor,
+  now: number,
+  send: (to: string, msg: Msg) => void,
+  m: MessageOf<'step.execute'>,
+  shape: StepShape,
+): boolean {
+  const timed = executor.timed;
+  if (!timed || m.gpus.length < 2) return false;
+  const { replica, epoch, step } = m;
+  const works: StepWork[] = [];
+  const gang: GpuSlot[] = [];
+  let ms = -1;
+  for (const g of m.gpus) {
+    const slot = slots.get(g);
+    if (!slot || !slot.cost || slot.hung || timed.running(g)) return false;
+    const snap = slot.actor.getSnapshot();
+    if (!snap.hasTag('serving') || snap.context.replica !== replica || snap.context.epoch !== epoch) return false;
+    const work = { gpu: g, replica, epoch, step, shape, cost: slot.cost, slowdown: slot.slowdown };
+    const d = timed.durationMs(work);
+    if (ms >= 0 && d !== ms) return false;
+    ms = d;
+    works.push(work);
+    gang.push(slot);
+  }
+  for (const slot of gang) slot.inflight = { replica, epoch, step, since: now };
+  timed.startGang(works, (busyMs, ranks) => {
+    for (const g of ranks) slots.get(g)!.inflight = null;
+    const one = { type: 'step.completed' as const, gpu: ranks[0]!, replica, epoch, step, busyMs };
+    send(replica, ranks.length > 1 ? { ...one, gang: ranks } : one);
+  });
+  return true;
+}
+
 /** A device's inventory entry from its GPU actor's snapshot. */
 function deviceOf(g: number, snap: GpuSnapshot): NodeInventoryDevice {
   const v = snap.value;
@@ -360,7 +403,8 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
       engines.free(m.replica, m.epoch, m.seqs);
     } else if (m.type === 'step.execute') {
       const shape = shapeOf(m);
-      for (const g of m.gpus) startStep(g, m.replica, m.epoch, m.step, shape);
+      const gang = opts.gangs === true && startGang(slots, opts.executor, clock.now(), send, m, shape);
+      if (!gang) for (const g of m.gpus) startStep(g, m.replica, m.epoch, m.step, shape);
     } else if (m.type === 'gpu.inject') {
       inject(m.gpu, m.fault, m.factor);
     } else if (m.type === 'gpu.fence') {

@@ -104,7 +104,9 @@ function planOf(h: Hosted, m: Execute): StepItem[] {
   return (m.items ?? []).map((it): StepItem => {
     const s = h.seqs.get(it.seq);
     if (!s) throw new Error(`step ${m.step} of ${m.replica} names sequence ${it.seq}, which is not open`);
-    if (it.n === 0) return { seq: it.seq, kind: 'decode' };
+    // The token this item samples is the sequence's last: the engine flushes its text and frees it in the step.
+    const last = s.left <= 1 && (it.n === 0 || it.sample) ? { last: true } : {};
+    if (it.n === 0) return { seq: it.seq, kind: 'decode', ...last };
     const tokens = s.tokens.slice(it.from, it.from + it.n);
     if (tokens.length !== it.n)
       throw new Error(`prefill of ${it.seq} asks for tokens past the ${s.tokens.length} held`);
@@ -115,12 +117,16 @@ function planOf(h: Hosted, m: Execute): StepItem[] {
       sample: it.sample,
       ...(opened.has(it.seq) && it.from === 0 ? { sampling: s.sampling } : {}),
       ...(opened.has(it.seq) && it.from === 0 && s.streamed.length > 0 ? { streamed: s.streamed } : {}),
+      ...last,
     };
   });
 }
 
-/** Records sampled tokens; a sequence that ended (eos, stop, its output left) is freed, its held text appended. */
-async function settle(h: Hosted, sampled: readonly Sampled[]): Promise<Sampled[]> {
+/**
+ * Records sampled tokens. A sequence that ended (eos, stop, its output left) is forgotten: the engine freed it in
+ * the step (an item marked `last` had its held text appended); one it still holds, unexpectedly, is freed here.
+ */
+async function settle(h: Hosted, sampled: readonly Sampled[], items: readonly StepItem[]): Promise<Sampled[]> {
   const out: Sampled[] = [];
   for (const t of sampled) {
     const s = h.seqs.get(t.seq);
@@ -132,8 +138,9 @@ async function settle(h: Hosted, sampled: readonly Sampled[]): Promise<Sampled[]
     }
     if (r.finish) {
       h.seqs.delete(t.seq);
-      const { text } = await h.host.free(t.seq);
-      if (r.finish === 'length') r.text += text;
+      if (r.finish === 'length' && !items.some((i) => i.seq === t.seq && i.last)) {
+        r.text += (await h.host.free(t.seq)).text;
+      }
     }
     out.push(r);
   }
@@ -208,7 +215,7 @@ export function createEngineManager(opts: EngineManagerOptions): EngineManager {
     }
     try {
       const result = await h.host.step({ items });
-      const sampled = await settle(h, result.sampled);
+      const sampled = await settle(h, result.sampled, items);
       const cap = h.host.capacity();
       done({
         busyMs: result.ms,

@@ -3,47 +3,22 @@
 // (when each token chunk arrived); CPU time is read per process and per thread from /proc, so switchyard's own share
 // can be told from the engine's on a shared machine.
 //
-// The engine's CPU is the engine host's threads other than its main thread: node-llama-cpp runs llama_decode (and
-// sampling) on libuv's thread pool; V8's helper threads (garbage collection) count there too, as Node 20 names every
-// thread "node". Everything else — the control plane and the worker (all their threads) and the host's main thread
-// (IPC, plan checks, text streams) — is switchyard's overhead.
+// The engine's CPU is llama.cpp's: the engine hosts' libuv pool threads, where node-llama-cpp runs llama_decode and
+// sampling (bench/lib/thread-cpu.ts tells them from the other threads). Everything else is switchyard's overhead:
+// the control plane and the worker (all of their threads), and the hosts' main threads (IPC, plan checks, text
+// streams, node-llama-cpp's JavaScript) and V8 helper threads (garbage collection, compilation). The CPU the
+// processes use while nothing is served (timers, metrics, heartbeats) is measured before the run and reported; it
+// is not subtracted.
 import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { connectClient } from '../../api/client.ts';
+import { createRng, type Rng } from '../../runtime/rng.ts';
 import type { BenchRequest, RequestTiming, ServeRun } from './engine-serve.ts';
+import { poolSize, splitEngineThreads, threadCpu, threadDelta, totalMs } from './thread-cpu.ts';
 
 const BIN = new URL('../../bin/switchyard.ts', import.meta.url).pathname;
 const ROOT = new URL('../..', import.meta.url).pathname;
-/** Clock ticks per second of /proc/<pid>/stat (USER_HZ; 100 on Linux). */
-const HZ = 100;
-
-/** CPU ms of one thread or process from its stat line (utime + stime). */
-const statCpuMs = (path: string): number => {
-  const s = readFileSync(path, 'utf8');
-  const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
-  return ((Number(f[11]) + Number(f[12])) / HZ) * 1e3;
-};
-
-/** Per-thread CPU ms of a process, keyed by thread name (comm) and id. */
-function threadsCpu(pid: number): { name: string; tid: string; ms: number }[] | null {
-  const out: { name: string; tid: string; ms: number }[] = [];
-  let tids: string[];
-  try {
-    tids = readdirSync(`/proc/${pid}/task`);
-  } catch {
-    return null; // the process is gone
-  }
-  for (const tid of tids) {
-    try {
-      const name = readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim();
-      out.push({ name, tid, ms: statCpuMs(`/proc/${pid}/task/${tid}/stat`) });
-    } catch {
-      // the thread exited
-    }
-  }
-  return out;
-}
 
 /** Children of a process (by ppid), with their command lines. */
 function childrenOf(pid: number): { pid: number; args: string }[] {
@@ -61,48 +36,111 @@ function childrenOf(pid: number): { pid: number; args: string }[] {
   return out;
 }
 
-/** CPU split of the serving processes at one moment. */
-interface CpuSnapshot {
-  /** The engine hosts' threads but the main one (llama_decode on libuv's pool). */
+/** The serving processes' per-thread CPU at one moment (null: the process is gone). */
+type Snapshot = Map<number, Map<number, number> | null>;
+
+const snapshot = (pids: readonly number[]): Snapshot => new Map(pids.map((p) => [p, threadCpu(p)]));
+
+/** CPU split of the serving processes over an interval. */
+export interface CpuSplit {
+  /** llama.cpp's threads of the engine hosts (llama_decode and sampling on libuv's pool). */
   engineMs: number;
-  /** Everything else of serve, worker and hosts. */
+  /** Everything else of serve, worker and hosts: serveMs + workerMs + hostMainMs + hostOtherMs. */
   switchyardMs: number;
-  /** Engine hosts that had exited (a replica failed and was replaced): the split misses their CPU. */
-  hostsGone: number;
-  /** The overhead's parts: the control plane, the worker, the hosts' main threads. */
   serveMs: number;
   workerMs: number;
+  /** The hosts' main threads. */
   hostMainMs: number;
+  /** The hosts' other threads (V8's garbage collection and compiler helpers, the loader thread). */
+  hostOtherMs: number;
+  /** Engine hosts that exited during the interval (a replica failed and was replaced): the split misses them. */
+  hostsGone: number;
+  /** The pool threads found in each host, with their ms, and the busiest other thread (see thread-cpu.ts). */
+  pools: { pid: number; threads: { tid: number; ms: number }[]; otherMaxMs: number }[];
 }
 
-function cpuSnapshot(servePid: number, workerPid: number, hostPids: readonly number[]): CpuSnapshot {
-  let engineMs = 0;
-  let hostsGone = 0;
-  const serveMs = statCpuMs(`/proc/${servePid}/stat`);
-  const workerMs = statCpuMs(`/proc/${workerPid}/stat`);
-  let hostMainMs = 0;
-  for (const pid of hostPids) {
-    const threads = threadsCpu(pid);
-    if (!threads) hostsGone++;
-    for (const t of threads ?? []) {
-      if (t.tid !== String(pid)) engineMs += t.ms;
-      else hostMainMs += t.ms;
+function cpuSplit(serve: number, worker: number, hosts: readonly number[], a: Snapshot, b: Snapshot): CpuSplit {
+  const of = (pid: number): Map<number, number> | null => {
+    const x = a.get(pid);
+    const y = b.get(pid);
+    return x && y ? threadDelta(x, y) : null;
+  };
+  const split: CpuSplit = {
+    ...{ engineMs: 0, switchyardMs: 0, serveMs: totalMs(of(serve) ?? new Map()) },
+    ...{ workerMs: totalMs(of(worker) ?? new Map()), hostMainMs: 0, hostOtherMs: 0, hostsGone: 0, pools: [] },
+  };
+  for (const pid of hosts) {
+    const d = of(pid);
+    if (!d) {
+      split.hostsGone++;
+      continue;
     }
+    const s = splitEngineThreads(pid, d, poolSize(pid));
+    split.engineMs += s.engineMs;
+    split.hostMainMs += s.mainMs;
+    split.hostOtherMs += s.otherMs;
+    split.pools.push({ pid, threads: s.pool, otherMaxMs: s.otherMaxMs });
   }
-  return { engineMs, switchyardMs: serveMs + workerMs + hostMainMs, hostsGone, serveMs, workerMs, hostMainMs };
+  split.switchyardMs = split.serveMs + split.workerMs + split.hostMainMs + split.hostOtherMs;
+  return split;
 }
 
-/** What a served run adds to a ServeRun: the CPU split over the run. */
+/** Steps the control plane has executed (the count of its batch-size histogram), from /metrics. */
+async function stepsOf(url: string, model: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const m = new RegExp(`^switchyard_batch_size_count\\{model="${model}"\\} (\\d+)`, 'm').exec(text);
+  return m ? Number(m[1]) : 0;
+}
+
+/** What a served run adds to a ServeRun: the CPU split over the run, the steps, and the processes' idle CPU. */
 export interface ServedRun extends ServeRun {
-  cpu: Omit<CpuSnapshot, 'hostsGone'> & { hostsGone: number };
+  cpu: CpuSplit;
+  /** Steps executed during the run. */
+  steps: number;
+  /** CPU ms per second of serve, worker and the hosts' non-pool threads while nothing was served (before the run). */
+  idle: { serveMsPerS: number; workerMsPerS: number; hostMsPerS: number };
   /** Requests that did not end well (rejected, failed), by code. */
   failures: Record<string, number>;
   /** Submissions refused as overloaded and retried. */
   retries: number;
 }
 
+/** A FIFO gate letting at most `n` holders in at once. */
+function createGate(n: number): { enter(): Promise<void>; leave(): void } {
+  let inside = 0;
+  const waiting: (() => void)[] = [];
+  return {
+    enter: () => {
+      if (inside < n) {
+        inside++;
+        return Promise.resolve();
+      }
+      return new Promise<void>((resolve) => waiting.push(resolve));
+    },
+    leave: () => {
+      const next = waiting.shift();
+      if (next) next();
+      else inside--;
+    },
+  };
+}
+
+/** How long the processes' idle CPU is measured before the run, ms. */
+const IDLE_MS = 2_000;
+
 /** Most retries of one request refused as overloaded. */
 const MAX_RETRIES = 10_000;
+
+/**
+ * The wait before retry `attempt` (0 first) of a request refused as overloaded: the server's retryAfterMs, but at
+ * least an exponential backoff from 10 ms (doubling, to 1 s) with full jitter, as a well-behaved API client does.
+ * The server's advice is one sequence's expected wait for KV; with hundreds of clients refused at once, honouring it
+ * alone (10 ms floor) sent 71,870 retries in a 300-request run, and the control plane spent its time refusing them.
+ */
+function retryDelayMs(attempt: number, retryAfterMs: number | undefined, rng: Rng): number {
+  const backoff = Math.min(1000, 10 * 2 ** Math.min(attempt, 7));
+  return Math.min(1000, Math.max(retryAfterMs ?? 0, backoff * (0.5 + 0.5 * rng.next())));
+}
 
 /** Prompt token ids of the bench (BOS, then printable bytes) as the text the byte-level tokenizer reads back. */
 const promptText = (prompt: readonly number[]): string => String.fromCharCode(...prompt.slice(1));
@@ -115,6 +153,7 @@ export async function serveThroughSwitchyard(
   configFile: string,
   model: string,
   reqs: readonly BenchRequest[],
+  maxInFlight = Infinity,
 ): Promise<ServedRun> {
   const proc = spawn(process.execPath, ['--import', 'tsx', BIN, 'serve', '--config', configFile, '--port', '0'], {
     cwd: ROOT,
@@ -125,7 +164,7 @@ export async function serveThroughSwitchyard(
   proc.stdout.on('data', (d: Buffer) => (log += d.toString()));
   proc.stderr.on('data', (d: Buffer) => (log += d.toString()));
   try {
-    return await drive(proc.pid!, () => log, model, reqs);
+    return await drive(proc.pid!, () => log, model, reqs, maxInFlight);
   } finally {
     proc.kill('SIGTERM');
     await new Promise<void>((r) => (proc.exitCode !== null ? r() : proc.once('exit', () => r())));
@@ -147,6 +186,7 @@ async function drive(
   log: () => string,
   model: string,
   reqs: readonly BenchRequest[],
+  maxInFlight: number,
 ): Promise<ServedRun> {
   const url = await waitFor('serve printing its URL', () => /http:\/\/127\.0\.0\.1:\d+/.exec(log())?.[0]);
   await waitFor('readiness', async () => {
@@ -162,14 +202,37 @@ async function drive(
     .map((c) => c.pid);
   if (hostPids.length === 0) throw new Error('bench: the worker runs no engine host');
   const client = await connectClient(url);
+  const pids = [servePid, workerPid, ...hostPids];
+  const idle0 = snapshot(pids);
+  await sleep(IDLE_MS);
+  const idleSplit = cpuSplit(servePid, workerPid, hostPids, idle0, snapshot(pids));
+  const perS = (ms: number): number => (ms / IDLE_MS) * 1e3;
+  const idle = {
+    serveMsPerS: perS(idleSplit.serveMs),
+    workerMsPerS: perS(idleSplit.workerMs),
+    hostMsPerS: perS(idleSplit.hostMainMs + idleSplit.hostOtherMs),
+  };
   const timings: RequestTiming[] = reqs.map((r) => ({ arrival: r.t, tokens: [], eos: false }));
+  const rng = createRng(1).fork('retry');
   const failures: Record<string, number> = {};
   let retries = 0;
-  const cpu0 = cpuSnapshot(servePid, workerPid, hostPids);
+  const steps0 = await stepsOf(url, model);
+  const cpu0 = snapshot(pids);
   const wall0 = performance.now();
   const now = (): number => performance.now() - wall0;
+  // At most maxInFlight requests at the server; later arrivals wait here in arrival order, as the engine alone's
+  // driver holds a request until one of its sequences is free.
+  const gate = createGate(maxInFlight);
   const runs = reqs.map(async (r, i) => {
     await sleep(Math.max(0, r.t - now()));
+    await gate.enter();
+    try {
+      await serveOne(r, i);
+    } finally {
+      gate.leave();
+    }
+  });
+  const serveOne = async (r: BenchRequest, i: number): Promise<void> => {
     const timing = timings[i]!;
     // Refused as overloaded (no replica has KV headroom yet): the client retries after the advised wait, as a
     // client of the API would; the request's TTFT still counts from its arrival.
@@ -190,21 +253,14 @@ async function drive(
         return;
       }
       retries++;
-      await sleep(Math.min(1000, Math.max(10, res.error.retryAfterMs ?? 50)));
+      await sleep(retryDelayMs(attempt, res.error.retryAfterMs, rng));
     }
-  });
+  };
   await Promise.all(runs);
   const wallS = (performance.now() - wall0) / 1e3;
-  const cpu1 = cpuSnapshot(servePid, workerPid, hostPids);
+  const cpu = cpuSplit(servePid, workerPid, hostPids, cpu0, snapshot(pids));
+  const steps = (await stepsOf(url, model)) - steps0;
   client.close();
-  const cpu = {
-    engineMs: cpu1.engineMs - cpu0.engineMs,
-    switchyardMs: cpu1.switchyardMs - cpu0.switchyardMs,
-    hostsGone: cpu1.hostsGone,
-    serveMs: cpu1.serveMs - cpu0.serveMs,
-    workerMs: cpu1.workerMs - cpu0.workerMs,
-    hostMainMs: cpu1.hostMainMs - cpu0.hostMainMs,
-  };
   return {
     side: 'switchyard served',
     clock: 'wall',
@@ -213,6 +269,8 @@ async function drive(
     cpuS: (cpu.engineMs + cpu.switchyardMs) / 1e3,
     batchTokens: 0,
     cpu,
+    steps,
+    idle,
     failures,
     retries,
   };

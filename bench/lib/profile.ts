@@ -36,6 +36,8 @@ export function summarise(p: Profiler.Profile, topN = 12): ProfileSummary {
   for (const [id, us] of selfUs) {
     const cf = byId.get(id)!.callFrame;
     if (cf.functionName === '(idle)' || cf.functionName === '(program)') continue;
+    // The inspector's own native `dispatch` is the profiler serialising its profile on `Profiler.stop`, not the run.
+    if (cf.functionName === 'dispatch' && cf.url === '') continue;
     total += us;
     share[componentOf(cf.url, cf.functionName)] += us;
     const where = cf.url ? `${cf.url.split('/').slice(-2).join('/')}:${cf.lineNumber + 1}` : '';

@@ -168,6 +168,23 @@ describe('llama engine', () => {
       await engine.free('cancel'); // idempotent
     });
 
+    it('frees a sequence in the step that samples its last token, with the text it held back', async () => {
+      const prompt = engine.tokenize(PROMPT_A);
+      const whole = await generate('whole', prompt, 6);
+      const heldBack = (await engine.free('whole')).text;
+      let r = await engine.step({ items: [{ seq: 'ends', kind: 'prefill', tokens: prompt, sample: true }] });
+      let text = r.sampled[0]!.text;
+      for (let i = 1; i < 6; i++) {
+        r = await engine.step({ items: [{ seq: 'ends', kind: 'decode', last: i === 5 }] });
+        text += r.sampled[0]!.text;
+      }
+      expect(text).toBe(whole.text + heldBack);
+      expect(r.sampled[0]!.finish).toBeUndefined(); // the caller knows why it ends (its max tokens)
+      expect(engine.capacity().used.ends).toBeUndefined();
+      expect(engine.capacity().freeSequences).toBe(3);
+      expect((await engine.free('ends')).text).toBe('');
+    });
+
     it('re-prefilling prompt plus generated tokens after a free reproduces the same greedy tokens', async () => {
       const prompt = engine.tokenize(PROMPT_A);
       const first = await generate('orig', prompt, 20);

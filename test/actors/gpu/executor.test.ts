@@ -33,3 +33,51 @@ describe('cost-model executor', () => {
     expect(ex.busyMs(0)).toBeCloseTo(at, 6);
   });
 });
+
+describe('a gang of ranks on one timer', () => {
+  const shape = { prefill: [], decodeBatch: 8, decodeContext: 8000 };
+  const cost = createCostModel(modelProfile('llama-3-70b'), gpuProfile('H100-SXM'), 8);
+  const works = [0, 1, 2, 3].map((gpu) => ({ gpu, replica: 'r', epoch: 1, step: 1, shape, cost, slowdown: 1 }));
+
+  it('finishes every rank at the time each would take alone, counted as one event per rank', () => {
+    const alone = createVirtualClock();
+    const each = createCostModelExecutor(alone);
+    const times: number[] = [];
+    for (const w of works) each.start(w, () => times.push(alone.now()));
+    const perRank = alone.run();
+
+    const clock = createVirtualClock();
+    const ex = createCostModelExecutor(clock);
+    const done: { at: number; ranks: number[] }[] = [];
+    ex.timed!.startGang(works, (_ms, ranks) => done.push({ at: clock.now(), ranks }));
+    expect(works.every((w) => ex.timed!.running(w.gpu))).toBe(true);
+    expect(clock.run()).toBe(perRank);
+    expect(done).toEqual([{ at: times[0], ranks: [0, 1, 2, 3] }]);
+    for (const w of works) expect(ex.busyMs(w.gpu)).toBe(each.busyMs(w.gpu));
+  });
+
+  it('leaves out an aborted rank, and runs nothing once every rank is aborted', () => {
+    const clock = createVirtualClock();
+    const ex = createCostModelExecutor(clock);
+    const done: number[][] = [];
+    ex.timed!.startGang(works, (_ms, ranks) => done.push(ranks));
+    ex.abort(2);
+    expect(ex.timed!.running(2)).toBe(false);
+    expect(clock.run()).toBe(3);
+    expect(done).toEqual([[0, 1, 3]]);
+    expect(ex.busyMs(2)).toBe(0);
+
+    ex.timed!.startGang(works.slice(0, 2), (_ms, ranks) => done.push(ranks));
+    ex.abort(0);
+    ex.abort(1);
+    expect(clock.run()).toBe(0);
+    expect(done).toHaveLength(1);
+  });
+
+  it('refuses a rank that is already running a step', () => {
+    const clock = createVirtualClock();
+    const ex = createCostModelExecutor(clock);
+    ex.start(works[1]!, () => {});
+    expect(() => ex.timed!.startGang(works, () => {})).toThrow(/gpu.1 is already executing/);
+  });
+});

@@ -46,8 +46,10 @@ function fakeHost(opts: EngineHostOptions): Fake {
     tokenize: async () => [],
     step: async (plan) => {
       host.plans.push(plan);
+      // An item marked last is freed by the step, its held text ('!') appended, as the real engine does.
+      for (const i of plan.items) if (i.last) host.freed.push(i.seq);
       return {
-        sampled: plan.items.map((i) => ({ seq: i.seq, token: 65, text: 'A' })),
+        sampled: plan.items.map((i) => ({ seq: i.seq, token: 65, text: i.last ? 'A!' : 'A' })),
         ms: 1,
         tokens: 1,
         dispatches: 1,
@@ -109,7 +111,7 @@ describe('the worker engine manager', () => {
     expect(m.owns('r', 1)).toBe(true);
   });
 
-  it('runs steps over the opened tokens and ends a sequence at its max tokens with the held text, freed', async () => {
+  it('runs steps over the opened tokens and ends a sequence at its max tokens with the held text, freed in the step', async () => {
     const { m, hosts } = setup();
     m.assign(assign(0, 1));
     const done: unknown[] = [];
@@ -128,7 +130,7 @@ describe('the worker engine manager', () => {
     m.step({ ...base, step: 2, shape, items: [{ seq: 's', from: 3, n: 0, sample: true }] }, (r) => done.push(r));
     await new Promise((r) => setTimeout(r, 10));
     expect(hosts[0]!.plans[0]!.items[0]).toMatchObject({ seq: 's', kind: 'prefill', tokens: [2, 3], sample: true });
-    expect(hosts[0]!.plans[1]!.items[0]).toEqual({ seq: 's', kind: 'decode' });
+    expect(hosts[0]!.plans[1]!.items[0]).toEqual({ seq: 's', kind: 'decode', last: true });
     expect(done[0]).toMatchObject({ sampled: [{ seq: 's', token: 65, text: 'A' }], cache: { sequences: 4 } });
     expect(done[1]).toMatchObject({ sampled: [{ seq: 's', text: 'A!', finish: 'length' }] });
     expect(hosts[0]!.freed).toEqual(['s']);

@@ -1,0 +1,109 @@
+// The server's directly written msgpack frames decode, with the project's own bounded decoder, to exactly the values
+// `encode` (msgpackr) would have carried: any JSON-like message, and tokens entries as `tokens` messages.
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { DEFAULT_LIMITS, decodeUntrusted, encode } from '../../transport/codec.ts';
+import { decodeServerFrame } from '../../transport/client-protocol.ts';
+import { tokensMessage, writeFrame, type TokensEntry } from '../../transport/frame-writer.ts';
+
+class Entry implements TokensEntry {
+  constructor(
+    readonly id: string,
+    public seq: number,
+    public n: number,
+    public text: string | undefined,
+  ) {}
+}
+const isEntry = (x: unknown): boolean => x instanceof Entry;
+
+// Values as messages hold them: strings of any code points and lengths (the header widths), numbers of every
+// msgpack width and sign, floats, booleans, null, nested arrays and objects, undefined properties (omitted).
+const number = fc.oneof(
+  fc.integer({ min: -40, max: 300 }),
+  fc.integer(),
+  fc.constantFrom(0x7f, 0x80, 0xff, 0x100, 0xffff, 0x10000, 0xffffffff, 0x100000000, 2 ** 53 - 1, -(2 ** 53 - 1)),
+  fc.constantFrom(-32, -33, -128, -129, -32768, -32769, -(2 ** 31), -(2 ** 31) - 1),
+  fc.double({ noNaN: true, noDefaultInfinity: true }),
+);
+const text = fc.oneof(fc.string({ maxLength: 40 }), fc.string({ unit: 'grapheme', maxLength: 300 }), fc.constant(''));
+const key = fc.string({ maxLength: 12 }).filter((k) => !['__proto__', 'constructor', 'prototype'].includes(k));
+const { value } = fc.letrec((tie) => ({
+  value: fc.oneof(
+    { depthSize: 'small' },
+    text,
+    number,
+    fc.boolean(),
+    fc.constant(null),
+    fc.array(tie('value'), { maxLength: 20 }),
+    // Keys as the server's schema has them (the decoder refuses __proto__, constructor and prototype either way).
+    fc.dictionary(key, fc.oneof(tie('value'), fc.constant(undefined)), { maxKeys: 20 }),
+  ),
+}));
+const entry = fc
+  .record({
+    id: fc.string({ minLength: 1, maxLength: 128 }),
+    seq: fc.nat(10_000_000),
+    n: fc.integer({ min: 1, max: 10_000_000 }),
+    text: fc.option(text, { nil: undefined }),
+  })
+  .map((e) => new Entry(e.id, e.seq, e.n, e.text));
+
+const decoded = (b: Uint8Array): unknown => {
+  const d = decodeUntrusted(b, { ...DEFAULT_LIMITS, maxBytes: 16 * 1024 * 1024 });
+  if (!d.ok) throw new Error(`${d.error.code}: ${d.error.message}`);
+  return d.value;
+};
+
+describe('frame writer', () => {
+  it('writes what msgpackr would carry, for any message and tokens entry', () => {
+    fc.assert(
+      fc.property(fc.array(fc.oneof(value, entry), { maxLength: 40 }), (items) => {
+        const expected = items.map((x) => (x instanceof Entry ? tokensMessage(x) : x));
+        expect(decoded(writeFrame(items, isEntry))).toEqual(decoded(encode(expected)));
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('writes long frames and long strings (16- and 32-bit headers) and survives buffer growth', () => {
+    const many = Array.from({ length: 70_000 }, (_, i) => new Entry(`r${i}`, i, 1, undefined));
+    const big = 'é'.repeat(40_000);
+    const frame = writeFrame([...many, { type: 'error', code: 'x', message: big, retryable: false }], isEntry);
+    const out = decoded(frame) as unknown[];
+    expect(out.length).toBe(70_001);
+    expect(out[69_999]).toEqual({ type: 'tokens', id: 'r69999', seq: 69_999, n: 1 });
+    expect((out[70_000] as { message: string }).message).toBe(big);
+  });
+
+  it('a server frame of tokens and ends passes the client schema', () => {
+    const f = writeFrame(
+      [
+        { type: 'accepted', id: 'a', request: 'req.1', model: 'm', version: 'v1' },
+        new Entry('a', 0, 3, 'hé llo'),
+        {
+          type: 'done',
+          id: 'a',
+          finishReason: 'length',
+          usage: { promptTokens: 1, completionTokens: 3 },
+          timings: { queueMs: 0.5, ttftMs: 1.25, e2eMs: 3 },
+        },
+      ],
+      isEntry,
+    );
+    const r = decodeServerFrame(f, 'msgpack');
+    expect(r.ok && r.messages.map((m) => m.type)).toEqual(['accepted', 'tokens', 'done']);
+  });
+
+  it('writes strings at every header boundary, ASCII and not', () => {
+    for (const len of [0, 31, 32, 33, 255, 256, 257, 65_535, 65_536, 65_537]) {
+      for (const s of ['a'.repeat(len), 'é'.repeat(Math.floor(len / 2)) + 'a'.repeat(len % 2)]) {
+        expect(decoded(writeFrame([{ s }], isEntry))).toEqual([{ s }]);
+      }
+    }
+  });
+
+  it('refuses what a frame cannot carry', () => {
+    expect(() => writeFrame([{ f: () => 1 }], isEntry)).toThrow(TypeError);
+    expect(() => writeFrame([new Map()], isEntry)).toThrow(TypeError);
+  });
+});

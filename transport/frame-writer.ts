@@ -1,0 +1,219 @@
+// The server's outgoing msgpack frames, written straight into one growing buffer: a frame is an array of messages,
+// and a request's tokens are written from its slot (id, seq, n, text) without a message object per token. Plain
+// msgpack (the same values `encode` would produce: maps with string keys, undefined properties omitted, integers in
+// their smallest form, other numbers as float64), so any msgpack client decodes it; our own bytes need no pre-scan.
+
+/** A request's tokens waiting for the next frame: the fields of a `tokens` message. */
+export interface TokensEntry {
+  readonly id: string;
+  seq: number;
+  n: number;
+  text: string | undefined;
+}
+
+const enc = new TextEncoder();
+let buf = new Uint8Array(64 * 1024);
+let view = new DataView(buf.buffer);
+let at = 0;
+
+function room(n: number): void {
+  if (at + n <= buf.length) return;
+  let size = buf.length * 2;
+  while (size < at + n) size *= 2;
+  const next = new Uint8Array(size);
+  next.set(buf.subarray(0, at));
+  buf = next;
+  view = new DataView(buf.buffer);
+}
+
+function header(n: number, fix: number, b16: number, b32: number): void {
+  room(5);
+  if (n < 16) buf[at++] = fix | n;
+  else if (n < 0x10000) {
+    buf[at++] = b16;
+    view.setUint16(at, n);
+    at += 2;
+  } else {
+    buf[at++] = b32;
+    view.setUint32(at, n);
+    at += 4;
+  }
+}
+
+function writeString(s: string): void {
+  const len = s.length;
+  // Short ASCII (ids, keys, types): byte by byte; anything else through the UTF-8 encoder.
+  if (len < 32) {
+    let ascii = true;
+    for (let i = 0; i < len; i++) if (s.charCodeAt(i) > 0x7f) ascii = false;
+    if (ascii) {
+      room(len + 1);
+      buf[at++] = 0xa0 | len;
+      for (let i = 0; i < len; i++) buf[at++] = s.charCodeAt(i);
+      return;
+    }
+  }
+  const max = len * 3;
+  room(max + 5);
+  // Reserve the widest header the string can need, write, then move the bytes if a narrower header fits.
+  const head = max < 32 ? 1 : max < 0x100 ? 2 : max < 0x10000 ? 3 : 5;
+  const start = at;
+  const { written } = enc.encodeInto(s, buf.subarray(start + head));
+  const n = written;
+  const need = n < 32 ? 1 : n < 0x100 ? 2 : n < 0x10000 ? 3 : 5;
+  if (need !== head) buf.copyWithin(start + need, start + head, start + head + n);
+  if (need === 1) buf[start] = 0xa0 | n;
+  else if (need === 2) {
+    buf[start] = 0xd9;
+    buf[start + 1] = n;
+  } else if (need === 3) {
+    buf[start] = 0xda;
+    view.setUint16(start + 1, n);
+  } else {
+    buf[start] = 0xdb;
+    view.setUint32(start + 1, n);
+  }
+  at = start + need + n;
+}
+
+function writeNumber(x: number): void {
+  room(9);
+  if (Number.isSafeInteger(x)) {
+    if (x >= 0) {
+      if (x < 0x80) buf[at++] = x;
+      else if (x < 0x100) {
+        buf[at++] = 0xcc;
+        buf[at++] = x;
+      } else if (x < 0x10000) {
+        buf[at++] = 0xcd;
+        view.setUint16(at, x);
+        at += 2;
+      } else if (x < 0x100000000) {
+        buf[at++] = 0xce;
+        view.setUint32(at, x);
+        at += 4;
+      } else {
+        buf[at++] = 0xcf;
+        view.setBigUint64(at, BigInt(x));
+        at += 8;
+      }
+      return;
+    }
+    if (x >= -32) buf[at++] = x & 0xff;
+    else if (x >= -0x80) {
+      buf[at++] = 0xd0;
+      view.setInt8(at++, x);
+    } else if (x >= -0x8000) {
+      buf[at++] = 0xd1;
+      view.setInt16(at, x);
+      at += 2;
+    } else if (x >= -0x80000000) {
+      buf[at++] = 0xd2;
+      view.setInt32(at, x);
+      at += 4;
+    } else {
+      buf[at++] = 0xd3;
+      view.setBigInt64(at, BigInt(x));
+      at += 8;
+    }
+    return;
+  }
+  buf[at++] = 0xcb;
+  view.setFloat64(at, x);
+  at += 8;
+}
+
+function isPlain(v: object): boolean {
+  const p = Object.getPrototypeOf(v) as unknown;
+  return p === Object.prototype || p === null;
+}
+
+function writeValue(v: unknown, depth: number): void {
+  if (depth > 32) throw new TypeError('frame nests deeper than 32');
+  if (v === null || v === undefined) {
+    room(1);
+    buf[at++] = 0xc0;
+  } else if (typeof v === 'string') writeString(v);
+  else if (typeof v === 'number') writeNumber(v);
+  else if (typeof v === 'boolean') {
+    room(1);
+    buf[at++] = v ? 0xc3 : 0xc2;
+  } else if (Array.isArray(v)) {
+    header(v.length, 0x90, 0xdc, 0xdd);
+    for (const x of v) writeValue(x, depth + 1);
+  } else if (typeof v === 'object' && isPlain(v)) {
+    const o = v as Record<string, unknown>;
+    let n = 0;
+    for (const k in o) if (o[k] !== undefined) n++;
+    header(n, 0x80, 0xde, 0xdf);
+    for (const k in o) {
+      const x = o[k];
+      if (x === undefined) continue;
+      writeString(k);
+      writeValue(x, depth + 1);
+    }
+  } else throw new TypeError(`cannot encode a ${typeof v} in a frame`);
+}
+
+const ascii = (...parts: string[]): Uint8Array => {
+  const bytes: number[] = [];
+  for (const p of parts) {
+    bytes.push(0xa0 | p.length);
+    for (let i = 0; i < p.length; i++) bytes.push(p.charCodeAt(i));
+  }
+  return Uint8Array.from(bytes);
+};
+// A tokens message's constant bytes: its keys and type, in the order `tokensMessage` has them.
+const TOKENS_HEAD = ascii('type', 'tokens', 'id');
+const SEQ_KEY = ascii('seq');
+const N_KEY = ascii('n');
+const TEXT_KEY = ascii('text');
+
+function writeConst(b: Uint8Array): void {
+  room(b.length);
+  for (let i = 0; i < b.length; i++) buf[at++] = b[i]!;
+}
+
+function writeTokens(e: TokensEntry): void {
+  const hasText = e.text !== undefined;
+  room(1);
+  buf[at++] = 0x80 | (hasText ? 5 : 4);
+  writeConst(TOKENS_HEAD);
+  writeString(e.id);
+  writeConst(SEQ_KEY);
+  writeNumber(e.seq);
+  writeConst(N_KEY);
+  writeNumber(e.n);
+  if (hasText) {
+    writeConst(TEXT_KEY);
+    writeString(e.text!);
+  }
+}
+
+/**
+ * Writes one frame: an array of `items`, each a message object or a request's tokens entry (told apart by `isTokens`).
+ * Returns a copy of the bytes (the socket may still hold it after this returns; the work buffer is reused).
+ */
+export function writeFrame<M>(items: readonly (M | TokensEntry)[], isTokens: (x: M | TokensEntry) => boolean): Buffer {
+  at = 0;
+  header(items.length, 0x90, 0xdc, 0xdd);
+  for (const x of items) {
+    if (isTokens(x)) writeTokens(x as TokensEntry);
+    else writeValue(x, 1);
+  }
+  const out = Buffer.allocUnsafe(at);
+  out.set(buf.subarray(0, at));
+  // A rare huge frame does not keep its buffer.
+  if (buf.length > 16 * 1024 * 1024) {
+    buf = new Uint8Array(64 * 1024);
+    view = new DataView(buf.buffer);
+  }
+  return out;
+}
+
+/** The message a tokens entry stands for (the JSON format, and tests). */
+export function tokensMessage(e: TokensEntry): { type: 'tokens'; id: string; seq: number; n: number; text?: string } {
+  return e.text === undefined
+    ? { type: 'tokens', id: e.id, seq: e.seq, n: e.n }
+    : { type: 'tokens', id: e.id, seq: e.seq, n: e.n, text: e.text };
+}
