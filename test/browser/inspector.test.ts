@@ -129,7 +129,10 @@ describe('the inspector page in Chromium', () => {
       const story = page.locator('[data-testid=story]');
       await story.waitFor({ timeout: 5_000 });
       expect(await story.textContent()).toMatch(/interrupted at .* replica_failed/);
-      expect(await page.locator('[data-testid=gang]').textContent()).toMatch(/llama-3-70b unavailable: .*7/);
+      // The header follows placement's next status push, which may come a moment after the replica's failure.
+      const gang = page.locator('[data-testid=gang]', { hasText: /llama-3-70b unavailable: .*7/ });
+      await gang.waitFor({ timeout: 5_000 });
+      expect(await gang.textContent()).toMatch(/llama-3-70b unavailable: .*7/);
       await screenshot(page, 'inspector-gpu-failure', true);
       await inflight;
       expect(errors).toEqual([]);
