@@ -188,6 +188,20 @@ function gpuCommands(runtime: Runtime, o: ReplicaOptions, loadMs: number, unload
   };
 }
 
+/** One report for several ranks (an engine's, or a cost-model gang's: NodeAgentOptions.gangs) as the one report
+ * per rank it stands for, in order. */
+function rankReports(msg: MessageOf<'step.completed'>, gang: readonly number[]): MessageOf<'step.completed'>[] {
+  const { replica, epoch, step, busyMs } = msg;
+  return gang.map((gpu) => ({
+    type: 'step.completed',
+    gpu,
+    replica,
+    epoch,
+    step,
+    ...(busyMs === undefined ? {} : { busyMs }),
+  }));
+}
+
 /** An engine's one report for all ranks: its sampled tokens go on the sequences; answers each rank's report. */
 function engineCompleted(
   msg: MessageOf<'step.completed'>,
@@ -198,13 +212,7 @@ function engineCompleted(
   if (msg.step !== ledger.step || msg.epoch !== ledger.epoch || !ledger.plan || !engine) return [];
   const problem = engine.apply(ledger.plan, msg);
   if (problem) mismatch(problem);
-  return (msg.ranks ?? []).map((g) => ({
-    type: 'step.completed',
-    gpu: g,
-    replica: msg.replica,
-    epoch: msg.epoch,
-    step: msg.step,
-  }));
+  return rankReports(msg, msg.ranks ?? []);
 }
 
 /** What the step loop needs from its replica. */
@@ -319,19 +327,6 @@ function provideReplica(
   });
 }
 
-/** A gang's one report as the one report per rank it stands for, in order (see NodeAgentOptions.gangs). */
-function rankReports(msg: MessageOf<'step.completed'>, gang: readonly number[]): MessageOf<'step.completed'>[] {
-  const { replica, epoch, step, busyMs } = msg;
-  return gang.map((gpu) => ({
-    type: 'step.completed',
-    gpu,
-    replica,
-    epoch,
-    step,
-    ...(busyMs === undefined ? {} : { busyMs }),
-  }));
-}
-
 /** Creates and starts a replica actor registered as its system id. */
 export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandle {
   const { clock } = runtime;
@@ -432,13 +427,14 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
     const { epoch } = actor.getSnapshot().context;
     switch (msg.type) {
       case 'step.completed': {
-        if (msg.gang) {
-          for (const r of rankReports(msg, msg.gang)) onMessage(r);
-          return;
-        }
         const current = msg.step === ledger.step && msg.epoch === ledger.epoch;
         // An engine reports once for all ranks: its tokens are applied, then each rank counts as a cost model's does.
-        const ranks = msg.ranks ? engineCompleted(msg, ledger, engine, (p) => o.onEngineMismatch?.(handle, p)) : [msg];
+        // A gang's one report stands for one report per rank, in order (NodeAgentOptions.gangs).
+        const ranks = msg.ranks
+          ? engineCompleted(msg, ledger, engine, (p) => o.onEngineMismatch?.(handle, p))
+          : msg.gang
+            ? rankReports(msg, msg.gang)
+            : [msg];
         for (const r of ranks) {
           if (current) ledger.reported.push(r.gpu);
           // The machine's `rankOfStep` guard, on the ledger's count: a rank of the step in flight in a stepping state.

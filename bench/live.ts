@@ -16,6 +16,7 @@ import { createWallClock } from '../runtime/clock.ts';
 import { runLoadgen, type LoadSpec } from './live-loadgen.ts';
 import { runRelayServer, runRelayWorker } from './live-relay.ts';
 import { runHttpBare, runHttpLoadgen, type HttpLoadSpec } from './live-http.ts';
+import { stopProcess } from './lib/serve-process.ts';
 
 const SELF = fileURLToPath(import.meta.url);
 const BIN = fileURLToPath(new URL('../bin/switchyard.ts', import.meta.url));
@@ -108,14 +109,7 @@ function run(args: readonly string[], input = false): Proc {
         });
       });
     },
-    stop: async () => {
-      if (proc.exitCode === null && proc.signalCode === null) {
-        proc.kill('SIGTERM');
-        const t = clock.setTimeout(() => proc.kill('SIGKILL'), 5_000);
-        await exited;
-        clock.clearTimeout(t);
-      }
-    },
+    stop: () => stopProcess(proc, exited),
   };
 }
 

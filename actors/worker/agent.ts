@@ -189,6 +189,35 @@ function injectInto(slot: GpuSlot, fault: InjectedFault, factor: number | undefi
   }
 }
 
+/** The ranks of a step when every one would start it now and take the same time: each rank's work, its slot and
+ * the one duration; null when a rank is missing, hung, busy, not serving that replica's epoch, or deviates. With
+ * `idle`, a rank still marked in flight (its last step abandoned, not yet answered) also disqualifies the step. */
+function uniformRanks(
+  slots: ReadonlyMap<number, GpuSlot>,
+  timed: NonNullable<Executor['timed']>,
+  m: MessageOf<'step.execute'>,
+  shape: StepShape,
+  idle: boolean,
+): { works: StepWork[]; gang: GpuSlot[]; ms: number } | null {
+  const { replica, epoch, step } = m;
+  const works: StepWork[] = [];
+  const gang: GpuSlot[] = [];
+  let ms = -1;
+  for (const g of m.gpus) {
+    const slot = slots.get(g);
+    if (!slot || !slot.cost || slot.hung || (idle && slot.inflight) || timed.running(g)) return null;
+    const snap = slot.actor.getSnapshot();
+    if (!snap.hasTag('serving') || snap.context.replica !== replica || snap.context.epoch !== epoch) return null;
+    const work = { gpu: g, replica, epoch, step, shape, cost: slot.cost, slowdown: slot.slowdown };
+    const d = timed.durationMs(work);
+    if (ms >= 0 && d !== ms) return null;
+    ms = d;
+    works.push(work);
+    gang.push(slot);
+  }
+  return ms < 0 ? null : { works, gang, ms };
+}
+
 /** How a node answers a `step.execute` by itself: what startStep and the executor's timers would do, when every
  * rank would run it now and finish at the same time (a rank that deviates, is hung, or busy takes the wire). */
 function stepShortcut(
@@ -201,19 +230,9 @@ function stepShortcut(
   return (to, msg, arrival) => {
     if (!timed || to !== node || msg.type !== 'step.execute' || engines.owns(msg.replica, msg.epoch)) return null;
     const { replica, epoch, step, gpus } = msg;
-    const shape = shapeOf(msg);
-    let ms = -1;
-    for (const g of gpus) {
-      const slot = slots.get(g);
-      if (!slot || !slot.cost || slot.hung || slot.inflight || timed.running(g)) return null;
-      const snap = slot.actor.getSnapshot();
-      if (!snap.hasTag('serving') || snap.context.replica !== replica || snap.context.epoch !== epoch) return null;
-      const d = timed.durationMs({ gpu: g, replica, epoch, step, shape, cost: slot.cost, slowdown: slot.slowdown });
-      if (ms >= 0 && d !== ms) return null;
-      ms = d;
-    }
-    if (ms < 0) return null;
-    const busyMs = ms;
+    const ranks = uniformRanks(slots, timed, msg, shapeOf(msg), true);
+    if (!ranks) return null;
+    const busyMs = ranks.ms;
     return {
       // As the executor's timer: clock.setTimeout(fn, ms) from the arrival.
       sentAt: arrival + (busyMs > 0 ? busyMs : 0),
@@ -241,27 +260,14 @@ function startGang(
 ): boolean {
   const timed = executor.timed;
   if (!timed || m.gpus.length < 2) return false;
+  const ranks = uniformRanks(slots, timed, m, shape, false);
+  if (!ranks) return false;
   const { replica, epoch, step } = m;
-  const works: StepWork[] = [];
-  const gang: GpuSlot[] = [];
-  let ms = -1;
-  for (const g of m.gpus) {
-    const slot = slots.get(g);
-    if (!slot || !slot.cost || slot.hung || timed.running(g)) return false;
-    const snap = slot.actor.getSnapshot();
-    if (!snap.hasTag('serving') || snap.context.replica !== replica || snap.context.epoch !== epoch) return false;
-    const work = { gpu: g, replica, epoch, step, shape, cost: slot.cost, slowdown: slot.slowdown };
-    const d = timed.durationMs(work);
-    if (ms >= 0 && d !== ms) return false;
-    ms = d;
-    works.push(work);
-    gang.push(slot);
-  }
-  for (const slot of gang) slot.inflight = { replica, epoch, step, since: now };
-  timed.startGang(works, (busyMs, ranks) => {
-    for (const g of ranks) slots.get(g)!.inflight = null;
-    const one = { type: 'step.completed' as const, gpu: ranks[0]!, replica, epoch, step, busyMs };
-    send(replica, ranks.length > 1 ? { ...one, gang: ranks } : one);
+  for (const slot of ranks.gang) slot.inflight = { replica, epoch, step, since: now };
+  timed.startGang(ranks.works, (busyMs, done) => {
+    for (const g of done) slots.get(g)!.inflight = null;
+    const one = { type: 'step.completed' as const, gpu: done[0]!, replica, epoch, step, busyMs };
+    send(replica, done.length > 1 ? { ...one, gang: done } : one);
   });
   return true;
 }

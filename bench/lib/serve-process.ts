@@ -1,6 +1,6 @@
 // A `switchyard serve` child process for live benchmarks: started with the given flags on a free port, resolved once
 // it prints its URLs and its /readyz answers 200 (within 120 s), stopped with SIGTERM (SIGKILL after 5 s).
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { createWallClock } from '../../runtime/clock.ts';
 
@@ -44,13 +44,15 @@ export async function startServeProcess(flags: readonly string[]): Promise<Serve
   }
   return {
     ...info,
-    stop: async () => {
-      if (proc.exitCode === null && proc.signalCode === null) {
-        proc.kill('SIGTERM');
-        const t = clock.setTimeout(() => proc.kill('SIGKILL'), 5_000);
-        await exited;
-        clock.clearTimeout(t);
-      }
-    },
+    stop: () => stopProcess(proc, exited),
   };
+}
+
+/** Stops a child with SIGTERM, SIGKILL after 5 s, and resolves once it has exited (`exited`). */
+export async function stopProcess(proc: ChildProcess, exited: Promise<void>): Promise<void> {
+  if (proc.exitCode !== null || proc.signalCode !== null) return;
+  proc.kill('SIGTERM');
+  const t = clock.setTimeout(() => proc.kill('SIGKILL'), 5_000);
+  await exited;
+  clock.clearTimeout(t);
 }

@@ -17,6 +17,7 @@ import { createTenantGate, type TenantGateMutations } from '../../api/tenant-gat
 import { createTenants, type Tenant } from '../../api/tenants.ts';
 import type { Delivery, Serving, StreamSink } from '../../api/serving.ts';
 import type { ClientRequest } from '../../transport/client-protocol.ts';
+import { tenantEntry } from './tenant-entry.ts';
 import { createVirtualClock, type VirtualClock } from '../../runtime/clock.ts';
 
 type QueueOp = { push: number; costs: number[] } | { pop: number };
@@ -174,16 +175,7 @@ function fakeControlPlane(clock: VirtualClock): Fake {
   return { inner, got };
 }
 
-const tenant = (name: string): Tenant & { hashes: string[] } => ({
-  name,
-  models: null,
-  priorities: null,
-  weight: 1,
-  maxConcurrent: null,
-  tokensPerSecond: null,
-  burstTokens: null,
-  hashes: [name.padEnd(64, '0')],
-});
+const tenant = (name: string): Tenant & { hashes: string[] } => tenantEntry(name, [name.padEnd(64, '0')]);
 
 type GateOp = { flood: number } | { quiet: true } | { wait: number };
 

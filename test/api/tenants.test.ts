@@ -7,6 +7,7 @@ import { createTenantGate } from '../../api/tenant-gate.ts';
 import { createTenants, parseTenantsFile, DEFAULT_TENANT, type Tenant } from '../../api/tenants.ts';
 import type { Delivery, Serving, StreamSink } from '../../api/serving.ts';
 import type { ClientRequest } from '../../transport/client-protocol.ts';
+import { tenantEntry } from './tenant-entry.ts';
 import { createVirtualClock } from '../../runtime/clock.ts';
 
 const hash = (t: string): string => createHash('sha256').update(t).digest('hex');
@@ -155,17 +156,8 @@ function fakeInner(): { inner: Serving; got: Got[]; refuse: { on: boolean } } {
   return { inner, got, refuse };
 }
 
-const tenant = (name: string, extra: Partial<Tenant> = {}): Tenant & { hashes: string[] } => ({
-  name,
-  models: null,
-  priorities: null,
-  weight: 1,
-  maxConcurrent: null,
-  tokensPerSecond: null,
-  burstTokens: null,
-  hashes: [hash(`${name}-token-0123456789`)],
-  ...extra,
-});
+const tenant = (name: string, extra: Partial<Tenant> = {}): Tenant & { hashes: string[] } =>
+  tenantEntry(name, [hash(`${name}-token-0123456789`)], extra);
 
 /** A sink that records how the request ended. */
 function sink(): StreamSink & { ends: string[] } {
