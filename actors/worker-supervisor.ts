@@ -3,6 +3,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { Clock, TimerId } from '../runtime/clock.ts';
+import { cpuProfileArgs } from '../runtime/cpu-profile.ts';
 
 /** Exit code of a worker whose token was refused: restarting cannot help. */
 export const EXIT_UNAUTHORIZED = 3;
@@ -51,11 +52,15 @@ export function superviseWorker(opts: SupervisorOptions): WorkerSupervisor {
 
   const start = (): void => {
     timer = null;
-    const c = spawn(process.execPath, ['--import', import.meta.resolve('tsx'), BIN, 'node-agent', ...opts.args], {
-      env: { ...process.env, SWITCHYARD_WORKER_TOKEN: opts.token },
-      // The IPC channel is how the worker learns that serve died (even by SIGKILL): it then exits instead of lingering.
-      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
-    });
+    const c = spawn(
+      process.execPath,
+      [...cpuProfileArgs(), '--import', import.meta.resolve('tsx'), BIN, 'node-agent', ...opts.args],
+      {
+        env: { ...process.env, SWITCHYARD_WORKER_TOKEN: opts.token },
+        // The IPC channel is how the worker learns that serve died (even by SIGKILL): it then exits instead of lingering.
+        stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+      },
+    );
     child = c;
     const startedAt = opts.clock.now();
     for (const s of [c.stdout, c.stderr]) {

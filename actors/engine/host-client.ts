@@ -17,6 +17,7 @@ import {
   type StepResult,
 } from './engine.ts';
 import { parseHostMessage, type HostCommand, type HostMessage, type HostReplyValue } from './host-protocol.ts';
+import { cpuProfileArgs } from '../../runtime/cpu-profile.ts';
 
 /** Where an engine host is in its life. */
 export type HostState = 'loading' | 'ready' | 'draining' | 'failed' | 'stopped';
@@ -153,7 +154,7 @@ function createHostLife(id: string, timers: HostTimers): HostLife {
 function forkHost(opts: EngineHostOptions): { child: ChildProcess; stderrTail: () => string } {
   let tail = '';
   const child: ChildProcess = fork(opts.entry ?? defaultEntry(), [], {
-    execArgv: ['--import', tsxLoader()],
+    execArgv: [...cpuProfileArgs(), '--import', tsxLoader()],
     // One libuv pool thread: node-llama-cpp queues a step's decode and then each sequence's sampling there, and one
     // thread runs them back to back instead of waking idle threads for each (a wake-up per item, on both sides).
     env: { ...process.env, UV_THREADPOOL_SIZE: '1', ...opts.env, CUDA_VISIBLE_DEVICES: opts.gpus.join(',') },

@@ -16,6 +16,7 @@ import { connectClient } from '../../api/client.ts';
 import { createRng, type Rng } from '../../runtime/rng.ts';
 import type { BenchRequest, RequestTiming, ServeRun } from './engine-serve.ts';
 import { poolSize, splitEngineThreads, threadCpu, threadDelta, totalMs } from './thread-cpu.ts';
+import { cpuProfileArgs } from '../../runtime/cpu-profile.ts';
 
 const BIN = new URL('../../bin/switchyard.ts', import.meta.url).pathname;
 const ROOT = new URL('../..', import.meta.url).pathname;
@@ -155,11 +156,15 @@ export async function serveThroughSwitchyard(
   reqs: readonly BenchRequest[],
   maxInFlight = Infinity,
 ): Promise<ServedRun> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', BIN, 'serve', '--config', configFile, '--port', '0'], {
-    cwd: ROOT,
-    env: { ...process.env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const proc = spawn(
+    process.execPath,
+    [...cpuProfileArgs(), '--import', 'tsx', BIN, 'serve', '--config', configFile, '--port', '0'],
+    {
+      cwd: ROOT,
+      env: { ...process.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   let log = '';
   proc.stdout.on('data', (d: Buffer) => (log += d.toString()));
   proc.stderr.on('data', (d: Buffer) => (log += d.toString()));

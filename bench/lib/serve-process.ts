@@ -3,6 +3,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { createWallClock } from '../../runtime/clock.ts';
+import { cpuProfileArgs } from '../../runtime/cpu-profile.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/switchyard.ts', import.meta.url));
 const clock = createWallClock();
@@ -17,7 +18,7 @@ export interface ServeProcess {
 
 /** Starts `switchyard serve <flags> --port 0 --json` and resolves once the model is ready. */
 export async function startServeProcess(flags: readonly string[]): Promise<ServeProcess> {
-  const args = ['--import', 'tsx', BIN, 'serve', ...flags, '--port', '0', '--json'];
+  const args = [...cpuProfileArgs(), '--import', 'tsx', BIN, 'serve', ...flags, '--port', '0', '--json'];
   const proc = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   const lines: string[] = [];
   const info = await new Promise<{ url: string; wsUrl: string }>((resolve, reject) => {
