@@ -34,6 +34,8 @@ export interface ControlPlane {
   /** Admits (and routes or holds) a request, answering the model version it resolved to, or refuses it. */
   submit(spec: SubmitSpec, listener?: ClientListener): SubmitResult;
   cancel(id: string): boolean;
+  /** A live request's progress: tokens streamed to its client and when the first was produced (-1: none yet). */
+  progress(id: string): { tokens: number; firstTokenAt: number } | null;
   /** Requests not yet terminal. */
   live(): number;
   /** The decision trace of a request (kept for finished ones when `keepTraces`). */
@@ -232,6 +234,7 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
     collector,
     submit,
     cancel: table.cancel,
+    progress: table.progress,
     live: () => table.size,
     explain: table.explain,
     violations: invariants.violations,

@@ -38,6 +38,8 @@ export interface RequestTable {
   /** A new sequence for `l` that has `generated` tokens already (re-prefilled on a resume). */
   newSequence(l: Live, generated: number): Sequence;
   cancel(id: string): boolean;
+  /** A live request's tokens streamed and first token's time (-1: none yet), or null when it is not live. */
+  progress(id: string): { tokens: number; firstTokenAt: number } | null;
   explain(id: string): DecisionTrace[] | undefined;
 }
 
@@ -189,6 +191,10 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       if (!l) return false;
       l.actor.send({ type: 'request.cancel', t: clock.now() });
       return true;
+    },
+    progress: (id) => {
+      const l = live.get(id);
+      return l ? { tokens: l.streamed, firstTokenAt: l.actor.getSnapshot().context.firstTokenAt } : null;
     },
     explain: (id) => live.get(id)?.traces ?? finishedTraces.get(id),
   };

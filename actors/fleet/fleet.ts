@@ -4,6 +4,7 @@
 import { createVirtualClock, type VirtualClock } from '../../runtime/clock.ts';
 import { createRng, type Rng } from '../../runtime/rng.ts';
 import type { Scenario } from '../config.ts';
+import type { ClientListener } from '../control-plane.ts';
 import { summarize, type Summary } from '../metrics/histogram.ts';
 import { createArrivalStream, type Arrival } from '../sim/traffic.ts';
 import type { FleetSpec } from './config.ts';
@@ -144,32 +145,19 @@ function createFleetRun(base: Scenario, fleet: FleetSpec, clock: VirtualClock, r
   };
   const send = (r: FleetRequest, allowed: Set<string>): boolean => {
     const a = r.arrival;
-    const candidates = nodes.filter((n) => n.ready() && allowed.has(n.pool) && n !== r.node);
+    const candidates = nodes.filter((n) => allowed.has(n.pool) && n !== r.node && n.ready());
     const node = router.pick(a.model, a.promptTokens + r.streamed, a.maxTokens - r.streamed, candidates);
     if (!node) return false;
     const gen = ++r.generation;
     r.node = node;
-    const res = node.cp.submit(
-      {
-        model: a.model,
-        priority: a.priority,
-        promptTokens: a.promptTokens + r.streamed,
-        maxTokens: a.maxTokens - r.streamed,
-        outputTokens: a.outputTokens - r.streamed,
-      },
-      {
-        tokens: (_id, _seq, n, t) => {
-          if (r.generation !== gen) return;
-          if (r.firstTokenAt < 0) r.firstTokenAt = t;
-          r.lastTokenAt = t;
-          r.streamed += n;
-        },
-        terminal: (_id, o) => {
-          if (r.generation !== gen) return;
-          finish(r, o.outcome, o.code);
-        },
-      },
-    );
+    const spec = {
+      model: a.model,
+      priority: a.priority,
+      promptTokens: a.promptTokens + r.streamed,
+      maxTokens: a.maxTokens - r.streamed,
+      outputTokens: a.outputTokens - r.streamed,
+    };
+    const res = node.cp.submit(spec, visitListener(r, gen, edge.stepByStep, finish));
     r.nodeRequestId = res.id;
     if (!res.ok) finish(r, 'rejected', res.failure.code);
     return true;
@@ -200,6 +188,11 @@ function createFleetRun(base: Scenario, fleet: FleetSpec, clock: VirtualClock, r
       if (r.outcome !== null || r.node !== node) continue;
       lost[idx]!.live++;
       r.lostOn = idx;
+      // The tokens it streamed on the dead node (the last one's time matters only to a visit that ends done).
+      if (!edge.stepByStep) {
+        const p = node.cp.progress(r.nodeRequestId);
+        if (p) addVisit(r, p.tokens, p.firstTokenAt, r.lastTokenAt);
+      }
       r.generation++; // the dead node's late callbacks are ignored from here on
       node.cp.cancel(r.nodeRequestId);
       const canResume = r.resumes < MAX_RESUMES && r.streamed < r.arrival.outputTokens;
@@ -257,6 +250,44 @@ function createFleetRun(base: Scenario, fleet: FleetSpec, clock: VirtualClock, r
     },
     report: (policy: FleetRouterPolicy, seed: number, simMs: number, t0: number): FleetReport =>
       buildFleetReport(base, fleet, { policy, seed, simMs, t0, requests, lost, rescheduled, nodeCount }),
+  };
+}
+
+/** Adds a visit's `tokens` (the first at `first`, the last at `last`) to the request (the fast run). */
+function addVisit(r: FleetRequest, tokens: number, first: number, last: number): void {
+  if (tokens <= 0) return;
+  if (r.firstTokenAt < 0) r.firstTokenAt = first;
+  r.lastTokenAt = last;
+  r.streamed += tokens;
+}
+
+/** What the edge hears of a request's visit `gen` to a node. The fast run takes the visit's tokens from its terminal
+ * outcome (and from the control plane's `progress` when the node dies) rather than token by token; the reference run
+ * (`perToken`, step by step) counts every token as it streams. The same report either way. */
+function visitListener(
+  r: FleetRequest,
+  gen: number,
+  perToken: boolean,
+  finish: (r: FleetRequest, outcome: FleetOutcome, code: string | null) => void,
+): ClientListener {
+  if (perToken)
+    return {
+      tokens: (_id, _seq, n, t) => {
+        if (r.generation !== gen) return;
+        if (r.firstTokenAt < 0) r.firstTokenAt = t;
+        r.lastTokenAt = t;
+        r.streamed += n;
+      },
+      terminal: (_id, o) => {
+        if (r.generation === gen) finish(r, o.outcome, o.code);
+      },
+    };
+  return {
+    terminal: (_id, o) => {
+      if (r.generation !== gen) return;
+      addVisit(r, o.tokens, o.timings.firstTokenAt, o.timings.finishedAt);
+      finish(r, o.outcome, o.code);
+    },
   };
 }
 

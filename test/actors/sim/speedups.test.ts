@@ -42,6 +42,19 @@ describe('the simulator with its speed-ups', () => {
         JSON.stringify(simulateFleet(s, fleet, { stepByStep: true })),
       );
     }, 120_000);
+
+    // The fast fleet takes each visit's tokens from its outcome and, when its node dies, from the control plane's
+    // progress; the reference counts them token by token. A loss while requests stream on the node, either router.
+    it(`reports the fleet ${f} with a node lost mid-stream byte for byte as step by step, either router`, () => {
+      const { scenario, fleet } = normalizeFleetScenario(parse(readFileSync(join(DIR, f), 'utf8')));
+      const s = capped(scenario);
+      const lossy = { ...fleet, nodeLoss: fleet.nodeLoss.map((l) => ({ ...l, at: 10 })), rescheduleS: 5 };
+      for (const router of ['gie-like', 'predicted'] as const) {
+        const reference = simulateFleet(s, lossy, { router, stepByStep: true });
+        expect(reference.lostNode[0]!.resumed).toBeGreaterThan(0);
+        expect(JSON.stringify(simulateFleet(s, lossy, { router }))).toBe(JSON.stringify(reference));
+      }
+    }, 240_000);
   }
 
   // One seed of each layout (small exclusive, large TP-8 exclusive, mixed switch) and their drawn faults: partitions,
