@@ -98,20 +98,38 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
   // stats() is read by every admission for every candidate replica (the estimate and the class totals), so it is
   // computed once per change of the ledger: every change goes through enqueue, plan, complete, withdraw or evictAll,
   // which drop the cached copy before and after (listeners called in the middle may read stats()).
+  // (No closure per call: plan and complete run every step.)
   let cached: BatcherStats | null = null;
-  const change = <T>(f: () => T): T => {
-    cached = null;
-    const r = f();
-    cached = null;
-    return r;
-  };
   return {
     limits,
-    enqueue: (s, atHead = false) => change(() => enqueue(st, s, atHead)),
-    plan: (now) => change(() => planStep(st, now)),
-    complete: (p, now) => change(() => completeStep(st, p, now)),
-    withdraw: (id) => change(() => withdraw(st, id)),
-    evictAll: () => change(() => evictAll(st)),
+    enqueue: (s, atHead = false) => {
+      cached = null;
+      enqueue(st, s, atHead);
+      cached = null;
+    },
+    plan: (now) => {
+      cached = null;
+      const p = planStep(st, now);
+      cached = null;
+      return p;
+    },
+    complete: (p, now) => {
+      cached = null;
+      completeStep(st, p, now);
+      cached = null;
+    },
+    withdraw: (id) => {
+      cached = null;
+      const r = withdraw(st, id);
+      cached = null;
+      return r;
+    },
+    evictAll: () => {
+      cached = null;
+      const r = evictAll(st);
+      cached = null;
+      return r;
+    },
     has: (id) => st.byId.has(id),
     hasWork: () => st.running.length > 0 || st.waiting.count > 0,
     saturated: () => {

@@ -61,6 +61,8 @@ export function createCollector(): Collector {
   const records: RequestRecord[] = [];
   const tbts = new Map<string, LogHistogram>();
   const all = createLogHistogram();
+  let lastModel: string | null = null;
+  let lastTbt: LogHistogram | undefined;
   let outTokens = 0;
   const errors = new Map<string, { n: number; predicted: number; actual: number; abs: number; hist: LogHistogram }>();
   const latency = (model?: string): LatencyReport => {
@@ -81,11 +83,14 @@ export function createCollector(): Collector {
       if (r.outcome === 'done' || r.outcome === 'failed' || r.outcome === 'cancelled') outTokens += r.tokens;
     },
     tbt: (model, ms) => {
-      let h = tbts.get(model);
+      // One model's tokens come in runs (a step's sequences): the last model's histogram is kept at hand.
+      let h = model === lastModel ? lastTbt : tbts.get(model);
       if (!h) {
         h = createLogHistogram();
         tbts.set(model, h);
       }
+      lastModel = model;
+      lastTbt = h;
       h.add(ms);
       all.add(ms);
     },

@@ -60,9 +60,17 @@ export function createLogHistogram(): LogHistogram {
     for (const k of [...sparse.keys()].sort((a, b) => a - b)) out.push([k, sparse.get(k)!]);
     return out;
   };
+  // Samples repeat (every sequence of a step that decoded in the one before has the same time between tokens): the
+  // last sample's bucket is kept, so a repeat costs no log.
+  let lastX = NaN;
+  let lastI = 0;
   return {
     add: (x) => {
-      const i = bucketOf(x) - LOW;
+      if (x !== lastX) {
+        lastX = x;
+        lastI = bucketOf(x) - LOW;
+      }
+      const i = lastI;
       if (i < DENSE) dense[i]!++;
       else sparse.set(i + LOW, (sparse.get(i + LOW) ?? 0) + 1);
       count++;
