@@ -3,9 +3,12 @@
 import type { BatchState } from './batch-state.ts';
 import type { ContinuousLimits, StepPlan } from './types.ts';
 
+/** The sequences a check has seen: one set, emptied per check (checks do not nest), not one per step. */
+const seen = new Set<StepPlan['entries'][number]['seq']>();
+
 /** Throws if the step plan breaks the policy's limits. */
 export function checkPlan(limits: ContinuousLimits, p: StepPlan): void {
-  const seen = new Set<StepPlan['entries'][number]['seq']>();
+  seen.clear();
   let tokens = 0;
   let prefill = 0;
   for (const e of p.entries) {
@@ -16,6 +19,7 @@ export function checkPlan(limits: ContinuousLimits, p: StepPlan): void {
     if (e.seq.computed > limits.maxContext)
       throw new Error(`sequence ${e.seq.id} holds ${e.seq.computed} tokens, past the context of ${limits.maxContext}`);
   }
+  seen.clear(); // holds no sequence past the check
   if (tokens !== p.tokens || prefill !== p.prefillTokens)
     throw new Error(`step accounts ${p.tokens} tokens, entries hold ${tokens}`);
   if (p.entries.length > limits.maxRunning)

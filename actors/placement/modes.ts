@@ -60,23 +60,25 @@ export function createModes(d: ModeDeps): Modes {
   const replicaCounts = new Map<string, number>();
   const countOf = (m: { name: string; replicas: number }, version: string): number =>
     replicaCounts.get(`${m.name}@${version}`) ?? m.replicas;
-  const layout = (mode: LayoutMode | PlacementMode): LayoutEntry[] =>
-    layoutFor(scenario, mode as LayoutMode, ledger.healthy(), countOf);
-  // Which models a mode places, per mode, healthy GPUs and replica counts: admission asks for every request
-  // (through reasonFor), and a layout only changes with those.
+  // A mode's layout, and which models it places, per mode, healthy GPUs and replica counts: admission asks for every
+  // request (through reasonFor), the fleet's router asks whether each node is settled, and a layout only changes
+  // with those. Callers only read a layout (it is shared).
   let countsVersion = 0;
-  const placed = new Map<string, Set<string>>();
-  const places = (mode: PlacementMode, model: string): boolean => {
+  const layouts = new Map<string, { entries: LayoutEntry[]; names: Set<string> }>();
+  const cachedLayout = (mode: LayoutMode | PlacementMode): { entries: LayoutEntry[]; names: Set<string> } => {
     const healthy = ledger.healthy();
     const key = `${mode}|${countsVersion}|${[...healthy].join(',')}`;
-    let names = placed.get(key);
-    if (!names) {
-      if (placed.size >= 64) placed.clear();
-      names = new Set(layoutFor(scenario, mode as LayoutMode, healthy, countOf).map((e) => e.model.name));
-      placed.set(key, names);
+    let l = layouts.get(key);
+    if (!l) {
+      if (layouts.size >= 64) layouts.clear();
+      const entries = layoutFor(scenario, mode as LayoutMode, healthy, countOf);
+      l = { entries, names: new Set(entries.map((e) => e.model.name)) };
+      layouts.set(key, l);
     }
-    return names.has(model);
+    return l;
   };
+  const layout = (mode: LayoutMode | PlacementMode): LayoutEntry[] => cachedLayout(mode).entries;
+  const places = (mode: PlacementMode, model: string): boolean => cachedLayout(mode).names.has(model);
 
   const initialMode = (): PlacementMode =>
     policy === 'exclusive' ? 'mixed' : policy === 'share' ? 'share' : roles.large ? pc.initialMode : 'small';
