@@ -3,23 +3,22 @@
 import type { BatchState } from './batch-state.ts';
 import type { ContinuousLimits, StepPlan } from './types.ts';
 
-/** The sequences a check has seen: one set, emptied per check (checks do not nest), not one per step. */
-const seen = new Set<StepPlan['entries'][number]['seq']>();
+/** Numbers the plan checks: a sequence marked with the current one was met earlier in the same plan. */
+let checks = 0;
 
 /** Throws if the step plan breaks the policy's limits. */
 export function checkPlan(limits: ContinuousLimits, p: StepPlan): void {
-  seen.clear();
+  const check = ++checks;
   let tokens = 0;
   let prefill = 0;
   for (const e of p.entries) {
-    if (seen.has(e.seq)) throw new Error(`step holds sequence ${e.seq.id} twice`);
-    seen.add(e.seq);
+    if (e.seq.checkedIn === check) throw new Error(`step holds sequence ${e.seq.id} twice`);
+    e.seq.checkedIn = check;
     tokens += e.chunk > 0 ? e.chunk : 1;
     prefill += e.chunk;
     if (e.seq.computed > limits.maxContext)
       throw new Error(`sequence ${e.seq.id} holds ${e.seq.computed} tokens, past the context of ${limits.maxContext}`);
   }
-  seen.clear(); // holds no sequence past the check
   if (tokens !== p.tokens || prefill !== p.prefillTokens)
     throw new Error(`step accounts ${p.tokens} tokens, entries hold ${tokens}`);
   if (p.entries.length > limits.maxRunning)

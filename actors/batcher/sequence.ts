@@ -55,6 +55,8 @@ export interface Sequence {
   lastTokenAt: number;
   /** True once withdrawn (cancelled or expired): results for it are ignored. */
   gone: boolean;
+  /** The last invariant check of a step plan that met it (batch-invariants.ts: a repeat in one plan is a duplicate). */
+  checkedIn: number;
   readonly listener: SequenceListener;
   /** Free-form caller data (request actor, stream). */
   readonly tag: unknown;
@@ -99,6 +101,7 @@ export function createSequence(spec: SequenceSpec): Sequence {
     firstTokenAt: -1,
     lastTokenAt: -1,
     gone: false,
+    checkedIn: 0,
     listener: spec.listener,
     tag: spec.tag,
     ...(spec.tokens ? { tokens: spec.tokens } : {}),

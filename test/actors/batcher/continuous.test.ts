@@ -79,6 +79,20 @@ const ids = (ss: readonly Sequence[]): string[] => ss.map((s) => s.id);
 const entryIds = (p: StepPlan): string[] => p.entries.map((e) => `${e.seq.id}${e.chunk > 0 ? `:${e.chunk}` : ''}`);
 
 describe('continuous batcher', () => {
+  it('refuses a plan that holds a sequence twice, and no other plan, however often a sequence was checked', () => {
+    const log = newLog();
+    const b = createContinuousBatcher(limitsOf());
+    b.enqueue(seq(log, 'a', 4, 3));
+    b.enqueue(seq(log, 'b', 4, 3));
+    const p = b.plan(1)!;
+    b.checkInvariants(p);
+    b.checkInvariants(p); // the same sequences checked again: still one each per plan
+    const twice = { ...p, entries: [...p.entries, p.entries[0]!], tokens: p.tokens + p.entries[0]!.chunk };
+    expect(() => b.checkInvariants(twice)).toThrow(/step holds sequence a twice/);
+    b.complete(p, 1);
+    expect(() => b.checkInvariants(p)).not.toThrow();
+  });
+
   describe('KV block ledger', () => {
     it('allocates blocks for a prefill chunk, grows one block per blockTokens decoded, and frees them when done', () => {
       const log = newLog();
