@@ -23,7 +23,7 @@ function fleetOrReport(file: string): { scenario: Scenario; fleet: FleetSpec } |
 /** `simulate --fleet`: exit 0, or 2 on a bad file. */
 export function runFleetSimulate(
   file: string,
-  o: { seed?: number; router?: FleetRouterPolicy; json: boolean; wall: boolean },
+  o: { seed?: number; router?: FleetRouterPolicy; json: boolean; wall: boolean; stepByStep?: boolean },
 ): number {
   const loaded = fleetOrReport(file);
   if (!loaded) return 2;
@@ -32,6 +32,7 @@ export function runFleetSimulate(
     ...(o.seed !== undefined ? { seed: o.seed } : {}),
     ...(o.router ? { router: o.router } : {}),
     wall: o.wall,
+    stepByStep: o.stepByStep === true,
   });
   const wall = (performance.now() - t0) / 1000;
   process.stderr.write(

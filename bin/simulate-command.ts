@@ -11,7 +11,8 @@ const USAGE =
   'usage: switchyard simulate <scenario.yaml> [--seed N] [--json] [--wall] [--explain req.N] [--trace out.json]\n' +
   '  [--wire-check]    every frame crosses the codec (no link shortcut, no envelope arrays; same report)\n' +
   '  [--step-by-step]  --wire-check, and every step through the replica machine (the reference run)\n' +
-  '       switchyard simulate --fleet <fleet-scenario.yaml> [--seed N] [--router gie-like|predicted] [--json] [--wall]\n';
+  '       switchyard simulate --fleet <fleet-scenario.yaml> [--seed N] [--router gie-like|predicted] [--json] [--wall]\n' +
+  '         [--step-by-step]  the reference fleet run (tokens counted one by one at the edge; same report)\n';
 
 const FLAGS = {
   seed: flag.int({ min: 0, max: 2 ** 31 - 1 }),
@@ -74,7 +75,14 @@ export function runSimulateCommand(argv: string[]): number {
 
 function fleetSimulate(
   file: string,
-  v: { seed: number | undefined; router: string | undefined; json: boolean; wall: boolean; explain?: string },
+  v: {
+    seed: number | undefined;
+    router: string | undefined;
+    json: boolean;
+    wall: boolean;
+    explain?: string;
+    'step-by-step'?: boolean;
+  },
 ): number {
   if (v.router !== undefined && v.router !== 'gie-like' && v.router !== 'predicted') {
     process.stderr.write(`switchyard simulate: --router: expected gie-like or predicted, got "${v.router}"\n${USAGE}`);
@@ -89,6 +97,7 @@ function fleetSimulate(
     ...(v.router !== undefined ? { router: v.router } : {}),
     json: v.json,
     wall: v.wall,
+    stepByStep: v['step-by-step'] === true,
   });
 }
 

@@ -31,7 +31,7 @@ export interface RequestTable {
   has(id: string): boolean;
   readonly size: number;
   /** Creates and starts the request actor of `l` (its input from `l`), and adds `l` to the table. */
-  start(l: Omit<Live, 'actor'>, resume: { budgetMs: number; maxResumes: number }): Live;
+  start(l: Omit<Live, 'actor' | 'streams'>, resume: { budgetMs: number; maxResumes: number }): Live;
   addTrace(l: Live, t: DecisionTrace): void;
   /** Marks a request's first scheduling at `t` (once). */
   markScheduled(l: Live, t: number): void;
@@ -98,7 +98,7 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       } else if (seq.lastTokenAt >= 0) {
         deps.collector.tbt(l.model, t - seq.lastTokenAt);
       }
-      l.listener?.tokens?.(l.id, l.streamed, n, t, seq.tokens?.lastText);
+      if (l.streams) l.listener!.tokens!(l.id, l.streamed, n, t, seq.tokens?.lastText);
       l.streamed += n;
     },
     finished: (seq, t) => {
@@ -177,7 +177,7 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
         clock,
         id: rec.id,
       });
-      const l: Live = { ...rec, actor };
+      const l: Live = { ...rec, actor, streams: rec.listener?.tokens !== undefined };
       live.set(l.id, l);
       deps.runtime.supervise(l.id, actor);
       actor.start();

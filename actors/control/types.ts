@@ -70,6 +70,8 @@ export interface Live {
   /** A real engine's token ids for this request, shared by every residency (absent under the cost model). */
   tokens?: SequenceTokens;
   listener: ClientListener | undefined;
+  /** Whether `listener` takes tokens (fixed at admission: read for every token, so the listener is not). */
+  streams: boolean;
   traces: DecisionTrace[];
   retryAfterMs?: number;
   /** When it entered the router's hold (interrupted or admitted without a ready replica), or -1. */
