@@ -138,6 +138,12 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       return headBlocked(st, st.waiting.peek()!);
     },
     stats: () => (cached ??= batcherStats(st)),
+    gauges: () => ({
+      waiting: st.waiting.count,
+      running: st.running.length,
+      blocksUsed: st.ledger.used,
+      blocksTotal: st.limits.blocksTotal,
+    }),
     waitingOf: (rank) => ({
       count: st.waiting.sums.byClass[rank] ?? 0,
       tokens: st.waiting.sums.tokensByClass[rank] ?? 0,

@@ -57,6 +57,8 @@ export interface ContinuousBatcher {
   hasWork(): boolean;
   saturated(): boolean;
   stats(): BatcherStats;
+  /** stats()'s counts of waiting and running sequences and KV blocks, without the rest (O(1): a scrape's gauges). */
+  gauges(): Pick<BatcherStats, 'waiting' | 'running' | 'blocksUsed' | 'blocksTotal'>;
   /** Sequences of class `rank` waiting and their prompt tokens: stats()'s per-class totals, without the rest (O(1)). */
   waitingOf(rank: number): { count: number; tokens: number };
   /** Waiting sequences in the order they will be admitted (highest class first); O(queue), for tests and views. */

@@ -91,7 +91,7 @@ function gaugesOf(cp: ControlPlane, model: string): NodeGauges {
   let total = 0;
   for (const r of cp.placement.replicas.values()) {
     if (r.model !== model) continue;
-    const st = r.batcher.stats();
+    const st = r.batcher.gauges();
     waiting += st.waiting;
     running += st.running;
     used += st.blocksUsed;

@@ -89,8 +89,10 @@ describe('batcher stats cache', () => {
               b.evictAll();
               pending = null;
             }
-            b.stats();
+            const { waiting, running, blocksUsed, blocksTotal } = b.stats();
             expect(() => b.checkInvariants()).not.toThrow();
+            // The scrape's O(1) gauges are the stats' counts.
+            expect(b.gauges()).toEqual({ waiting, running, blocksUsed, blocksTotal });
           }
         },
       ),
