@@ -8,6 +8,7 @@
 // Prints a table and ends with one JSON line. Subcommands relay-server, relay-worker, loadgen, http-bare and
 // http-loadgen run the other processes.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { cpuProfileArgs } from '../runtime/cpu-profile.ts';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -60,7 +61,7 @@ interface Proc {
 }
 
 function run(args: readonly string[], input = false): Proc {
-  const proc = spawn(process.execPath, ['--import', 'tsx', ...args], {
+  const proc = spawn(process.execPath, [...cpuProfileArgs(), '--import', 'tsx', ...args], {
     stdio: [input ? 'pipe' : 'ignore', 'pipe', 'pipe'],
   });
   const lines: string[] = [];
