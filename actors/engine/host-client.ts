@@ -86,6 +86,8 @@ export interface EngineHost {
 }
 
 const STDERR_TAIL = 2048;
+/** How long a profiled host gets to write its CPU profile after a kill before it is killed outright (ms). */
+const PROFILE_EXIT_GRACE_MS = 2_000;
 const DEFAULTS = { loadTimeoutMs: 120_000, stepTimeoutMs: 30_000, probeTimeoutMs: 10_000 };
 
 const tsxLoader = (): string => pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
@@ -181,6 +183,7 @@ export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
   let settleExit: () => void = () => undefined;
   const exited = new Promise<void>((resolve) => (settleExit = resolve));
   const { child, stderrTail } = forkHost(opts);
+  const profiling = cpuProfileArgs().length > 0;
 
   const failWith = (message: string, code: EngineFailure['code'] = 'engine_failed'): void => {
     const tail = stderrTail().trim() ? `; stderr: ${stderrTail().trim().slice(-512)}` : '';
@@ -298,7 +301,14 @@ export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
       await exited;
     },
     kill: () => {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      if (!profiling) return void child.kill('SIGKILL');
+      // Profiling (diagnosis only): a SIGTERM lets the host exit by itself and write its CPU profile; SIGKILL follows
+      // if it has not exited within the grace (an unref'd timer: a worker that is leaving does not wait for it).
+      child.kill('SIGTERM');
+      setNodeTimeout(() => {
+        if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      }, PROFILE_EXIT_GRACE_MS).unref();
     },
   };
 }

@@ -1,4 +1,7 @@
 // Tests of engine hosts as real child processes: life states, steps over IPC, kill -9, drain, unload, bad hosts.
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EngineError } from '../../../actors/engine/engine.ts';
@@ -95,6 +98,33 @@ describe('engine host', () => {
       const r = await b.host.step({ items: [{ seq: 'x', kind: 'prefill', tokens, sample: true }] });
       expect(r.sampled).toHaveLength(1);
       expect(b.host.state).toBe('ready');
+    });
+
+    it('lets a profiled host exit by itself when killed, so that it writes its CPU profile', async () => {
+      const dir = await mkdtemp(join(tmpdir(), 'switchyard-host-prof-'));
+      const before = process.env['SWITCHYARD_CPU_PROF_DIR'];
+      process.env['SWITCHYARD_CPU_PROF_DIR'] = dir;
+      let p: ReturnType<typeof spawn>;
+      try {
+        p = spawn('replica.prof#0', fixture.file);
+      } finally {
+        if (before === undefined) delete process.env['SWITCHYARD_CPU_PROF_DIR'];
+        else process.env['SWITCHYARD_CPU_PROF_DIR'] = before;
+      }
+      try {
+        await p.host.ready();
+        const pid = p.host.pid!;
+        p.host.kill();
+        await reach(p.host, 'failed');
+        // SIGTERM, then an exit through the host's own handler: a SIGKILL, or SIGTERM's default action, writes nothing.
+        expect(p.events.at(-1)?.failure?.message).toMatch(/process exited/);
+        // The main thread's profile (thread 0; the loader's thread writes one of its own when it ends).
+        expect((await readdir(dir)).filter((f) => f.includes(`.${pid}.0.`) && f.endsWith('.cpuprofile'))).toHaveLength(
+          1,
+        );
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
     });
 
     it('gives the child exactly the replica GPUs through CUDA_VISIBLE_DEVICES', async () => {
