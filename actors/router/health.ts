@@ -1,10 +1,14 @@
-// Outlier ejection: a replica whose steps fail, or run slower than the cost model predicts by a configured factor,
-// is taken out of routing for a back-off period that doubles on each repeat, then tried again. Only what a replica
-// did counts: client errors are refused before any replica is chosen and never reach this module.
+// Outlier ejection: a replica whose steps fail, or run slower than the cost model predicts by a configured factor
+// (and by that factor more than the model's best other replica: an outlier among its peers), is taken out of routing
+// for a back-off period that doubles on each repeat, then tried again. Only what a replica did counts: client errors
+// are refused before any replica is chosen and never reach this module. When every replica of a model runs slow alike
+// (the node's CPU is contended, the profile is off), none of them is an outlier: ejecting some would only take
+// capacity away from the same work, and the rest would run no faster.
 
 /** Settings of outlier ejection (config `routing.ejection`). */
 export interface EjectionConfig {
-  /** Eject when recent steps take this many times their predicted time (moving average). */
+  /** Eject when recent steps take this many times their predicted time (moving average) and this many times the
+   * ratio of the model's best other replica that is in routing and has been judged (its peers' pace). */
   slowFactor: number;
   /** Steps observed since the last verdict before a replica can be judged slow. */
   minSteps: number;
@@ -111,6 +115,15 @@ export function createHealth(deps: HealthDeps, cfg: EjectionConfig = DEFAULT_EJE
   const reset = (id: string): void => {
     recs.delete(id);
   };
+  /** The best (lowest) moving ratio among the model's other replicas in routing with minSteps steps; 1 if none. */
+  const peersRatio = (id: string, model: string | undefined, t: number): number => {
+    let best = Infinity;
+    for (const [other, r] of recs) {
+      if (other === id || isEjected(r, t) || r.steps < cfg.minSteps || deps.modelOf(other) !== model) continue;
+      if (r.ratio < best) best = r.ratio;
+    }
+    return best === Infinity ? 1 : Math.max(1, best);
+  };
   const ejectedOfModel = (model: string, t: number): number => {
     let n = 0;
     for (const [id, r] of recs) if (isEjected(r, t) && deps.modelOf(id) === model) n++;
@@ -158,7 +171,13 @@ export function createHealth(deps: HealthDeps, cfg: EjectionConfig = DEFAULT_EJE
       r.steps++;
       r.failures = 0;
       if (r.steps >= cfg.minSteps && r.ratio > cfg.slowFactor) {
-        eject(id, r, `steps take ${r.ratio.toFixed(2)}x their predicted time (limit ${cfg.slowFactor}x)`);
+        const peers = peersRatio(id, deps.modelOf(id), deps.now());
+        if (r.ratio <= cfg.slowFactor * peers) return;
+        const limit =
+          peers > 1
+            ? `limit ${(cfg.slowFactor * peers).toFixed(2)}x: ${cfg.slowFactor}x its peers' ${peers.toFixed(2)}x`
+            : `limit ${cfg.slowFactor}x`;
+        eject(id, r, `steps take ${r.ratio.toFixed(2)}x their predicted time (${limit})`);
       }
     },
     failed,

@@ -84,6 +84,30 @@ describe('health (outlier ejection)', () => {
     expect(h.ejected('m#1')).not.toBeNull();
   });
 
+  it('ejects no replica when all of the model run slow alike (a contended node), but still an outlier among them', () => {
+    const { h } = tracker({}, 4);
+    // Every replica at 2.5-3x its prediction: none is slower than its peers by the factor.
+    for (let i = 0; i < 40; i++) for (const [k, id] of ['m#0', 'm#1', 'm#2'].entries()) h.step(id, 10, 25 + 2 * k);
+    expect(['m#0', 'm#1', 'm#2'].map((id) => h.ejected(id))).toEqual([null, null, null]);
+    expect(h.events).toEqual([]);
+    // One of them falls to 7x: more than 2x its best peer's 2.5x.
+    for (let i = 0; i < 60; i++) {
+      h.step('m#0', 10, 25);
+      h.step('m#3', 10, 70);
+    }
+    expect(h.ejected('m#3')).toMatch(/steps take .*x their predicted time \(limit \d\.\d+x: 2x its peers' 2\.\d+x\)/);
+    expect(h.ejected('m#0')).toBeNull();
+  });
+
+  it('judges against the absolute factor when no peer in routing has been judged', () => {
+    const { h } = tracker({}, 4);
+    for (let i = 0; i < 30; i++) h.step('m#0', 10, 50);
+    // m#0 is out: m#1 has no judged peer in routing, so its own 5x is slow.
+    for (let i = 0; i < 30; i++) h.step('m#1', 10, 50);
+    expect(h.ejected('m#0')).not.toBeNull();
+    expect(h.ejected('m#1')).toMatch(/\(limit 2x\)/);
+  });
+
   it('never ejects more than maxEjectedFraction of a model’s replicas', () => {
     const { h } = tracker({ maxEjectedFraction: 0.5 }, 4);
     for (const id of ['m#0', 'm#1', 'm#2']) for (let i = 0; i < 30; i++) h.step(id, 10, 50);
