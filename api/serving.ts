@@ -67,7 +67,8 @@ export interface Accepted {
 /** Readiness of one model. */
 export interface ModelReadiness {
   ready: boolean;
-  replicas: { id: string; state: string; gpus: number[] }[];
+  /** Each replica's machine state, its GPUs, and why outlier ejection keeps it out of routing now (null: it is in). */
+  replicas: { id: string; state: string; gpus: number[]; ejected: string | null }[];
   reason: string | null;
 }
 
@@ -199,7 +200,7 @@ export function createServing(
       for (const m of cp.scenario.models) {
         const replicas = all
           .filter((r) => r.model === m.name)
-          .map((r) => ({ id: r.id, state: r.state(), gpus: [...r.gpus] }));
+          .map((r) => ({ id: r.id, state: r.state(), gpus: [...r.gpus], ejected: cp.health.peek(r.id) }));
         const anyReady = all.some((r) => r.model === m.name && r.accepting());
         const why = cp.placement.unavailable(m.name);
         // Under `switch` a model without a replica is still servable while the node serves: placement switches to it.

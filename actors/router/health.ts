@@ -64,6 +64,8 @@ export interface Health {
   failed(replica: string, reason: string): void;
   /** Why the replica is ejected now, or null; an ejection that has run out ends here (the replica is tried again). */
   ejected(replica: string): string | null;
+  /** Why the replica is ejected now, or null, without ending a back-off that has run out (for status reports). */
+  peek(replica: string): string | null;
   /** The moving ratio of actual to predicted step time of a replica (1 when unknown). */
   ratio(replica: string): number;
   /** Forgets a replica: a new one created under the same id (on new GPUs, after a failure) starts with a clean slate. */
@@ -195,6 +197,10 @@ export function createHealth(deps: HealthDeps, cfg: EjectionConfig = DEFAULT_EJE
       r.steps = 0;
       r.failures = 0;
       return null;
+    },
+    peek: (id) => {
+      const r = recs.get(id);
+      return r && isEjected(r, deps.now()) ? r.reason : null;
     },
     ratio: (id) => recs.get(id)?.ratio ?? 1,
     reset,

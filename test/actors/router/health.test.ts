@@ -99,6 +99,17 @@ describe('health (outlier ejection)', () => {
     expect(h.ejected('m#0')).toBeNull();
   });
 
+  it('peek tells an ejection without ending a back-off that has run out (ejected does)', () => {
+    const { h, at } = tracker();
+    h.failed('m#0', 'gpu fault');
+    expect(h.peek('m#0')).toBe('failed (gpu fault)');
+    at(1000);
+    expect(h.peek('m#0')).toBeNull();
+    expect(h.events.map((e) => e.kind)).toEqual(['ejected']);
+    expect(h.ejected('m#0')).toBeNull();
+    expect(h.events.map((e) => e.kind)).toEqual(['ejected', 'returned']);
+  });
+
   it('judges against the absolute factor when no peer in routing has been judged', () => {
     const { h } = tracker({}, 4);
     for (let i = 0; i < 30; i++) h.step('m#0', 10, 50);

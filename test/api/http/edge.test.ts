@@ -220,6 +220,25 @@ describe('the HTTP edge', () => {
   });
 });
 
+describe('/readyz and outlier ejection', () => {
+  it('says which replica outlier ejection keeps out of routing, and why', async () => {
+    type Ready = { models: Record<string, { replicas: { id: string; ejected: string | null }[] }> };
+    const replicasNow = async () => ((await (await get('/readyz')).json()) as Ready).models[MODEL]!.replicas;
+    const before = await replicasNow();
+    expect(before.map((r) => r.ejected)).toEqual([null, null]);
+    const id = before[0]!.id;
+    server.cp.health.failed(id, 'a test fault');
+    try {
+      const after = await replicasNow();
+      expect(after.find((r) => r.id === id)!.ejected).toBe('failed (a test fault)');
+      expect(after.find((r) => r.id !== id)!.ejected).toBeNull();
+    } finally {
+      server.cp.health.reset(id);
+    }
+    expect((await replicasNow()).map((r) => r.ejected)).toEqual([null, null]);
+  });
+});
+
 describe('the Inference Extension gauges', () => {
   it('match what the control plane knows while requests wait and run', async () => {
     const client = await connectClient(server.wsUrl, {});
