@@ -117,14 +117,18 @@ export function createHealth(deps: HealthDeps, cfg: EjectionConfig = DEFAULT_EJE
   const reset = (id: string): void => {
     recs.delete(id);
   };
-  /** The best (lowest) moving ratio among the model's other replicas in routing with minSteps steps; 1 if none. */
-  const peersRatio = (id: string, model: string | undefined, t: number): number => {
+  /** The best (lowest) moving ratio among the model's other replicas in routing with minSteps steps; 1 if none has
+   * stepped; null while some have stepped but none has been judged yet (the verdict waits for a peer to compare). */
+  const peersRatio = (id: string, model: string | undefined, t: number): number | null => {
     let best = Infinity;
+    let unjudged = false;
     for (const [other, r] of recs) {
-      if (other === id || isEjected(r, t) || r.steps < cfg.minSteps || deps.modelOf(other) !== model) continue;
-      if (r.ratio < best) best = r.ratio;
+      if (other === id || isEjected(r, t) || deps.modelOf(other) !== model) continue;
+      if (r.steps < cfg.minSteps) unjudged ||= r.steps > 0;
+      else if (r.ratio < best) best = r.ratio;
     }
-    return best === Infinity ? 1 : Math.max(1, best);
+    if (best === Infinity) return unjudged ? null : 1;
+    return Math.max(1, best);
   };
   const ejectedOfModel = (model: string, t: number): number => {
     let n = 0;
@@ -174,7 +178,7 @@ export function createHealth(deps: HealthDeps, cfg: EjectionConfig = DEFAULT_EJE
       r.failures = 0;
       if (r.steps >= cfg.minSteps && r.ratio > cfg.slowFactor) {
         const peers = peersRatio(id, deps.modelOf(id), deps.now());
-        if (r.ratio <= cfg.slowFactor * peers) return;
+        if (peers === null || r.ratio <= cfg.slowFactor * peers) return;
         const limit =
           peers > 1
             ? `limit ${(cfg.slowFactor * peers).toFixed(2)}x: ${cfg.slowFactor}x its peers' ${peers.toFixed(2)}x`

@@ -110,6 +110,19 @@ describe('health (outlier ejection)', () => {
     expect(h.events.map((e) => e.kind)).toEqual(['ejected', 'returned']);
   });
 
+  it('waits for a peer that has stepped to be judged before judging the first replica (replicas start unevenly)', () => {
+    const { h } = tracker({}, 2);
+    // Both take work, but m#0 far more at first; both run 2.5x slow, as on a contended node.
+    h.step('m#1', 10, 25);
+    for (let i = 0; i < 30; i++) h.step('m#0', 10, 25);
+    for (let i = 0; i < 30; i++) {
+      h.step('m#0', 10, 25);
+      h.step('m#1', 10, 25);
+    }
+    expect([h.ejected('m#0'), h.ejected('m#1')]).toEqual([null, null]);
+    expect(h.events).toEqual([]);
+  });
+
   it('judges against the absolute factor when no peer in routing has been judged', () => {
     const { h } = tracker({}, 4);
     for (let i = 0; i < 30; i++) h.step('m#0', 10, 50);
