@@ -369,7 +369,8 @@ describe('WebSocket abuse', () => {
     await whileStreaming(async () => {
       const before = server.streams.sessions();
       const raw = await rawClient(server.port);
-      await until(() => server.streams.sessions() === before + 1, 5_000, 'session open');
+      // The bound is generous: under the full suite's load the handshake alone has taken over 5 s.
+      await until(() => server.streams.sessions() > before, 15_000, 'session open');
       const submits = Array.from({ length: 96 }, (_, i) => ({
         type: 'submit',
         id: `r${i}`,
