@@ -42,6 +42,8 @@ const sizeOf = (d: Uint8Array | string): number => (typeof d === 'string' ? 2 * 
 
 /** Incoming frames a connection may have waiting before its socket stops being read (TCP backpressure). */
 const INBOX_PAUSE = 64;
+/** Longest turn of the pacer, in turn budgets: how long handling a backlog of frames may hold the event loop. */
+const MAX_TURN_BUDGETS = 5;
 /** Incoming frames past which a connection is closed: it kept sending after it was paused. */
 const INBOX_MAX = 4096;
 
@@ -171,14 +173,24 @@ interface Inbox {
   peer: WsPeer;
 }
 
-/** Handles waiting frames round-robin across connections, at most `budgetMs` per turn of the event loop. */
+/**
+ * Handles waiting frames round-robin across connections, one turn of the event loop at a time. A turn spends at most
+ * as long as the rest of the loop took since the previous turn, and between `budgetMs` and MAX_TURN_BUDGETS times it:
+ * while frames wait, handling them gets at least half of the process's time, however much the node link, timers and
+ * flushes take meanwhile. (A fixed budget per turn was not enough: when steps grew, each loop took longer, the
+ * frames' share of it fell, submits arrived faster than they were handled, and the backlog kept the steps large.)
+ */
 function createPacer(clock: Clock, budgetMs: number): { wake(inbox: Inbox): void } {
   const ready: Inbox[] = [];
   const queued = new Set<Inbox>();
   let scheduled = false;
+  // When the previous turn ended, while frames were still waiting (-1: none were).
+  let lastEnd = -1;
   const turn = (): void => {
     scheduled = false;
-    const until = clock.now() + budgetMs;
+    const start = clock.now();
+    const rest = lastEnd >= 0 ? start - lastEnd : 0;
+    const until = start + Math.min(MAX_TURN_BUDGETS * budgetMs, Math.max(budgetMs, rest));
     while (ready.length > 0 && clock.now() < until) {
       const box = ready.shift()!;
       const d = box.frames[box.head];
@@ -197,6 +209,7 @@ function createPacer(clock: Clock, budgetMs: number): { wake(inbox: Inbox): void
         box.peer.resume();
       }
     }
+    lastEnd = ready.length > 0 ? clock.now() : -1;
     if (ready.length > 0) schedule();
   };
   const schedule = (): void => {
