@@ -2,16 +2,18 @@
 // request's queue deadline costs a heap push instead of an actor-system timer.
 import type { Clock, TimerId } from './clock.ts';
 
-/** Arms callbacks at absolute times; stale ones are the caller's to ignore (they carry their own time). */
+/** Arms callbacks at absolute times; stale ones are the caller's to ignore (they carry their own time) or to disarm. */
 export interface DeadlineWheel {
-  arm(at: number, fire: () => void): void;
+  /** Arms `fire` at `at`; the function returned disarms it (a deadline that became moot never wakes the clock). */
+  arm(at: number, fire: () => void): () => void;
+  /** Armed deadlines, disarmed ones not yet dropped included. */
   readonly size: number;
 }
 
 interface Entry {
   at: number;
   seq: number;
-  fire: () => void;
+  fire: (() => void) | null;
 }
 
 /** Creates a deadline wheel on `clock`. */
@@ -48,10 +50,17 @@ export function createDeadlineWheel(clock: Clock): DeadlineWheel {
     heap[i] = last;
     return top;
   };
+  /** Arms the clock's one timer for the earliest live deadline (disarmed ones at the top are dropped first). */
   const schedule = (): void => {
+    while (heap.length > 0 && heap[0]!.fire === null) pop();
     const next = heap[0];
-    if (!next) return;
-    if (timer !== null && timerAt <= next.at) return;
+    if (!next) {
+      if (timer !== null) clock.clearTimeout(timer);
+      timer = null;
+      timerAt = Infinity;
+      return;
+    }
+    if (timer !== null && timerAt === next.at) return;
     if (timer !== null) clock.clearTimeout(timer);
     timerAt = next.at;
     timer = clock.setTimeout(tick, Math.max(0, next.at - clock.now()));
@@ -60,14 +69,20 @@ export function createDeadlineWheel(clock: Clock): DeadlineWheel {
     timer = null;
     timerAt = Infinity;
     const now = clock.now();
-    while (heap.length > 0 && heap[0]!.at <= now) pop()!.fire();
+    while (heap.length > 0 && heap[0]!.at <= now) pop()!.fire?.();
     schedule();
   };
   return {
     arm: (at, fire) => {
-      heap.push({ at, seq: ++seq, fire });
+      const e: Entry = { at, seq: ++seq, fire };
+      heap.push(e);
       up(heap.length - 1);
-      schedule();
+      if (heap[0] === e) schedule();
+      return () => {
+        if (e.fire === null) return;
+        e.fire = null;
+        if (heap[0] === e) schedule();
+      };
     },
     get size() {
       return heap.length;

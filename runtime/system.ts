@@ -15,6 +15,33 @@ export interface ActorFault {
   error: unknown;
 }
 
+/** A step's shape as the simulator's lane prices it (the cost model's StepShape, structurally). */
+export interface LaneShape {
+  readonly prefill: readonly { readonly tokens: number; readonly cached: number }[];
+  readonly decodeBatch: number;
+  readonly decodeContext: number;
+}
+
+/** A run of steps one replica takes through the simulator's lane (transport/sim-link.ts). */
+export interface LaneRun {
+  /**
+   * The round trip of a step of `shape` dispatched now, exactly as the link's shortcut would take it had the step
+   * been sent as the lone message of the next flush: the clock moves to the ranks' reports' arrival (counting the
+   * events and messages they stand for) and the executor's busy time per rank is returned. Null when that cannot be
+   * shown (another event comes first, something else is queued on the link, the clock was stopped): then nothing
+   * changed, and the replica sends the step as usual.
+   */
+  roundTrip(shape: LaneShape): number | null;
+}
+
+/** The simulator's inline step lane: lets a replica whose step report arrived through the link's shortcut take
+ * its next steps without messages, as long as the shortcut would have answered each of them (see sim-link.ts). */
+export interface StepLane {
+  /** A run for `replica` at `epoch` on `gpus`, or null (not inside a shortcut's report, or the node would not
+   * answer its steps by itself). */
+  open(replica: string, epoch: number, gpus: readonly number[]): LaneRun | null;
+}
+
 /** The runtime of one process: clock, randomness, ids, and the routing of messages between entities. */
 export interface Runtime {
   readonly name: string;
@@ -42,6 +69,9 @@ export interface Runtime {
   /** True while an inspector watches, or when created `stepByStep`: actors then take every event through their
    * machines (a replica's direct step is off). */
   stepByStep(): boolean;
+  /** The simulator's step lane, or null (serving, the reference run, `--wire-check`). */
+  lane(): StepLane | null;
+  setLane(lane: StepLane | null): void;
 }
 
 /** Creates a runtime for one process. */
@@ -60,6 +90,7 @@ export function createRuntime(opts: {
   // Live supervised actors, so that an inspector set later also sees the ones already running.
   const inspectable = new Map<string, { actor: AnyActorRef; sub: Subscription | null }>();
   let inspector: ((ev: InspectionEvent) => void) | null = null;
+  let lane: StepLane | null = null;
 
   const send = (to: string, msg: Msg): void => {
     const deliver = local.get(to);
@@ -103,6 +134,11 @@ export function createRuntime(opts: {
     faults,
     dropped,
     stepByStep: () => inspector !== null || opts.stepByStep === true,
+    // An inspector must see every step's reports: no lane while one watches.
+    lane: () => (inspector === null ? lane : null),
+    setLane: (l) => {
+      lane = opts.stepByStep === true ? null : l;
+    },
     setInspector: (observer) => {
       inspector = observer;
       for (const e of inspectable.values()) {

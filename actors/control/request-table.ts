@@ -43,6 +43,20 @@ export interface RequestTable {
   explain(id: string): DecisionTrace[] | undefined;
 }
 
+/** Arms the deadline of a request's wait on the wheel, in place of its previous wait's (`l` keeps the disarm). */
+function armWait(
+  wheel: DeadlineWheel,
+  l: Live | undefined,
+  at: number,
+  self: { getSnapshot(): { status: string }; send(e: { type: 'request.deadline'; at: number }): void },
+): void {
+  l?.disarm?.();
+  const disarm = wheel.arm(at, () => {
+    if (self.getSnapshot().status === 'active') self.send({ type: 'request.deadline', at });
+  });
+  if (l) l.disarm = disarm;
+}
+
 /** Creates the request table. */
 export function createRequestTable(deps: RequestTableDeps): RequestTable {
   const { clock } = deps.runtime;
@@ -57,12 +71,7 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
         const l = live.get(context.id);
         if (l) finish(l, context);
       },
-      armDeadline: ({ context, self }) => {
-        const at = context.deadlineAt;
-        deps.deadlines.arm(at, () => {
-          if (self.getSnapshot().status === 'active') self.send({ type: 'request.deadline', at });
-        });
-      },
+      armDeadline: ({ context, self }) => armWait(deps.deadlines, live.get(context.id), context.deadlineAt, self),
     },
   });
 
@@ -79,6 +88,8 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
   const listener: SequenceListener = {
     scheduled: (seq, t) => {
       const l = seq.tag as Live;
+      // Scheduled, it no longer waits: its deadline is moot (a preemption or interruption arms a new one).
+      l.disarm?.();
       markScheduled(l, t);
       l.awaitingToken = true;
       l.actor.send({
@@ -127,6 +138,7 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
 
   const finish = (l: Live, c: RequestContext): void => {
     const outcome = c.outcome ?? 'failed';
+    l.disarm?.();
     live.delete(l.id);
     if (c.code === 'expired') addTrace(l, deps.expiryTrace(l, c));
     if (deps.keepTraces) finishedTraces.set(l.id, l.traces);

@@ -76,4 +76,6 @@ export interface Live {
   retryAfterMs?: number;
   /** When it entered the router's hold (interrupted or admitted without a ready replica), or -1. */
   heldSince: number;
+  /** Takes the current wait's deadline off the wheel (it is moot once the request is scheduled or ends). */
+  disarm?: () => void;
 }

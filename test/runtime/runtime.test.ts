@@ -86,6 +86,28 @@ describe('deadline wheel', () => {
     ]);
     expect(w.size).toBe(0);
   });
+
+  it('never fires a disarmed deadline, nor wakes the clock for one', () => {
+    const c = createVirtualClock();
+    const w = createDeadlineWheel(c);
+    const fired: number[] = [];
+    const off10 = w.arm(10, () => fired.push(10));
+    const off20 = w.arm(20, () => fired.push(20));
+    w.arm(30, () => fired.push(30));
+    off20();
+    off10();
+    off10();
+    // The clock's one timer moved to the earliest live deadline: the run wakes once, at 30.
+    expect(c.pending()).toBe(1);
+    expect(c.run()).toBe(1);
+    expect(fired).toEqual([30]);
+    expect(c.now()).toBe(30);
+    const off = w.arm(40, () => fired.push(40));
+    off();
+    expect(c.pending()).toBe(0);
+    expect(c.run()).toBe(0);
+    expect(fired).toEqual([30]);
+  });
 });
 
 describe('runtime', () => {
