@@ -238,6 +238,7 @@ class TokensSlot implements TokensEntry, StreamSink {
   n = 0;
   text: string | undefined = undefined;
   gen = -1;
+  head: Uint8Array | undefined = undefined;
   constructor(
     readonly id: string,
     private readonly outbox: Pick<Outbox, 'push' | 'pushTokens'>,
