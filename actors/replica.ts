@@ -348,7 +348,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
         clock,
         limits: o.stateless,
         name: o.id,
-        onReady: () => toActor({ type: 'work.available' }),
+        onReady: () => workAvailable(),
       })
     : null;
   const loadMs = o.cost.loadS() * 1000;
@@ -365,6 +365,14 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
   const toActor = (e: ReplicaEvent): void => {
     if (held) held.push(e);
     else actor.send(e);
+  };
+  /** New work for the iteration loop. Only an idle replica's machine acts on it: every other state ignores the event
+   * (no transition, no action, and eventless transitions that read the context alone, which it leaves as it is), so
+   * it is sent only to an idle machine, or while events are held back (the machine may be idle by the time they are
+   * delivered), or while an inspector watches (it sees every event). */
+  const workAvailable = (): void => {
+    if (held || runtime.stepByStep() || actor.getSnapshot().matches({ ready: 'idle' }))
+      toActor({ type: 'work.available' });
   };
   const loop = createStepLoop({ runtime, o, batcher, stateless, engine, ledger, toActor, handle: () => handle });
 
@@ -429,7 +437,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
     accepting: () => hasTag('accepting'),
     enqueue: (seq, atHead) => {
       batcher.enqueue(seq, atHead);
-      toActor({ type: 'work.available' });
+      workAvailable();
     },
     stateless,
     steps: stats,

@@ -47,7 +47,6 @@ function life(table: RequestTable, t: number): void {
       estOutputTokens: 64,
       receivedAt: t,
       firstScheduledAt: -1,
-      awaitingToken: false,
       streamed: 0,
       seq: null,
       listener: undefined,

@@ -57,10 +57,51 @@ function armWait(
   if (l) l.disarm = disarm;
 }
 
+/** Tokens a request's client has: its sequence's (a generative request streams what its sequence generates, and a
+ * resumed one starts from there), else what a stateless batch gave it. */
+const streamedOf = (l: Live): number => (l.seq ? l.seq.generated : l.streamed);
+
+/** The listener of a model's sequences: request actor events at scheduling, first token, preemption and finish,
+ * time between tokens for the collector, and tokens for a client that takes them (`streams`). */
+function sequenceListener(
+  model: string,
+  streams: boolean,
+  markScheduled: (l: Live, t: number) => void,
+  collector: Collector,
+): SequenceListener {
+  return {
+    scheduled: (seq, t) => {
+      const l = seq.tag as Live;
+      // Scheduled, it no longer waits: its deadline is moot (a preemption or interruption arms a new one).
+      l.disarm?.();
+      markScheduled(l, t);
+      seq.awaitingToken = true;
+      l.actor.send({ type: 'request.scheduled', replica: l.actor.getSnapshot().context.replica ?? 'router', t });
+    },
+    preempted: (seq, t) => {
+      (seq.tag as Live).actor.send({ type: 'request.preempted', t });
+    },
+    tokens: (seq, n, t) => {
+      if (seq.awaitingToken) {
+        seq.awaitingToken = false;
+        (seq.tag as Live).actor.send({ type: 'request.firstToken', t });
+      } else if (seq.lastTokenAt >= 0) {
+        collector.tbt(model, t - seq.lastTokenAt);
+      }
+      if (!streams) return;
+      const l = seq.tag as Live;
+      l.listener!.tokens!(l.id, seq.generated - n, n, t, seq.tokens?.lastText);
+    },
+    finished: (seq, t) => {
+      (seq.tag as Live).actor.send({ type: 'request.finished', tokens: seq.generated, t });
+    },
+  };
+}
+
 /**
  * A live request as one literal, every field in one order: the spread it replaces (`{ ...rec, actor, streams }`) gave
- * each request a hidden class of its own (V8 copies a spread of this size through a dictionary), so every read of a
- * Live, four per token among them, was a megamorphic miss in V8's stub cache.
+ * each request a hidden class of its own (in V8, a spread followed by a key it did not have does), so every read of a
+ * Live was a megamorphic miss in V8's stub cache.
  */
 function liveOf(rec: Omit<Live, 'actor' | 'streams'>, actor: Live['actor']): Live {
   return {
@@ -74,7 +115,6 @@ function liveOf(rec: Omit<Live, 'actor' | 'streams'>, actor: Live['actor']): Liv
     estOutputTokens: rec.estOutputTokens,
     receivedAt: rec.receivedAt,
     firstScheduledAt: rec.firstScheduledAt,
-    awaitingToken: rec.awaitingToken,
     streamed: rec.streamed,
     seq: rec.seq,
     tokens: rec.tokens,
@@ -115,36 +155,14 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
     deps.scheduled(l, t);
   };
 
-  const listener: SequenceListener = {
-    scheduled: (seq, t) => {
-      const l = seq.tag as Live;
-      // Scheduled, it no longer waits: its deadline is moot (a preemption or interruption arms a new one).
-      l.disarm?.();
-      markScheduled(l, t);
-      l.awaitingToken = true;
-      l.actor.send({
-        type: 'request.scheduled',
-        replica: l.actor.getSnapshot().context.replica ?? 'router',
-        t,
-      });
-    },
-    preempted: (seq, t) => {
-      (seq.tag as Live).actor.send({ type: 'request.preempted', t });
-    },
-    tokens: (seq, n, t) => {
-      const l = seq.tag as Live;
-      if (l.awaitingToken) {
-        l.awaitingToken = false;
-        l.actor.send({ type: 'request.firstToken', t });
-      } else if (seq.lastTokenAt >= 0) {
-        deps.collector.tbt(l.model, t - seq.lastTokenAt);
-      }
-      if (l.streams) l.listener!.tokens!(l.id, l.streamed, n, t, seq.tokens?.lastText);
-      l.streamed += n;
-    },
-    finished: (seq, t) => {
-      (seq.tag as Live).actor.send({ type: 'request.finished', tokens: seq.generated, t });
-    },
+  // A sequence's listener is its model's (and whether its client takes tokens): a token then touches only the
+  // sequence, not the request (what the request has streamed is its sequence's `generated`; see streamedOf).
+  const listeners = new Map<string, SequenceListener>();
+  const listenerOf = (model: string, streams: boolean): SequenceListener => {
+    const key = streams ? `${model}\u0000streams` : model;
+    let x = listeners.get(key);
+    if (!x) listeners.set(key, (x = sequenceListener(model, streams, markScheduled, deps.collector)));
+    return x;
   };
 
   const newSequence = (l: Live, generated: number): Sequence => {
@@ -158,7 +176,8 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       estOutputTokens: deps.oracle(l.model) ? l.spec.outputTokens : l.spec.maxTokens,
       receivedAt: l.receivedAt,
       generated,
-      listener,
+      listener: listenerOf(l.model, l.streams),
+      owner: `${l.model}@${l.version}`,
       tag: l,
       ...(l.tokens ? { tokens: l.tokens } : {}),
     });
@@ -183,7 +202,7 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       firstScheduledAt: l.firstScheduledAt,
       firstTokenAt: c.firstTokenAt,
       finishedAt,
-      tokens: l.streamed,
+      tokens: streamedOf(l),
       budgetMs: l.budgetMs,
       resumes: c.resumes,
       preemptions: c.preemptions,
@@ -192,7 +211,7 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       outcome,
       code: c.code,
       message: c.message,
-      tokens: l.streamed,
+      tokens: streamedOf(l),
       ...(l.retryAfterMs !== undefined ? { retryAfterMs: l.retryAfterMs } : {}),
       timings: { receivedAt: l.receivedAt, firstTokenAt: c.firstTokenAt, finishedAt },
     });
@@ -236,7 +255,7 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
     },
     progress: (id) => {
       const l = live.get(id);
-      return l ? { tokens: l.streamed, firstTokenAt: l.actor.getSnapshot().context.firstTokenAt } : null;
+      return l ? { tokens: streamedOf(l), firstTokenAt: l.actor.getSnapshot().context.firstTokenAt } : null;
     },
     explain: (id) => live.get(id)?.traces ?? finishedTraces.get(id),
   };

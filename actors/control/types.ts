@@ -63,8 +63,7 @@ export interface Live {
   estOutputTokens: number;
   receivedAt: number;
   firstScheduledAt: number;
-  awaitingToken: boolean;
-  /** Tokens the client has been sent. */
+  /** Tokens a stateless batch gave the client (a generative request's are its sequence's `generated`). */
   streamed: number;
   seq: Sequence | null;
   /** A real engine's token ids for this request, shared by every residency (absent under the cost model). */
