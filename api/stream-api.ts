@@ -65,7 +65,11 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
   let streams = 0;
   const perFrame = opts.maxMessagesPerFrame ?? 4096;
   const maxQueuedBytes = opts.maxQueuedBytes ?? DEFAULT_MAX_BUFFERED;
-  const pacer = createPacer(opts.clock, opts.turnBudgetMs ?? 10);
+  // Outboxes holding answers to frames handled in the pacer's turn: a long turn sends them every budget, not at its end.
+  const answering = new Set<() => void>();
+  const pacer = createPacer(opts.clock, opts.turnBudgetMs ?? 10, () => {
+    for (const answer of [...answering]) answer();
+  });
   const maxInbound = opts.maxInboundBytes ?? DEFAULT_MAX_INBOUND_BYTES;
   let inboundBytes = 0;
 
@@ -77,6 +81,7 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
       perFrame,
       maxQueuedBytes,
       congestionRetryMs: opts.congestionRetryMs ?? 5,
+      answering,
     });
     const push = outbox.push;
     const requests = createRequestTable(
@@ -180,7 +185,7 @@ interface Inbox {
  * flushes take meanwhile. (A fixed budget per turn was not enough: when steps grew, each loop took longer, the
  * frames' share of it fell, submits arrived faster than they were handled, and the backlog kept the steps large.)
  */
-function createPacer(clock: Clock, budgetMs: number): { wake(inbox: Inbox): void } {
+function createPacer(clock: Clock, budgetMs: number, answer: () => void): { wake(inbox: Inbox): void } {
   const ready: Inbox[] = [];
   const queued = new Set<Inbox>();
   let scheduled = false;
@@ -191,7 +196,13 @@ function createPacer(clock: Clock, budgetMs: number): { wake(inbox: Inbox): void
     const start = clock.now();
     const rest = lastEnd >= 0 ? start - lastEnd : 0;
     const until = start + Math.min(MAX_TURN_BUDGETS * budgetMs, Math.max(budgetMs, rest));
+    // The answers to the frames handled so far leave every budget of a long turn.
+    let answerAt = start + budgetMs;
     while (ready.length > 0 && clock.now() < until) {
+      if (clock.now() >= answerAt) {
+        answer();
+        answerAt = clock.now() + budgetMs;
+      }
       const box = ready.shift()!;
       const d = box.frames[box.head];
       if (d !== undefined && box.peer.isOpen()) {
@@ -291,7 +302,7 @@ function createOutbox(
   peer: WsPeer,
   format: ReturnType<typeof formatOf>,
   metrics: ServerMetrics,
-  o: { clock: Clock; perFrame: number; maxQueuedBytes: number; congestionRetryMs: number },
+  o: { clock: Clock; perFrame: number; maxQueuedBytes: number; congestionRetryMs: number; answering: Set<() => void> },
 ): Outbox {
   let out: (ServerMessage | TokensSlot)[] = [];
   // Which batch `out` holds: a request's slot merges tokens only into a message of the current batch.
@@ -369,14 +380,19 @@ function createOutbox(
     schedule();
   };
   let soonPending = false;
+  const answerNow = (): void => {
+    if (!soonPending) return;
+    soonPending = false;
+    o.answering.delete(answerNow);
+    flush();
+  };
   const soon = (): void => {
     if (soonPending || out.length === 0) return;
     soonPending = true;
-    // The flush scheduled for the end of the turn then finds nothing left (or what was queued after this one).
-    queueMicrotask(() => {
-      soonPending = false;
-      flush();
-    });
+    // At the end of this task, or sooner when the pacer's turn runs long; the flush scheduled for the end of the
+    // loop's turn then finds nothing left (or what was queued after this one).
+    o.answering.add(answerNow);
+    queueMicrotask(answerNow);
   };
   return {
     push,

@@ -30,7 +30,7 @@ function manualClock(): Clock & { t: number; turn(): boolean } {
 }
 
 describe('frame pacing', () => {
-  it('gives waiting frames as long as the rest of the loop took, between one and five budgets', () => {
+  it('gives waiting frames as long as the rest of the loop took, between one and five budgets', async () => {
     const clock = manualClock();
     let handled = 0;
     // Each submit takes 1 ms of the clock.
@@ -46,11 +46,13 @@ describe('frame pacing', () => {
     const metrics = { refused: () => {} } as unknown as ServerMetrics;
     const api = createStreamApi(serving, metrics, { clock, maxStreamsPerConnection: 1e6, turnBudgetMs: 10 });
     let onMessage: (d: Uint8Array | string) => void = () => {};
+    // Messages per frame sent to the client.
+    const sent: number[] = [];
     const peer: WsPeer = {
       protocol: SUBPROTOCOL_JSON,
       remote: 'test',
       isOpen: () => true,
-      send: () => true,
+      send: (d) => (sent.push((JSON.parse(d as string) as { id?: string; type: string }[]).length), true),
       bufferedAmount: () => 0,
       congested: () => false,
       close: () => {},
@@ -70,9 +72,15 @@ describe('frame pacing', () => {
       return handled - before;
     };
     expect(pacerTurn()).toBe(10);
-    // The rest of the loop took 30 ms: the next turn takes as long.
+    // The rest of the loop took 30 ms: the next turn takes as long, and the answers it owes leave every budget of it
+    // (two frames within the turn; the rest at the end of the task).
+    await Promise.resolve();
+    const before = sent.length;
     clock.t += 30;
     expect(pacerTurn()).toBe(30);
+    expect(sent.slice(before)).toEqual([10, 10]);
+    await Promise.resolve();
+    expect(sent.slice(before)).toEqual([10, 10, 10]);
     // Short loops: the budget still holds.
     clock.t += 2;
     expect(pacerTurn()).toBe(10);
