@@ -53,7 +53,7 @@ function life(table: RequestTable, t: number): void {
       listener: undefined,
       traces: [],
       heldSince: -1,
-    } as Omit<Live, 'actor' | 'streams'>,
+    } as Omit<Live, 'actor' | 'streams' | 'deadline'>,
     { budgetMs: 30_000, maxResumes: 1 },
   );
   l.actor.send({ type: 'request.admitted', replica: 'rep-1', t });

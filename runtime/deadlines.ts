@@ -4,14 +4,26 @@ import type { Clock, TimerId } from './clock.ts';
 
 /** Arms callbacks at absolute times; stale ones are the caller's to ignore (they carry their own time). */
 export interface DeadlineWheel {
-  arm(at: number, fire: () => void): void;
+  /** Calls `fire` at `at`; the handle disarms it. */
+  arm(at: number, fire: () => void): Deadline;
+  /** Forgets the callback of an armed deadline (and so what it holds): it will not be called. Its slot stays until
+   * its time, so the wheel's timer fires as it would have. */
+  disarm(d: Deadline): void;
+  /** Deadlines armed and not yet due, disarmed ones included. */
   readonly size: number;
+  /** Deadlines armed and not yet due nor disarmed: the callbacks the wheel holds. */
+  readonly armed: number;
+}
+
+/** An armed deadline. */
+export interface Deadline {
+  readonly at: number;
 }
 
 interface Entry {
   at: number;
   seq: number;
-  fire: () => void;
+  fire: (() => void) | null;
 }
 
 /** Creates a deadline wheel on `clock`. */
@@ -20,6 +32,7 @@ export function createDeadlineWheel(clock: Clock): DeadlineWheel {
   let seq = 0;
   let timer: TimerId | null = null;
   let timerAt = Infinity;
+  let armed = 0;
   const less = (a: Entry, b: Entry): boolean => a.at < b.at || (a.at === b.at && a.seq < b.seq);
   const up = (i: number): void => {
     const e = heap[i]!;
@@ -60,17 +73,35 @@ export function createDeadlineWheel(clock: Clock): DeadlineWheel {
     timer = null;
     timerAt = Infinity;
     const now = clock.now();
-    while (heap.length > 0 && heap[0]!.at <= now) pop()!.fire();
+    while (heap.length > 0 && heap[0]!.at <= now) {
+      const e = pop()!;
+      const { fire } = e;
+      if (!fire) continue;
+      e.fire = null;
+      armed--;
+      fire();
+    }
     schedule();
   };
   return {
     arm: (at, fire) => {
-      heap.push({ at, seq: ++seq, fire });
+      const e: Entry = { at, seq: ++seq, fire };
+      heap.push(e);
+      armed++;
       up(heap.length - 1);
       schedule();
+      return e;
+    },
+    disarm: (d) => {
+      const e = d as Entry;
+      if (e.fire) armed--;
+      e.fire = null;
     },
     get size() {
       return heap.length;
+    },
+    get armed() {
+      return armed;
     },
   };
 }

@@ -1,7 +1,12 @@
 // The request table: every live request by id, its request actor (one terminal outcome each), its decision traces,
 // the sequence a generative replica runs for it, and the record and client answer when it ends.
-import { createActor } from 'xstate';
-import { requestMachine, type RequestContext } from '../../machines/request.machine.ts';
+import { createActor, type AnyActorRef, type Snapshot } from 'xstate';
+import {
+  initialRequestContext,
+  REQUEST_INITIAL_STATE,
+  requestMachine,
+  type RequestContext,
+} from '../../machines/request.machine.ts';
 import { createSequence, type Sequence, type SequenceListener } from '../batcher/sequence.ts';
 import type { Collector } from '../metrics/collector.ts';
 import { MAX_TRACES } from '../router/explain.ts';
@@ -30,8 +35,9 @@ export interface RequestTable {
   get(id: string): Live | undefined;
   has(id: string): boolean;
   readonly size: number;
-  /** Creates and starts the request actor of `l` (its input from `l`), and adds `l` to the table. */
-  start(l: Omit<Live, 'actor' | 'streams'>, resume: { budgetMs: number; maxResumes: number }): Live;
+  /** Creates and starts the request actor of `l` (its input from `l`), and adds `l` to the table. `l` becomes the
+   * live record (its actor and streams set on it): the caller hands over a fresh object. */
+  start(l: Omit<Live, 'actor' | 'streams' | 'deadline'>, resume: { budgetMs: number; maxResumes: number }): Live;
   addTrace(l: Live, t: DecisionTrace): void;
   /** Marks a request's first scheduling at `t` (once). */
   markScheduled(l: Live, t: number): void;
@@ -43,13 +49,52 @@ export interface RequestTable {
   explain(id: string): DecisionTrace[] | undefined;
 }
 
+type ProvidedRequestMachine = ReturnType<typeof requestMachine.provide>;
+
+/**
+ * A request's actor, created (not started) as a member of `parent`'s group. It starts from the machine's initial
+ * state and context as a snapshot: the same snapshot the machine's initial transition computes (its initial state
+ * has no entry action and no eventless transition; test/machines checks that they are equal), without computing it.
+ */
+export function createRequestActor(
+  machine: ProvidedRequestMachine,
+  parent: AnyActorRef,
+  rec: Omit<Live, 'actor' | 'streams' | 'deadline'>,
+  resume: { budgetMs: number; maxResumes: number },
+): Live['actor'] {
+  const input = {
+    id: rec.id,
+    model: rec.model,
+    priority: rec.spec.priority,
+    receivedAt: rec.receivedAt,
+    queueBudgetMs: rec.budgetMs,
+    resumeBudgetMs: resume.budgetMs,
+    maxResumes: resume.maxResumes,
+  };
+  const snapshot: Snapshot<unknown> & Record<string, unknown> = {
+    status: 'active',
+    output: undefined,
+    error: undefined,
+    value: REQUEST_INITIAL_STATE,
+    context: initialRequestContext(input),
+    children: {},
+    historyValue: {},
+  };
+  return createActor(machine, { input, snapshot, id: rec.id, parent });
+}
+
 /** Creates the request table. */
 export function createRequestTable(deps: RequestTableDeps): RequestTable {
   const { clock } = deps.runtime;
   const live = new Map<string, Live>();
   const finishedTraces = new Map<string, DecisionTrace[]>();
   let order = 0;
+  // Every request actor is a member of this group: one actor system for all of them, supervised through it.
+  const group = deps.runtime.group('requests');
 
+  const expire = (l: Live, at: number): void => {
+    if (l.actor.getSnapshot().status === 'active') l.actor.send({ type: 'request.deadline', at });
+  };
   // Provided once: providing per request would rebuild the machine for every request.
   const machine = requestMachine.provide({
     actions: {
@@ -57,11 +102,12 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
         const l = live.get(context.id);
         if (l) finish(l, context);
       },
-      armDeadline: ({ context, self }) => {
+      armDeadline: ({ context }) => {
+        const l = live.get(context.id);
+        if (!l) return;
         const at = context.deadlineAt;
-        deps.deadlines.arm(at, () => {
-          if (self.getSnapshot().status === 'active') self.send({ type: 'request.deadline', at });
-        });
+        // A deadline armed before (a requeue) stays armed: it fires stale, in its place among the others.
+        l.deadline = deps.deadlines.arm(at, () => expire(l, at));
       },
     },
   });
@@ -128,6 +174,9 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
   const finish = (l: Live, c: RequestContext): void => {
     const outcome = c.outcome ?? 'failed';
     live.delete(l.id);
+    // The actor is ending, so its deadline could only fire stale: let the wheel drop what it holds now.
+    if (l.deadline) deps.deadlines.disarm(l.deadline);
+    l.deadline = null;
     if (c.code === 'expired') addTrace(l, deps.expiryTrace(l, c));
     if (deps.keepTraces) finishedTraces.set(l.id, l.traces);
     const finishedAt = c.finishedAt >= 0 ? c.finishedAt : clock.now();
@@ -164,22 +213,13 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       return live.size;
     },
     start: (rec, resume) => {
-      const actor = createActor(machine, {
-        input: {
-          id: rec.id,
-          model: rec.model,
-          priority: rec.spec.priority,
-          receivedAt: rec.receivedAt,
-          queueBudgetMs: rec.budgetMs,
-          resumeBudgetMs: resume.budgetMs,
-          maxResumes: resume.maxResumes,
-        },
-        clock,
-        id: rec.id,
-      });
-      const l: Live = { ...rec, actor, streams: rec.listener?.tokens !== undefined };
+      const actor = createRequestActor(machine, group.parent, rec, resume);
+      const l = rec as Live;
+      l.actor = actor;
+      l.streams = rec.listener?.tokens !== undefined;
+      l.deadline = null;
       live.set(l.id, l);
-      deps.runtime.supervise(l.id, actor);
+      group.add(l.id, actor);
       actor.start();
       return l;
     },

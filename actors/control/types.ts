@@ -5,6 +5,7 @@ import type { requestMachine, RequestOutcome } from '../../machines/request.mach
 import type { Sequence, SequenceTokens } from '../batcher/sequence.ts';
 import type { DecisionTrace } from '../router/router.ts';
 import type { Failure, OutcomeCode } from '../../machines/outcomes.ts';
+import type { Deadline } from '../../runtime/deadlines.ts';
 import type { ClientRequest } from '../../transport/client-protocol.ts';
 
 /**
@@ -76,4 +77,6 @@ export interface Live {
   retryAfterMs?: number;
   /** When it entered the router's hold (interrupted or admitted without a ready replica), or -1. */
   heldSince: number;
+  /** Its latest armed wait deadline (disarmed when it ends), or null. */
+  deadline: Deadline | null;
 }

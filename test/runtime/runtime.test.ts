@@ -86,6 +86,24 @@ describe('deadline wheel', () => {
     ]);
     expect(w.size).toBe(0);
   });
+
+  it('never calls a disarmed deadline, and keeps its timer as if it were armed', () => {
+    const c = createVirtualClock();
+    const w = createDeadlineWheel(c);
+    const fired: number[] = [];
+    const d = w.arm(10, () => fired.push(10));
+    w.arm(20, () => fired.push(20));
+    expect(w.armed).toBe(2);
+    w.disarm(d);
+    w.disarm(d);
+    expect(w.armed).toBe(1);
+    expect(w.size).toBe(2);
+    // The clock still runs one timer at 10 (the disarmed slot's time) and one at 20: the same timers as before.
+    expect(c.run()).toBe(2);
+    expect(fired).toEqual([20]);
+    expect(w.armed).toBe(0);
+    expect(w.size).toBe(0);
+  });
 });
 
 describe('runtime', () => {
