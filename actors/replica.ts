@@ -234,14 +234,15 @@ function createStepLoop(d: StepLoopDeps) {
   const { runtime, o, batcher, stateless, engine, ledger } = d;
   const { clock } = runtime;
   const { stats } = ledger;
-  const dispatch = (c: ReplicaContext, step: number): void => {
+  /** Plans step `step` and records it as the one in flight; null (after telling the machine) when there is no work. */
+  const prepare = (c: ReplicaContext, step: number): StepPlan | null => {
     const now = clock.now();
     const plan = stateless ? planStateless(stateless, ledger, now) : batcher.plan(now);
     ledger.plan = plan;
     if (!plan) {
       ledger.saturated = false;
       d.toActor({ type: 'step.empty', epoch: c.epoch });
-      return;
+      return null;
     }
     plan.dispatchedAt = now;
     ledger.step = step;
@@ -256,6 +257,10 @@ function createStepLoop(d: StepLoopDeps) {
       ledger.saturated = saturated;
       d.toActor({ type: saturated ? 'work.saturated' : 'work.unsaturated' });
     }
+    return plan;
+  };
+  /** Sends the planned step to the node. */
+  const send = (c: ReplicaContext, step: number, plan: StepPlan): void => {
     const prefill = plan.shape.prefill.map((ch) => [ch.tokens, ch.cached]);
     const shape = { prefill, decodeBatch: plan.shape.decodeBatch, decodeContext: plan.shape.decodeContext };
     const { id, epoch, gpus } = c;
@@ -263,6 +268,10 @@ function createStepLoop(d: StepLoopDeps) {
     if (wire?.free.length) runtime.send('node', { type: 'seq.free', replica: id, epoch, seqs: wire.free });
     const items = wire ? { open: wire.open, items: wire.items } : {};
     runtime.send('node', { type: 'step.execute', replica: id, epoch, step, gpus: [...gpus], shape, ...items });
+  };
+  const dispatch = (c: ReplicaContext, step: number): void => {
+    const plan = prepare(c, step);
+    if (plan) send(c, step, plan);
   };
   const complete = (): void => {
     const { plan, batch } = ledger;
@@ -284,7 +293,7 @@ function createStepLoop(d: StepLoopDeps) {
     stats.busyMs += now - plan.dispatchedAt;
     o.onStep?.(d.handle(), plan);
   };
-  return { dispatch, complete };
+  return { dispatch, prepare, send, complete };
 }
 
 /** The replica machine with its actions: GPU commands, the step loop, and giving up what it holds on failure. */
@@ -339,7 +348,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
         clock,
         limits: o.stateless,
         name: o.id,
-        onReady: () => toActor({ type: 'work.available' }),
+        onReady: () => workAvailable(),
       })
     : null;
   const loadMs = o.cost.loadS() * 1000;
@@ -357,6 +366,14 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
     if (held) held.push(e);
     else actor.send(e);
   };
+  /** New work for the iteration loop. Only an idle replica's machine acts on it: every other state ignores the event
+   * (no transition, no action, and eventless transitions that read the context alone, which it leaves as it is), so
+   * it is sent only to an idle machine, or while events are held back (the machine may be idle by the time they are
+   * delivered), or while an inspector watches (it sees every event). */
+  const workAvailable = (): void => {
+    if (held || runtime.stepByStep() || actor.getSnapshot().matches({ ready: 'idle' }))
+      toActor({ type: 'work.available' });
+  };
   const loop = createStepLoop({ runtime, o, batcher, stateless, engine, ledger, toActor, handle: () => handle });
 
   const machine = provideReplica(o, gpu, loop, { ledger, engine, stateless, batcher });
@@ -366,7 +383,10 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
     id: o.id,
   });
   /** The last rank of a direct step reported: what the machine's `stepReported` transition does (apply the step,
-   * count it, dispatch the next), without a snapshot per step. A broken invariant fails the actor as it would have. */
+   * count it, dispatch the next), without a snapshot per step. A broken invariant fails the actor as it would have.
+   * When the report came through the simulator's lane, the next steps go through it too for as long as the link's
+   * shortcut would have answered each (runtime.lane()), and nothing is held for the machine: each is applied as its
+   * report would have been, with no message, flush or event of its own. */
   const directStep = (): void => {
     const queued: ReplicaEvent[] = [];
     held = queued;
@@ -374,7 +394,21 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
       loop.complete();
       ledger.extra++;
       const c = actor.getSnapshot().context;
-      loop.dispatch(c, c.step + ledger.extra);
+      const run = engine || queued.length > 0 ? null : (runtime.lane()?.open(o.id, c.epoch, c.gpus) ?? null);
+      for (;;) {
+        const step = c.step + ledger.extra;
+        const plan = loop.prepare(c, step);
+        if (!plan) break;
+        const busyMs = run && queued.length === 0 ? run.roundTrip(plan.shape) : null;
+        if (busyMs === null) {
+          loop.send(c, step, plan);
+          break;
+        }
+        for (const g of c.gpus) ledger.reported.push(g);
+        ledger.pending = 0;
+        loop.complete();
+        ledger.extra++;
+      }
     } catch (error) {
       held = null;
       actor.send({ type: 'step.crashed', error });
@@ -403,7 +437,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
     accepting: () => hasTag('accepting'),
     enqueue: (seq, atHead) => {
       batcher.enqueue(seq, atHead);
-      toActor({ type: 'work.available' });
+      workAvailable();
     },
     stateless,
     steps: stats,

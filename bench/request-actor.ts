@@ -47,13 +47,12 @@ function life(table: RequestTable, t: number): void {
       estOutputTokens: 64,
       receivedAt: t,
       firstScheduledAt: -1,
-      awaitingToken: false,
       streamed: 0,
       seq: null,
       listener: undefined,
       traces: [],
       heldSince: -1,
-    } as Omit<Live, 'actor' | 'streams' | 'deadline'>,
+    } as Omit<Live, 'actor' | 'streams'>,
     { budgetMs: 30_000, maxResumes: 1 },
   );
   l.actor.send({ type: 'request.admitted', replica: 'rep-1', t });

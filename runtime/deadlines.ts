@@ -2,22 +2,12 @@
 // request's queue deadline costs a heap push instead of an actor-system timer.
 import type { Clock, TimerId } from './clock.ts';
 
-/** Arms callbacks at absolute times; stale ones are the caller's to ignore (they carry their own time). */
+/** Arms callbacks at absolute times; stale ones are the caller's to ignore (they carry their own time) or to disarm. */
 export interface DeadlineWheel {
-  /** Calls `fire` at `at`; the handle disarms it. */
-  arm(at: number, fire: () => void): Deadline;
-  /** Forgets the callback of an armed deadline (and so what it holds): it will not be called. Its slot stays until
-   * its time, so the wheel's timer fires as it would have. */
-  disarm(d: Deadline): void;
-  /** Deadlines armed and not yet due, disarmed ones included. */
+  /** Arms `fire` at `at`; the function returned disarms it (a deadline that became moot never wakes the clock). */
+  arm(at: number, fire: () => void): () => void;
+  /** Armed deadlines, disarmed ones not yet dropped included. */
   readonly size: number;
-  /** Deadlines armed and not yet due nor disarmed: the callbacks the wheel holds. */
-  readonly armed: number;
-}
-
-/** An armed deadline. */
-export interface Deadline {
-  readonly at: number;
 }
 
 interface Entry {
@@ -32,7 +22,6 @@ export function createDeadlineWheel(clock: Clock): DeadlineWheel {
   let seq = 0;
   let timer: TimerId | null = null;
   let timerAt = Infinity;
-  let armed = 0;
   const less = (a: Entry, b: Entry): boolean => a.at < b.at || (a.at === b.at && a.seq < b.seq);
   const up = (i: number): void => {
     const e = heap[i]!;
@@ -61,10 +50,17 @@ export function createDeadlineWheel(clock: Clock): DeadlineWheel {
     heap[i] = last;
     return top;
   };
+  /** Arms the clock's one timer for the earliest live deadline (disarmed ones at the top are dropped first). */
   const schedule = (): void => {
+    while (heap.length > 0 && heap[0]!.fire === null) pop();
     const next = heap[0];
-    if (!next) return;
-    if (timer !== null && timerAt <= next.at) return;
+    if (!next) {
+      if (timer !== null) clock.clearTimeout(timer);
+      timer = null;
+      timerAt = Infinity;
+      return;
+    }
+    if (timer !== null && timerAt === next.at) return;
     if (timer !== null) clock.clearTimeout(timer);
     timerAt = next.at;
     timer = clock.setTimeout(tick, Math.max(0, next.at - clock.now()));
@@ -73,35 +69,23 @@ export function createDeadlineWheel(clock: Clock): DeadlineWheel {
     timer = null;
     timerAt = Infinity;
     const now = clock.now();
-    while (heap.length > 0 && heap[0]!.at <= now) {
-      const e = pop()!;
-      const { fire } = e;
-      if (!fire) continue;
-      e.fire = null;
-      armed--;
-      fire();
-    }
+    while (heap.length > 0 && heap[0]!.at <= now) pop()!.fire?.();
     schedule();
   };
   return {
     arm: (at, fire) => {
       const e: Entry = { at, seq: ++seq, fire };
       heap.push(e);
-      armed++;
       up(heap.length - 1);
-      schedule();
-      return e;
-    },
-    disarm: (d) => {
-      const e = d as Entry;
-      if (e.fire) armed--;
-      e.fire = null;
+      if (heap[0] === e) schedule();
+      return () => {
+        if (e.fire === null) return;
+        e.fire = null;
+        if (heap[0] === e) schedule();
+      };
     },
     get size() {
       return heap.length;
-    },
-    get armed() {
-      return armed;
     },
   };
 }

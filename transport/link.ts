@@ -81,6 +81,8 @@ export interface Link {
   send(to: string, msg: Msg): void;
   /** Sends whatever is queued now. */
   flush(): void;
+  /** Messages waiting for the next flush. */
+  queued(): number;
   readonly stats: LinkStats;
 }
 
@@ -169,6 +171,7 @@ export function createLink(carrier: FrameCarrier, opts: LinkOptions): Link {
   return {
     stats,
     flush,
+    queued: () => queue.length,
     send: (to, msg) => {
       if (queue.length >= MAX_QUEUED_ENVELOPES) {
         stats.dropped++;

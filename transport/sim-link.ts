@@ -9,7 +9,7 @@
 // the encode, decode and schema check of those two frames. The DST and `simulate --wire-check` keep every frame.
 import type { Clock } from '../runtime/clock.ts';
 import type { Rng } from '../runtime/rng.ts';
-import type { Msg, Runtime } from '../runtime/system.ts';
+import type { LaneRun, LaneShape, Msg, Runtime, StepLane } from '../runtime/system.ts';
 import { createLink, type FrameCarrier, type Link, type ObjectCarrier } from './link.ts';
 
 /** Latency of a simulated link. */
@@ -31,8 +31,9 @@ export interface SimLink {
   /** The two sides: `a` sends from runtime a to b, `b` from b to a. */
   readonly a: Link;
   readonly b: Link;
-  /** Lets `b` answer lone messages from `a` without the wire (null: every message is framed). */
-  setShortcut(shortcut: LinkShortcut | null): void;
+  /** Lets `b` answer lone messages from `a` without the wire (null: every message is framed), and with `lane`, lets
+   * `a`'s replicas run their next steps through the lane while the shortcut would answer each (runtime `a`'s lane). */
+  setShortcut(shortcut: LinkShortcut | null, lane?: LaneOpener): void;
   /** `messages`: sent while their direction was open (shortcut answers included); `rejected`: frames refused on
    * arrival; `frames` and `bytes`: frames encoded; `shortcuts`: round trips answered without frames. */
   readonly stats: { messages: number; frames: number; bytes: number; rejected: number; shortcuts: number };
@@ -52,6 +53,17 @@ export interface ShortcutAnswer {
 
 /** The receiving side of a shortcut: how it would answer `msg` arriving at `arrival`, or null (take the wire). */
 export type LinkShortcut = (to: string, msg: Msg, arrival: number) => ShortcutAnswer | null;
+
+/** The node's side of a lane run: what a step of a shape takes on every rank (they take the same), and crediting
+ * that time to each rank as the executor's timers would. */
+export interface LaneNode {
+  durationMs(shape: LaneShape): number;
+  credit(ms: number): void;
+}
+
+/** Whether the node would answer every step of `replica` at `epoch` on `gpus`, sent to `to`, by itself (checked
+ * once per run: nothing on the node changes but through the link's events), and how. */
+export type LaneOpener = (to: string, replica: string, epoch: number, gpus: readonly number[]) => LaneNode | null;
 
 type VClock = Clock & { at(t: number, fn: () => void): number; skipTo(t: number, events: number): boolean };
 
@@ -150,6 +162,10 @@ export function connectSimLink(a: Runtime, b: Runtime, clock: VClock, rng: Rng, 
   const stats = { messages: 0, frames: 0, bytes: 0, rejected: 0, shortcuts: 0 };
   const defer = (flush: () => void): void => void clock.at(clock.now(), flush);
   let shortcut: LinkShortcut | null = null;
+  let opener: LaneOpener | null = null;
+  // True while the shortcut delivers the last report of a step: the event then ends when the delivery returns, so a
+  // replica completing that step may take its next ones through the lane (nothing else would follow in this event).
+  let delivering = false;
   /** Answers a lone a→b message through the shortcut; false when it must be framed. */
   const bypass = (to: string, msg: Msg): boolean => {
     if (!shortcut || !wire.isOpen('ab') || !wire.isOpen('ba')) return false;
@@ -163,7 +179,16 @@ export function connectSimLink(a: Runtime, b: Runtime, clock: VClock, rng: Rng, 
     stats.messages += answer.replies.length;
     stats.shortcuts++;
     answer.commit();
-    for (const r of answer.replies) a.send(r.to, r.msg);
+    const n = answer.replies.length;
+    for (let i = 0; i < n - 1; i++) a.send(answer.replies[i]!.to, answer.replies[i]!.msg);
+    if (n > 0) {
+      delivering = true;
+      try {
+        a.send(answer.replies[n - 1]!.to, answer.replies[n - 1]!.msg);
+      } finally {
+        delivering = false;
+      }
+    }
     return true;
   };
   // Each side's link sends its runtime's messages and delivers what the other side sent to its own runtime.
@@ -192,6 +217,36 @@ export function connectSimLink(a: Runtime, b: Runtime, clock: VClock, rng: Rng, 
   };
   a.setRemote(sender(linkA, 'ab'));
   b.setRemote(sender(linkB, 'ba'));
+  /**
+   * A step through the lane is what the shortcut does with a step sent alone: the sender counts the message, its
+   * flush is one event, the shortcut's hop there, the ranks' timers, the reports' flush and their delivery are the
+   * others, the same jitter draws are taken and the ranks are credited. It holds only when the step would have been
+   * alone in its flush (nothing else queued) and its flush the next event (nothing pending up to the reports).
+   */
+  const lane: StepLane = {
+    open: (replica, epoch, gpus) => {
+      if (!delivering || !shortcut || !opener) return null;
+      const node = opener('node', replica, epoch, gpus);
+      if (!node) return null;
+      const run: LaneRun = {
+        roundTrip: (shape) => {
+          if (linkA.queued() > 0 || !wire.isOpen('ab') || !wire.isOpen('ba')) return null;
+          const there = wire.arrival('ab', clock.now(), 0);
+          const busyMs = node.durationMs(shape);
+          const back = wire.arrival('ba', there + (busyMs > 0 ? busyMs : 0), 1);
+          if (!clock.skipTo(back, 4 + gpus.length)) return null;
+          wire.commitRoundTrip(there, back);
+          stats.messages += 1 + gpus.length;
+          stats.shortcuts++;
+          linkA.stats.messagesOut++;
+          node.credit(busyMs);
+          return busyMs;
+        },
+      };
+      return run;
+    },
+  };
+  a.setLane(lane);
   const sum = (k: 'framesOut' | 'bytesOut'): number => linkA.stats[k] + linkB.stats[k];
   return {
     a: linkA,
@@ -222,8 +277,9 @@ export function connectSimLink(a: Runtime, b: Runtime, clock: VClock, rng: Rng, 
       wire.setOpen('ba', true);
     },
     setExtraLatency: (ms) => wire.setExtraLatency(ms),
-    setShortcut: (s) => {
+    setShortcut: (s, l) => {
       shortcut = s;
+      opener = s ? (l ?? null) : null;
     },
   };
 }

@@ -57,6 +57,11 @@ export interface Sequence {
   gone: boolean;
   /** The last invariant check of a step plan that met it (batch-invariants.ts: a repeat in one plan is a duplicate). */
   checkedIn: number;
+  /** Scheduled and not yet given a token in this residency (its listener sets and clears it). */
+  awaitingToken: boolean;
+  /** Whose work it is (the control plane's `model@version`: a step's invariant checks that every member is the
+   * replica's); empty when not given. */
+  readonly owner: string;
   readonly listener: SequenceListener;
   /** Free-form caller data (request actor, stream). */
   readonly tag: unknown;
@@ -77,6 +82,7 @@ export interface SequenceSpec {
   /** Tokens the client already has (a resumed request re-prefills them). */
   generated?: number;
   listener: SequenceListener;
+  owner?: string;
   tag?: unknown;
   tokens?: SequenceTokens;
 }
@@ -102,6 +108,8 @@ export function createSequence(spec: SequenceSpec): Sequence {
     lastTokenAt: -1,
     gone: false,
     checkedIn: 0,
+    awaitingToken: false,
+    owner: spec.owner ?? '',
     listener: spec.listener,
     tag: spec.tag,
     ...(spec.tokens ? { tokens: spec.tokens } : {}),

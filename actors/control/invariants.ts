@@ -35,11 +35,9 @@ export function createInvariantChecker(enabled: boolean): InvariantChecker {
         if (r.stateless) r.stateless.checkInvariants();
         else r.batcher.checkInvariants(plan);
         // Every member of a step is a request for this replica's model@version.
-        for (const e of plan.entries) {
-          const l = e.seq.tag as Live;
-          if (l.model !== r.model || l.version !== r.version)
-            throw new Error(`step holds ${l.id} for ${l.model}@${l.version}`);
-        }
+        const own = `${r.model}@${r.version}`;
+        for (const e of plan.entries)
+          if (e.seq.owner !== own) throw new Error(`step holds ${e.seq.id} for ${e.seq.owner}`);
       } catch (e) {
         violations.push(`${r.id} at ${now} ms: ${(e as Error).message}`);
       }

@@ -37,7 +37,7 @@ export interface RequestTable {
   readonly size: number;
   /** Creates and starts the request actor of `l` (its input from `l`), and adds `l` to the table. `l` becomes the
    * live record (its actor and streams set on it): the caller hands over a fresh object. */
-  start(l: Omit<Live, 'actor' | 'streams' | 'deadline'>, resume: { budgetMs: number; maxResumes: number }): Live;
+  start(l: Omit<Live, 'actor' | 'streams'>, resume: { budgetMs: number; maxResumes: number }): Live;
   addTrace(l: Live, t: DecisionTrace): void;
   /** Marks a request's first scheduling at `t` (once). */
   markScheduled(l: Live, t: number): void;
@@ -54,12 +54,13 @@ type ProvidedRequestMachine = ReturnType<typeof requestMachine.provide>;
 /**
  * A request's actor, created (not started) as a member of `parent`'s group. It starts from the machine's initial
  * state and context as a snapshot: the same snapshot the machine's initial transition computes (its initial state
- * has no entry action and no eventless transition; test/machines checks that they are equal), without computing it.
+ * has no entry action and no eventless transition; test/actors/control checks that they are equal), without
+ * computing it.
  */
 export function createRequestActor(
   machine: ProvidedRequestMachine,
   parent: AnyActorRef,
-  rec: Omit<Live, 'actor' | 'streams' | 'deadline'>,
+  rec: Omit<Live, 'actor' | 'streams'>,
   resume: { budgetMs: number; maxResumes: number },
 ): Live['actor'] {
   const input = {
@@ -83,6 +84,61 @@ export function createRequestActor(
   return createActor(machine, { input, snapshot, id: rec.id, parent });
 }
 
+/** Arms the deadline of a request's wait on the wheel, in place of its previous wait's (`l` keeps the disarm). */
+function armWait(
+  wheel: DeadlineWheel,
+  l: Live | undefined,
+  at: number,
+  self: { getSnapshot(): { status: string }; send(e: { type: 'request.deadline'; at: number }): void },
+): void {
+  l?.disarm?.();
+  const disarm = wheel.arm(at, () => {
+    if (self.getSnapshot().status === 'active') self.send({ type: 'request.deadline', at });
+  });
+  if (l) l.disarm = disarm;
+}
+
+/** Tokens a request's client has: its sequence's (a generative request streams what its sequence generates, and a
+ * resumed one starts from there), else what a stateless batch gave it. */
+const streamedOf = (l: Live): number => (l.seq ? l.seq.generated : l.streamed);
+
+/** The listener of a model's sequences: request actor events at scheduling, first token, preemption and finish,
+ * time between tokens for the collector, and tokens for a client that takes them (`streams`). */
+function sequenceListener(
+  model: string,
+  streams: boolean,
+  markScheduled: (l: Live, t: number) => void,
+  collector: Collector,
+): SequenceListener {
+  return {
+    scheduled: (seq, t) => {
+      const l = seq.tag as Live;
+      // Scheduled, it no longer waits: its deadline is moot (a preemption or interruption arms a new one).
+      l.disarm?.();
+      markScheduled(l, t);
+      seq.awaitingToken = true;
+      l.actor.send({ type: 'request.scheduled', replica: l.actor.getSnapshot().context.replica ?? 'router', t });
+    },
+    preempted: (seq, t) => {
+      (seq.tag as Live).actor.send({ type: 'request.preempted', t });
+    },
+    tokens: (seq, n, t) => {
+      if (seq.awaitingToken) {
+        seq.awaitingToken = false;
+        (seq.tag as Live).actor.send({ type: 'request.firstToken', t });
+      } else if (seq.lastTokenAt >= 0) {
+        collector.tbt(model, t - seq.lastTokenAt);
+      }
+      if (!streams) return;
+      const l = seq.tag as Live;
+      l.listener!.tokens!(l.id, seq.generated - n, n, t, seq.tokens?.lastText);
+    },
+    finished: (seq, t) => {
+      (seq.tag as Live).actor.send({ type: 'request.finished', tokens: seq.generated, t });
+    },
+  };
+}
+
 /** Creates the request table. */
 export function createRequestTable(deps: RequestTableDeps): RequestTable {
   const { clock } = deps.runtime;
@@ -92,9 +148,6 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
   // Every request actor is a member of this group: one actor system for all of them, supervised through it.
   const group = deps.runtime.group('requests');
 
-  const expire = (l: Live, at: number): void => {
-    if (l.actor.getSnapshot().status === 'active') l.actor.send({ type: 'request.deadline', at });
-  };
   // Provided once: providing per request would rebuild the machine for every request.
   const machine = requestMachine.provide({
     actions: {
@@ -102,13 +155,7 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
         const l = live.get(context.id);
         if (l) finish(l, context);
       },
-      armDeadline: ({ context }) => {
-        const l = live.get(context.id);
-        if (!l) return;
-        const at = context.deadlineAt;
-        // A deadline armed before (a requeue) stays armed: it fires stale, in its place among the others.
-        l.deadline = deps.deadlines.arm(at, () => expire(l, at));
-      },
+      armDeadline: ({ context, self }) => armWait(deps.deadlines, live.get(context.id), context.deadlineAt, self),
     },
   });
 
@@ -122,34 +169,14 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
     deps.scheduled(l, t);
   };
 
-  const listener: SequenceListener = {
-    scheduled: (seq, t) => {
-      const l = seq.tag as Live;
-      markScheduled(l, t);
-      l.awaitingToken = true;
-      l.actor.send({
-        type: 'request.scheduled',
-        replica: l.actor.getSnapshot().context.replica ?? 'router',
-        t,
-      });
-    },
-    preempted: (seq, t) => {
-      (seq.tag as Live).actor.send({ type: 'request.preempted', t });
-    },
-    tokens: (seq, n, t) => {
-      const l = seq.tag as Live;
-      if (l.awaitingToken) {
-        l.awaitingToken = false;
-        l.actor.send({ type: 'request.firstToken', t });
-      } else if (seq.lastTokenAt >= 0) {
-        deps.collector.tbt(l.model, t - seq.lastTokenAt);
-      }
-      if (l.streams) l.listener!.tokens!(l.id, l.streamed, n, t, seq.tokens?.lastText);
-      l.streamed += n;
-    },
-    finished: (seq, t) => {
-      (seq.tag as Live).actor.send({ type: 'request.finished', tokens: seq.generated, t });
-    },
+  // A sequence's listener is its model's (and whether its client takes tokens): a token then touches only the
+  // sequence, not the request (what the request has streamed is its sequence's `generated`; see streamedOf).
+  const listeners = new Map<string, SequenceListener>();
+  const listenerOf = (model: string, streams: boolean): SequenceListener => {
+    const key = streams ? `${model}\u0000streams` : model;
+    let x = listeners.get(key);
+    if (!x) listeners.set(key, (x = sequenceListener(model, streams, markScheduled, deps.collector)));
+    return x;
   };
 
   const newSequence = (l: Live, generated: number): Sequence => {
@@ -163,7 +190,8 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       estOutputTokens: deps.oracle(l.model) ? l.spec.outputTokens : l.spec.maxTokens,
       receivedAt: l.receivedAt,
       generated,
-      listener,
+      listener: listenerOf(l.model, l.streams),
+      owner: `${l.model}@${l.version}`,
       tag: l,
       ...(l.tokens ? { tokens: l.tokens } : {}),
     });
@@ -173,10 +201,8 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
 
   const finish = (l: Live, c: RequestContext): void => {
     const outcome = c.outcome ?? 'failed';
+    l.disarm?.();
     live.delete(l.id);
-    // The actor is ending, so its deadline could only fire stale: let the wheel drop what it holds now.
-    if (l.deadline) deps.deadlines.disarm(l.deadline);
-    l.deadline = null;
     if (c.code === 'expired') addTrace(l, deps.expiryTrace(l, c));
     if (deps.keepTraces) finishedTraces.set(l.id, l.traces);
     const finishedAt = c.finishedAt >= 0 ? c.finishedAt : clock.now();
@@ -190,7 +216,7 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       firstScheduledAt: l.firstScheduledAt,
       firstTokenAt: c.firstTokenAt,
       finishedAt,
-      tokens: l.streamed,
+      tokens: streamedOf(l),
       budgetMs: l.budgetMs,
       resumes: c.resumes,
       preemptions: c.preemptions,
@@ -199,7 +225,7 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       outcome,
       code: c.code,
       message: c.message,
-      tokens: l.streamed,
+      tokens: streamedOf(l),
       ...(l.retryAfterMs !== undefined ? { retryAfterMs: l.retryAfterMs } : {}),
       timings: { receivedAt: l.receivedAt, firstTokenAt: c.firstTokenAt, finishedAt },
     });
@@ -217,7 +243,6 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       const l = rec as Live;
       l.actor = actor;
       l.streams = rec.listener?.tokens !== undefined;
-      l.deadline = null;
       live.set(l.id, l);
       group.add(l.id, actor);
       actor.start();
@@ -234,7 +259,7 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
     },
     progress: (id) => {
       const l = live.get(id);
-      return l ? { tokens: l.streamed, firstTokenAt: l.actor.getSnapshot().context.firstTokenAt } : null;
+      return l ? { tokens: streamedOf(l), firstTokenAt: l.actor.getSnapshot().context.firstTokenAt } : null;
     },
     explain: (id) => live.get(id)?.traces ?? finishedTraces.get(id),
   };

@@ -59,7 +59,6 @@ export function createSubmit(deps: SubmitDeps): (spec: SubmitSpec, listener?: Cl
         estOutputTokens,
         receivedAt: t,
         firstScheduledAt: -1,
-        awaitingToken: false,
         streamed: 0,
         seq: null,
         listener: clientListener,

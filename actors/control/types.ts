@@ -5,7 +5,6 @@ import type { requestMachine, RequestOutcome } from '../../machines/request.mach
 import type { Sequence, SequenceTokens } from '../batcher/sequence.ts';
 import type { DecisionTrace } from '../router/router.ts';
 import type { Failure, OutcomeCode } from '../../machines/outcomes.ts';
-import type { Deadline } from '../../runtime/deadlines.ts';
 import type { ClientRequest } from '../../transport/client-protocol.ts';
 
 /**
@@ -64,8 +63,7 @@ export interface Live {
   estOutputTokens: number;
   receivedAt: number;
   firstScheduledAt: number;
-  awaitingToken: boolean;
-  /** Tokens the client has been sent. */
+  /** Tokens a stateless batch gave the client (a generative request's are its sequence's `generated`). */
   streamed: number;
   seq: Sequence | null;
   /** A real engine's token ids for this request, shared by every residency (absent under the cost model). */
@@ -77,6 +75,6 @@ export interface Live {
   retryAfterMs?: number;
   /** When it entered the router's hold (interrupted or admitted without a ready replica), or -1. */
   heldSince: number;
-  /** Its latest armed wait deadline (disarmed when it ends), or null. */
-  deadline: Deadline | null;
+  /** Takes the current wait's deadline off the wheel (it is moot once the request is scheduled or ends). */
+  disarm?: () => void;
 }

@@ -65,7 +65,7 @@ export function startFleetNode(
     heartbeatMs: scenario.detection.heartbeatMs,
     gangs: !stepByStep,
   });
-  if (!stepByStep) link.setShortcut(agent.shortcut);
+  if (!stepByStep) link.setShortcut(agent.shortcut, agent.lane);
   const node: FleetNode = {
     id,
     pool,

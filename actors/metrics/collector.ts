@@ -61,11 +61,27 @@ export function createCollector(): Collector {
   const records: RequestRecord[] = [];
   const tbts = new Map<string, LogHistogram>();
   const all = createLogHistogram();
-  let lastModel: string | null = null;
-  let lastTbt: LogHistogram | undefined;
+  // Times between tokens come in runs of one value (a step's sequences that decoded in the step before): a run is
+  // added when a different sample arrives or the histograms are read, so every histogram sees the same samples in
+  // the same order as one add per token.
+  let runModel = '';
+  let runMs = 0;
+  let runN = 0;
+  const endRun = (): void => {
+    if (runN === 0) return;
+    let h = tbts.get(runModel);
+    if (!h) {
+      h = createLogHistogram();
+      tbts.set(runModel, h);
+    }
+    h.addN(runMs, runN);
+    all.addN(runMs, runN);
+    runN = 0;
+  };
   let outTokens = 0;
   const errors = new Map<string, { n: number; predicted: number; actual: number; abs: number; hist: LogHistogram }>();
   const latency = (model?: string): LatencyReport => {
+    endRun();
     const rs = model ? records.filter((r) => r.model === model) : records;
     const done = rs.filter((r) => r.outcome === 'done');
     return {
@@ -83,16 +99,14 @@ export function createCollector(): Collector {
       if (r.outcome === 'done' || r.outcome === 'failed' || r.outcome === 'cancelled') outTokens += r.tokens;
     },
     tbt: (model, ms) => {
-      // One model's tokens come in runs (a step's sequences): the last model's histogram is kept at hand.
-      let h = model === lastModel ? lastTbt : tbts.get(model);
-      if (!h) {
-        h = createLogHistogram();
-        tbts.set(model, h);
+      if (runN > 0 && ms === runMs && model === runModel) {
+        runN++;
+        return;
       }
-      lastModel = model;
-      lastTbt = h;
-      h.add(ms);
-      all.add(ms);
+      endRun();
+      runModel = model;
+      runMs = ms;
+      runN = 1;
     },
     outcomes: () => {
       const out: Record<string, number> = {};

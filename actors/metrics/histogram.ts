@@ -33,6 +33,8 @@ export function summarize(samples: readonly number[]): Summary {
 /** A histogram with 1 % relative precision for many samples (time between tokens). */
 export interface LogHistogram {
   add(x: number): void;
+  /** Adds `n` samples of `x`: the same as `n` calls of add(x), sum included (added one by one, in order). */
+  addN(x: number, n: number): void;
   summary(): Summary;
   readonly count: number;
 }
@@ -64,19 +66,21 @@ export function createLogHistogram(): LogHistogram {
   // last sample's bucket is kept, so a repeat costs no log.
   let lastX = NaN;
   let lastI = 0;
+  const addN = (x: number, n: number): void => {
+    if (x !== lastX) {
+      lastX = x;
+      lastI = bucketOf(x) - LOW;
+    }
+    const i = lastI;
+    if (i < DENSE) dense[i]! += n;
+    else sparse.set(i + LOW, (sparse.get(i + LOW) ?? 0) + n);
+    count += n;
+    for (let k = 0; k < n; k++) sum += x;
+    if (x > max) max = x;
+  };
   return {
-    add: (x) => {
-      if (x !== lastX) {
-        lastX = x;
-        lastI = bucketOf(x) - LOW;
-      }
-      const i = lastI;
-      if (i < DENSE) dense[i]!++;
-      else sparse.set(i + LOW, (sparse.get(i + LOW) ?? 0) + 1);
-      count++;
-      sum += x;
-      if (x > max) max = x;
-    },
+    add: (x) => addN(x, 1),
+    addN,
     get count() {
       return count;
     },

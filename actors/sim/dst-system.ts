@@ -62,7 +62,7 @@ export function buildDstSystem(
   const { stepByStep } = speed;
   // The link shortcut answers from the running agent over the current control plane's link (see sim-link.ts).
   const wireShortcut = (): void =>
-    current?.link.setShortcut(speed.shortcut && !stepByStep && agent ? agent.shortcut : null);
+    current?.link.setShortcut(speed.shortcut && !stepByStep && agent ? agent.shortcut : null, agent?.lane);
   const gpus = Array.from({ length: scenario.node.gpus }, (_, i) => i);
   let agent: NodeAgent | null = null;
   let current: { link: SimLink; kill(): void } | null = null;

@@ -110,7 +110,7 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
     lanes: scenario.placement.policy === 'share' ? 2 : 1,
     gangs: !stepByStep,
   });
-  if (opts.wireCheck !== true && !stepByStep) link.setShortcut(agent.shortcut);
+  if (opts.wireCheck !== true && !stepByStep) link.setShortcut(agent.shortcut, agent.lane);
   // Heartbeats keep the clock busy forever: the run ends when placement, requests and faults are all done.
   cp.placement.watch(maybeStop);
   opts.onStart?.(cp);

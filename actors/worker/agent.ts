@@ -8,7 +8,7 @@ import type { Msg, Runtime } from '../../runtime/system.ts';
 import type { InjectedFault, MessageOf, NodeInventoryDevice } from '../../machines/messages.ts';
 import type { TimerId } from '../../runtime/clock.ts';
 import { createEngineManager, type EngineManager, type EngineManagerOptions } from './engines.ts';
-import type { LinkShortcut } from '../../transport/sim-link.ts';
+import type { LaneNode, LaneOpener, LinkShortcut } from '../../transport/sim-link.ts';
 
 /** Per-GPU execution state the node keeps beside the GPU actor. */
 interface GpuSlot {
@@ -31,6 +31,8 @@ export interface NodeAgent {
   /** The simulator's link shortcut: a cost-model step whose every rank would start at once and take the same time
    * is answered without its timers (see transport/sim-link.ts); anything else takes the wire. */
   readonly shortcut: LinkShortcut;
+  /** The node's side of the simulator's step lane (answers as the shortcut would, for a run of steps). */
+  readonly lane: LaneOpener;
   /** Loads this agent started (a GPU entering `loading` for a new replica or epoch), in all and per device. */
   loads(gpu?: number): number;
   /** What the node holds, as `node.inventory` reports it to a (re)started control plane. */
@@ -248,6 +250,43 @@ function stepShortcut(
   };
 }
 
+/** The lane's node side (transport/sim-link.ts): a run of `replica`'s steps the node would answer by itself, as the
+ * shortcut does each one: every rank serving that epoch, idle, not hung, on the same cost model and slowdown (so
+ * every step takes the same time on each). Nothing here changes during a run but through the link's events. */
+function laneOpener(node: string, slots: ReadonlyMap<number, GpuSlot>, executor: Executor, engines: EngineManager) {
+  const timed = executor.timed;
+  return (to: string, replica: string, epoch: number, gpus: readonly number[]): LaneNode | null => {
+    if (!timed || to !== node || gpus.length === 0 || engines.owns(replica, epoch)) return null;
+    let first: GpuSlot | null = null;
+    for (const g of gpus) {
+      const slot = slots.get(g);
+      if (!slot || !slot.cost || slot.hung || slot.inflight || timed.running(g)) return null;
+      const snap = slot.actor.getSnapshot();
+      if (!snap.hasTag('serving') || snap.context.replica !== replica || snap.context.epoch !== epoch) return null;
+      if (first && (slot.cost !== first.cost || slot.slowdown !== first.slowdown)) return null;
+      first ??= slot;
+    }
+    const work: StepWork = {
+      gpu: gpus[0]!,
+      replica,
+      epoch,
+      step: 0,
+      shape: { prefill: [], decodeBatch: 0, decodeContext: 0 },
+      cost: first!.cost!,
+      slowdown: first!.slowdown,
+    };
+    return {
+      durationMs: (shape) => {
+        work.shape = shape as StepShape;
+        return timed.durationMs(work);
+      },
+      credit: (ms) => {
+        for (const g of gpus) timed.credit(g, ms);
+      },
+    };
+  };
+}
+
 /** Starts a step on all its ranks as one gang when every rank would start it now and take the same time (see
  * NodeAgentOptions.gangs); false (nothing started) otherwise, and each rank starts on its own. */
 function startGang(
@@ -434,6 +473,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     id,
     gpus: opts.gpus,
     shortcut,
+    lane: laneOpener(id, slots, opts.executor, engines),
     gpuState: (g) => JSON.stringify(slots.get(g)?.actor.getSnapshot().value ?? 'unknown'),
     busyMs: (g) => opts.executor.busyMs(g),
     loads: (g) => (g === undefined ? loads.total() : loads.of(g)),

@@ -87,22 +87,26 @@ describe('deadline wheel', () => {
     expect(w.size).toBe(0);
   });
 
-  it('never calls a disarmed deadline, and keeps its timer as if it were armed', () => {
+  it('never fires a disarmed deadline, nor wakes the clock for one', () => {
     const c = createVirtualClock();
     const w = createDeadlineWheel(c);
     const fired: number[] = [];
-    const d = w.arm(10, () => fired.push(10));
-    w.arm(20, () => fired.push(20));
-    expect(w.armed).toBe(2);
-    w.disarm(d);
-    w.disarm(d);
-    expect(w.armed).toBe(1);
-    expect(w.size).toBe(2);
-    // The clock still runs one timer at 10 (the disarmed slot's time) and one at 20: the same timers as before.
-    expect(c.run()).toBe(2);
-    expect(fired).toEqual([20]);
-    expect(w.armed).toBe(0);
-    expect(w.size).toBe(0);
+    const off10 = w.arm(10, () => fired.push(10));
+    const off20 = w.arm(20, () => fired.push(20));
+    w.arm(30, () => fired.push(30));
+    off20();
+    off10();
+    off10();
+    // The clock's one timer moved to the earliest live deadline: the run wakes once, at 30.
+    expect(c.pending()).toBe(1);
+    expect(c.run()).toBe(1);
+    expect(fired).toEqual([30]);
+    expect(c.now()).toBe(30);
+    const off = w.arm(40, () => fired.push(40));
+    off();
+    expect(c.pending()).toBe(0);
+    expect(c.run()).toBe(0);
+    expect(fired).toEqual([30]);
   });
 });
 
