@@ -129,7 +129,9 @@ export function startNodeLink(runtime: Runtime, opts: NodeLinkOptions): NodeLink
           }
         },
         onRefused: (reason) => log(`refused frame from worker: ${reason}`),
-        defer: (fn) => void clock.setTimeout(fn, 0),
+        // Flushed at the end of the task that queued it (the default): the steps dispatched on one frame of step
+        // reports leave together, before this turn's client flushes and frame handling, so the worker starts them
+        // while the rest of the turn runs.
       });
       peer.onClose((code, reason) => {
         clock.clearTimeout(timeout);

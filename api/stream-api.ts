@@ -42,6 +42,8 @@ const sizeOf = (d: Uint8Array | string): number => (typeof d === 'string' ? 2 * 
 
 /** Incoming frames a connection may have waiting before its socket stops being read (TCP backpressure). */
 const INBOX_PAUSE = 64;
+/** Longest turn of the pacer, in turn budgets: how long handling a backlog of frames may hold the event loop. */
+const MAX_TURN_BUDGETS = 5;
 /** Incoming frames past which a connection is closed: it kept sending after it was paused. */
 const INBOX_MAX = 4096;
 
@@ -63,7 +65,11 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
   let streams = 0;
   const perFrame = opts.maxMessagesPerFrame ?? 4096;
   const maxQueuedBytes = opts.maxQueuedBytes ?? DEFAULT_MAX_BUFFERED;
-  const pacer = createPacer(opts.clock, opts.turnBudgetMs ?? 10);
+  // Outboxes holding answers to frames handled in the pacer's turn: a long turn sends them every budget, not at its end.
+  const answering = new Set<() => void>();
+  const pacer = createPacer(opts.clock, opts.turnBudgetMs ?? 10, () => {
+    for (const answer of [...answering]) answer();
+  });
   const maxInbound = opts.maxInboundBytes ?? DEFAULT_MAX_INBOUND_BYTES;
   let inboundBytes = 0;
 
@@ -75,6 +81,7 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
       perFrame,
       maxQueuedBytes,
       congestionRetryMs: opts.congestionRetryMs ?? 5,
+      answering,
     });
     const push = outbox.push;
     const requests = createRequestTable(
@@ -171,15 +178,31 @@ interface Inbox {
   peer: WsPeer;
 }
 
-/** Handles waiting frames round-robin across connections, at most `budgetMs` per turn of the event loop. */
-function createPacer(clock: Clock, budgetMs: number): { wake(inbox: Inbox): void } {
+/**
+ * Handles waiting frames round-robin across connections, one turn of the event loop at a time. A turn spends at most
+ * as long as the rest of the loop took since the previous turn, and between `budgetMs` and MAX_TURN_BUDGETS times it:
+ * while frames wait, handling them gets at least half of the process's time, however much the node link, timers and
+ * flushes take meanwhile. (A fixed budget per turn was not enough: when steps grew, each loop took longer, the
+ * frames' share of it fell, submits arrived faster than they were handled, and the backlog kept the steps large.)
+ */
+function createPacer(clock: Clock, budgetMs: number, answer: () => void): { wake(inbox: Inbox): void } {
   const ready: Inbox[] = [];
   const queued = new Set<Inbox>();
   let scheduled = false;
+  // When the previous turn ended, while frames were still waiting (-1: none were).
+  let lastEnd = -1;
   const turn = (): void => {
     scheduled = false;
-    const until = clock.now() + budgetMs;
+    const start = clock.now();
+    const rest = lastEnd >= 0 ? start - lastEnd : 0;
+    const until = start + Math.min(MAX_TURN_BUDGETS * budgetMs, Math.max(budgetMs, rest));
+    // The answers to the frames handled so far leave every budget of a long turn.
+    let answerAt = start + budgetMs;
     while (ready.length > 0 && clock.now() < until) {
+      if (clock.now() >= answerAt) {
+        answer();
+        answerAt = clock.now() + budgetMs;
+      }
       const box = ready.shift()!;
       const d = box.frames[box.head];
       if (d !== undefined && box.peer.isOpen()) {
@@ -197,6 +220,7 @@ function createPacer(clock: Clock, budgetMs: number): { wake(inbox: Inbox): void
         box.peer.resume();
       }
     }
+    lastEnd = ready.length > 0 ? clock.now() : -1;
     if (ready.length > 0) schedule();
   };
   const schedule = (): void => {
@@ -225,6 +249,7 @@ class TokensSlot implements TokensEntry, StreamSink {
   n = 0;
   text: string | undefined = undefined;
   gen = -1;
+  head: Uint8Array | undefined = undefined;
   constructor(
     readonly id: string,
     private readonly outbox: Pick<Outbox, 'push' | 'pushTokens'>,
@@ -277,7 +302,7 @@ function createOutbox(
   peer: WsPeer,
   format: ReturnType<typeof formatOf>,
   metrics: ServerMetrics,
-  o: { clock: Clock; perFrame: number; maxQueuedBytes: number; congestionRetryMs: number },
+  o: { clock: Clock; perFrame: number; maxQueuedBytes: number; congestionRetryMs: number; answering: Set<() => void> },
 ): Outbox {
   let out: (ServerMessage | TokensSlot)[] = [];
   // Which batch `out` holds: a request's slot merges tokens only into a message of the current batch.
@@ -355,14 +380,19 @@ function createOutbox(
     schedule();
   };
   let soonPending = false;
+  const answerNow = (): void => {
+    if (!soonPending) return;
+    soonPending = false;
+    o.answering.delete(answerNow);
+    flush();
+  };
   const soon = (): void => {
     if (soonPending || out.length === 0) return;
     soonPending = true;
-    // The flush scheduled for the end of the turn then finds nothing left (or what was queued after this one).
-    queueMicrotask(() => {
-      soonPending = false;
-      flush();
-    });
+    // At the end of this task, or sooner when the pacer's turn runs long; the flush scheduled for the end of the
+    // loop's turn then finds nothing left (or what was queued after this one).
+    o.answering.add(answerNow);
+    queueMicrotask(answerNow);
   };
   return {
     push,

@@ -174,7 +174,7 @@ function createDispatch(
           e.sink.failed(f);
         },
       },
-      { ...e.delivery, id: e.id },
+      Object.assign({}, e.delivery, { id: e.id }),
     );
     if (!r.ok) {
       end();
@@ -281,7 +281,7 @@ export function createTenantGate(inner: Serving, opts: TenantGateOptions): Tenan
       );
     const q = d.queueFor(req.model, priority, rank);
     const e: Entry = {
-      req: { ...req, priority },
+      req: Object.assign({}, req, { priority }),
       delivery,
       sink,
       id: '',

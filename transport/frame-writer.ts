@@ -9,6 +9,8 @@ export interface TokensEntry {
   seq: number;
   n: number;
   text: string | undefined;
+  /** The writer's cache: the message's bytes up to its `seq` value (type and id), encoded at its first frame. */
+  head?: Uint8Array | undefined;
 }
 
 const enc = new TextEncoder();
@@ -174,13 +176,24 @@ function writeConst(b: Uint8Array): void {
   for (let i = 0; i < b.length; i++) buf[at++] = b[i]!;
 }
 
-function writeTokens(e: TokensEntry): void {
-  const hasText = e.text !== undefined;
-  room(1);
-  buf[at++] = 0x80 | (hasText ? 5 : 4);
+/** The bytes of a tokens message before its seq value (the id and keys never change): written once per entry. */
+function tokensHead(e: TokensEntry): Uint8Array {
+  const start = at;
   writeConst(TOKENS_HEAD);
   writeString(e.id);
   writeConst(SEQ_KEY);
+  const head = buf.slice(start, at);
+  at = start;
+  return head;
+}
+
+function writeTokens(e: TokensEntry): void {
+  const hasText = e.text !== undefined;
+  const head = (e.head ??= tokensHead(e));
+  room(1 + head.length);
+  buf[at++] = 0x80 | (hasText ? 5 : 4);
+  buf.set(head, at);
+  at += head.length;
   writeNumber(e.seq);
   writeConst(N_KEY);
   writeNumber(e.n);

@@ -33,7 +33,10 @@ export function createSubmit(deps: SubmitDeps): (spec: SubmitSpec, listener?: Cl
       return { id, ok: false, failure: failure('invalid_request', `request id ${id} is already in flight`) };
     const m = deps.model(spec.model);
     const priority = spec.priority ?? m?.classes[0]?.name ?? 'interactive';
-    const full = { ...spec, priority, outputTokens: Math.min(spec.outputTokens ?? spec.maxTokens, spec.maxTokens) };
+    // Object.assign, not `{ ...spec, priority }`: a spread followed by a new key gives every object a hidden class of
+    // its own in V8, and each read of the spec would then miss V8's caches (same keys, same order either way).
+    const outputTokens = Math.min(spec.outputTokens ?? spec.maxTokens, spec.maxTokens);
+    const full = Object.assign({}, spec, { priority, outputTokens });
     // A stateless request is one forward pass with one response: it asks for no output tokens.
     const stateless = m?.kind === 'stateless';
     const estOutputTokens = m?.estimate === 'oracle' ? full.outputTokens : spec.maxTokens;

@@ -94,7 +94,49 @@ export function createCostModelExecutor(clock: Clock, scale = 1): Executor {
   return createTimedExecutor('cost-model', clock, (w) => w.cost.stepS(w.shape) * 1000 * w.slowdown * scale);
 }
 
-/** An executor whose steps take no time (still asynchronous): measures switchyard's own overhead. */
+/**
+ * An executor whose steps take no time (still asynchronous): measures switchyard's own overhead. Every step started
+ * in one turn completes in one timer, in start order (not one timer per step: a worker answering eight replicas would
+ * otherwise spend a macrotask, and send a frame, per step).
+ */
 export function createZeroCostExecutor(clock: Clock): Executor {
-  return createTimedExecutor('zero-cost', clock, () => 0);
+  interface Run {
+    ranks: number[];
+    done: (busyMs: number, ranks: number[]) => void;
+  }
+  // Steps started since the batch timer was set, in start order; what each GPU runs (an abort forgets it).
+  let batch: Run[] = [];
+  const running = new Map<number, Run>();
+  const runBatch = (): void => {
+    const due = batch;
+    batch = [];
+    for (const run of due) {
+      const ranks = run.ranks.filter((g) => running.get(g) === run);
+      for (const g of ranks) running.delete(g);
+      if (ranks.length > 0) run.done(0, ranks);
+    }
+  };
+  const launch = (gpus: readonly number[], done: Run['done']): void => {
+    for (const g of gpus) if (running.has(g)) throw new Error(`gpu.${g} is already executing a step`);
+    const run: Run = { ranks: [...gpus], done };
+    for (const g of gpus) running.set(g, run);
+    if (batch.length === 0) clock.setTimeout(runBatch, 0);
+    batch.push(run);
+  };
+  return {
+    name: 'zero-cost',
+    start: (work, done) => launch([work.gpu], (ms) => done(ms)),
+    abort: (gpu) => void running.delete(gpu),
+    busyMs: () => 0,
+    timed: {
+      durationMs: () => 0,
+      running: (gpu) => running.has(gpu),
+      credit: () => {},
+      startGang: (works, done) =>
+        launch(
+          works.map((w) => w.gpu),
+          done,
+        ),
+    },
+  };
 }

@@ -109,9 +109,9 @@ export function createHttpHandler(deps: HttpDeps): (req: IncomingMessage, res: S
       if (path === '/v1/models' && method === 'GET') return handleModels(deps.serving, res);
       const tenant = deps.tenantOf?.(req);
       if (path === '/v1/completions' && method === 'POST')
-        return handleCompletion(deps.serving, req, res, false, tenant);
+        return handleCompletion(deps.serving, req, res, false, tenant, deps.cp.runtime.clock);
       if (path === '/v1/chat/completions' && method === 'POST')
-        return handleCompletion(deps.serving, req, res, true, tenant);
+        return handleCompletion(deps.serving, req, res, true, tenant, deps.cp.runtime.clock);
     }
     return sendFailure(res, failure('invalid_request', `no route ${method} ${path}`), 404);
   };

@@ -2,7 +2,7 @@
 // /v1/models. Admission happens before any byte is written, so overload is a real 429 with Retry-After and
 // unavailability a real 503; a failure after streaming began is an SSE `error` event, and the stream then ends.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { unixTimeMs } from '../../runtime/clock.ts';
+import { unixTimeMs, type Clock, type TimerId } from '../../runtime/clock.ts';
 import { failure, type Failure } from '../../machines/outcomes.ts';
 import type { ClientRequest } from '../../transport/client-protocol.ts';
 import type { DoneInfo, Serving, StreamSink } from '../serving.ts';
@@ -34,6 +34,8 @@ export const DEFAULT_CHAT_TOKENS = 64;
 const TOKEN_MARK = '\u0000token\u0000';
 /** Bytes an SSE response may have queued before a slow reader is cut off. */
 const MAX_SSE_BUFFERED = 4 * 1024 * 1024;
+/** Longest time a streaming response's status and headers wait to leave with its first event (ms). */
+export const SSE_HEAD_WAIT_MS = 50;
 
 /** A parsed body: the request as every client API hands it to serving, and how this endpoint answers. */
 interface Parsed extends ClientRequest {
@@ -93,7 +95,8 @@ export const completionBody = refine(
   ),
   (b): Parsed => {
     const prompt = typeof b.prompt === 'string' ? b.prompt : (b.prompt?.[0] ?? '');
-    return { ...common(b, DEFAULT_COMPLETION_TOKENS), prompt, promptTokens: estimateTokens(prompt) };
+    // Object.assign, not a spread followed by new keys (which gives every object a hidden class of its own in V8).
+    return Object.assign(common(b, DEFAULT_COMPLETION_TOKENS), { prompt, promptTokens: estimateTokens(prompt) });
   },
 );
 
@@ -121,7 +124,7 @@ export const chatBody = refine(
       if (prompt.length > MAX_PROMPT_CHARS) refuse('messages', 'are too long');
     }
     const base = common(b, DEFAULT_CHAT_TOKENS);
-    return { ...base, prompt, promptTokens: estimateTokens(prompt) + 3 * b.messages.length };
+    return Object.assign(base, { prompt, promptTokens: estimateTokens(prompt) + 3 * b.messages.length });
   },
 );
 
@@ -147,13 +150,44 @@ const usageOf = (d: DoneInfo): { prompt_tokens: number; completion_tokens: numbe
   total_tokens: d.usage.promptTokens + d.usage.completionTokens,
 });
 
-/** Handles POST /v1/completions (`chat` false) or /v1/chat/completions (`chat` true). */
+/**
+ * A streaming response's status line and headers: written with its first event (one write to the socket where there
+ * were two), or once SSE_HEAD_WAIT_MS pass without one, so a client whose request waits in a queue still hears soon
+ * that it was accepted. Without a clock they leave at once. Answers the function every write calls first.
+ */
+function sseHead(res: ServerResponse, headers: Record<string, string>, clock: Clock | undefined): () => void {
+  let open = false;
+  let timer: TimerId | null = null;
+  const head = (): void => {
+    if (open) return;
+    open = true;
+    if (timer !== null) clock?.clearTimeout(timer);
+    timer = null;
+    if (!res.destroyed && !res.writableEnded) res.writeHead(200, headers);
+  };
+  const flush = (): void => {
+    timer = null;
+    head();
+    if (!res.destroyed && !res.writableEnded) res.flushHeaders();
+  };
+  if (clock) timer = clock.setTimeout(flush, SSE_HEAD_WAIT_MS);
+  else flush();
+  res.once('close', () => {
+    if (timer !== null) clock?.clearTimeout(timer);
+    timer = null;
+  });
+  return head;
+}
+
+/** Handles POST /v1/completions (`chat` false) or /v1/chat/completions (`chat` true). `clock` times how long a
+ * streaming response's headers may wait for its first event (see sseHead). */
 export async function handleCompletion(
   serving: Serving,
   req: IncomingMessage,
   res: ServerResponse,
   chat: boolean,
   tenant?: string,
+  clock?: Clock,
 ): Promise<void> {
   const body = await readJson(req);
   if (!body.ok) return sendFailure(res, body.failure, body.status);
@@ -176,8 +210,11 @@ export async function handleCompletion(
   const event = (data: unknown): string => `data: ${JSON.stringify(data)}\n\n`;
   // What one sink call says leaves in one write (the chat role chunk with the first token; the last chunk, usage and
   // [DONE] in the end).
+  let head = (): void => {};
+  let streaming = false;
   const send = (sse: string, end = false): void => {
     if (res.writableEnded || res.destroyed) return;
+    head();
     if (end) return void res.end(sse);
     res.write(sse);
     // A reader that stopped reading must not grow the buffer without bound: cut it off (its request is cancelled on close).
@@ -254,7 +291,8 @@ export async function handleCompletion(
     },
     failed: (f) => {
       finished = true;
-      if (!p.stream || !res.headersSent) return sendFailure(res, f);
+      // Once the stream is accepted its status is 200 (sent or not yet): the failure is an event of the stream.
+      if (!p.stream || !streaming) return sendFailure(res, f);
       send(event(errorBody(f)), true);
     },
   };
@@ -266,13 +304,14 @@ export async function handleCompletion(
     if (!finished) r.cancel();
   });
   if (p.stream) {
-    res.writeHead(200, {
+    const headers = {
       'Content-Type': 'text/event-stream',
       'Cache-Control': 'no-cache',
       Connection: 'keep-alive',
       'X-Request-Id': r.request,
-    });
-    res.flushHeaders();
+    };
+    head = sseHead(res, headers, clock);
+    streaming = true;
   }
 }
 

@@ -65,6 +65,25 @@ describe('frame writer', () => {
     );
   });
 
+  it('writes an entry again in a later frame with its new numbers and text (its head is encoded once)', () => {
+    fc.assert(
+      fc.property(
+        fc.array(entry, { minLength: 1, maxLength: 20 }),
+        fc.array(fc.tuple(fc.nat(10_000_000), fc.integer({ min: 1, max: 1000 }), fc.option(text, { nil: undefined }))),
+        (entries, changes) => {
+          expect(decoded(writeFrame(entries, isEntry))).toEqual(decoded(encode(entries.map(tokensMessage))));
+          entries.forEach((e, i) => {
+            const c = changes[i % Math.max(1, changes.length)];
+            if (c) [e.seq, e.n, e.text] = c;
+          });
+          const again = [...entries].reverse();
+          expect(decoded(writeFrame(again, isEntry))).toEqual(decoded(encode(again.map(tokensMessage))));
+        },
+      ),
+      { numRuns: 200 },
+    );
+  });
+
   it('writes long frames and long strings (16- and 32-bit headers) and survives buffer growth', () => {
     const many = Array.from({ length: 70_000 }, (_, i) => new Entry(`r${i}`, i, 1, undefined));
     const big = 'é'.repeat(40_000);

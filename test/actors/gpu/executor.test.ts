@@ -81,3 +81,32 @@ describe('a gang of ranks on one timer', () => {
     expect(() => ex.timed!.startGang(works, () => {})).toThrow(/gpu.1 is already executing/);
   });
 });
+
+describe('zero-cost executor', () => {
+  const cost = createCostModel(modelProfile('llama-3-8b'), gpuProfile('H100-SXM'), 1);
+  const shape = { prefill: [], decodeBatch: 4, decodeContext: 400 };
+  const work = (gpu: number, step = 1) => ({ gpu, replica: `r${gpu}`, epoch: 1, step, shape, cost, slowdown: 1 });
+
+  it('completes the steps started in one turn on one timer, in start order', () => {
+    const clock = createVirtualClock();
+    const ex = createZeroCostExecutor(clock);
+    const done: number[] = [];
+    for (const g of [3, 0, 5]) ex.start(work(g), () => done.push(g));
+    expect(clock.pending()).toBe(1);
+    expect(clock.run()).toBe(1);
+    expect(done).toEqual([3, 0, 5]);
+  });
+
+  it('never completes a step aborted before its turn, even when its GPU starts another one', () => {
+    const clock = createVirtualClock();
+    const ex = createZeroCostExecutor(clock);
+    const done: string[] = [];
+    ex.start(work(0, 1), () => done.push('0/1'));
+    ex.start(work(1, 1), () => done.push('1/1'));
+    ex.abort(0);
+    ex.start(work(0, 2), () => done.push('0/2'));
+    clock.run();
+    expect(done).toEqual(['1/1', '0/2']);
+    expect(ex.timed!.running(0)).toBe(false);
+  });
+});
