@@ -111,5 +111,8 @@ printFigures({
   },
   offeredRps: Object.fromEntries(Object.entries(capacity).map(([m, c]) => [m, c.offeredRps])),
   fleetSimRequestsPerWallS: Math.round(simulated / wall),
+  invariantViolations: Object.fromEntries(
+    Object.entries(runs).map(([router, { report }]) => [router, report.invariants.violations.length]),
+  ),
   quick,
 });

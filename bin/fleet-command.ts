@@ -69,6 +69,8 @@ export function formatFleetReport(r: FleetReport): string {
     );
   for (const n of r.rescheduled)
     lines.push(`replacement ${n.node}: ${n.readyAtS === null ? 'not ready by the end' : `ready at ${n.readyAtS} s`}`);
+  const v = r.invariants.violations;
+  lines.push('', `invariant violations: ${v.length}`, ...v.slice(0, 20).map((x) => `  ${x}`));
   return `${lines.join('\n')}\n`;
 }
 

@@ -82,6 +82,38 @@ export interface RequestOutput {
   tokens: number;
 }
 
+/** The state a request actor starts in. */
+export const REQUEST_INITIAL_STATE = 'received';
+
+/** The context a request actor starts with (the machine's own `context`; also what a request table starts an actor
+ * from, without running the machine's initial transition: see actors/control/request-table.ts). */
+export function initialRequestContext(input: RequestInput): RequestContext {
+  return {
+    id: input.id,
+    model: input.model,
+    priority: input.priority,
+    limits: {
+      receivedAt: input.receivedAt,
+      queueBudgetMs: input.queueBudgetMs,
+      resumeBudgetMs: input.resumeBudgetMs ?? input.queueBudgetMs,
+      maxResumes: input.maxResumes ?? 1,
+    },
+    replica: null,
+    queuedAt: input.receivedAt,
+    scheduledAt: -1,
+    firstTokenAt: -1,
+    finishedAt: -1,
+    tokens: 0,
+    resumes: 0,
+    preemptions: 0,
+    code: null,
+    message: null,
+    requeueCode: 'expired',
+    deadlineAt: input.receivedAt + input.queueBudgetMs,
+    outcome: null,
+  };
+}
+
 /** The request machine: received → queued (admitted) or rejected → prefilling (scheduled) → decoding → terminal;
  * requeued on a resumable failure. */
 export const requestMachine = setup({
@@ -117,31 +149,8 @@ export const requestMachine = setup({
   },
 }).createMachine({
   id: 'request',
-  context: ({ input }) => ({
-    id: input.id,
-    model: input.model,
-    priority: input.priority,
-    limits: {
-      receivedAt: input.receivedAt,
-      queueBudgetMs: input.queueBudgetMs,
-      resumeBudgetMs: input.resumeBudgetMs ?? input.queueBudgetMs,
-      maxResumes: input.maxResumes ?? 1,
-    },
-    replica: null,
-    queuedAt: input.receivedAt,
-    scheduledAt: -1,
-    firstTokenAt: -1,
-    finishedAt: -1,
-    tokens: 0,
-    resumes: 0,
-    preemptions: 0,
-    code: null,
-    message: null,
-    requeueCode: 'expired',
-    deadlineAt: input.receivedAt + input.queueBudgetMs,
-    outcome: null,
-  }),
-  initial: 'received',
+  context: ({ input }) => initialRequestContext(input),
+  initial: REQUEST_INITIAL_STATE,
   states: {
     received: {
       on: {

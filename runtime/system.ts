@@ -1,5 +1,13 @@
 // One process's actor runtime: a registry of entities by system id, message routing, and supervision.
-import type { AnyActorRef, InspectionEvent, Subscription } from 'xstate';
+import {
+  createActor,
+  type ActorLogic,
+  type AnyActorRef,
+  type EventObject,
+  type InspectionEvent,
+  type Snapshot,
+  type Subscription,
+} from 'xstate';
 import type { Message, OutEvent } from '../machines/messages.ts';
 import type { Clock } from './clock.ts';
 import type { Rng } from './rng.ts';
@@ -13,6 +21,21 @@ export type Msg = Message;
 export interface ActorFault {
   actor: string;
   error: unknown;
+}
+
+/**
+ * Supervision of many short-lived actors of one kind (the requests). A member is created with `parent` as its parent:
+ * it then joins the group's one actor system instead of building a system of its own, tells the group its end (done
+ * or error) through that system rather than through an observer of its own, and is inspected with the whole group.
+ */
+export interface ActorGroup {
+  /** The group's actor: pass it as `parent` when creating a member. */
+  readonly parent: AnyActorRef;
+  /** Supervises a member created with `parent` (before starting it): its `out` events are routed, its error is a
+   * fault, and an inspector set while it lives replays its snapshot. */
+  add(id: string, actor: AnyActorRef): void;
+  /** Members not yet done (nor failed). */
+  readonly size: number;
 }
 
 /** A step's shape as the simulator's lane prices it (the cost model's StepShape, structurally). */
@@ -59,6 +82,8 @@ export interface Runtime {
   setRemote(remote: ((to: string, msg: Msg) => void) | null): void;
   /** Wires an actor's `out` events into routing and its errors into `faults`. */
   supervise(id: string, actor: AnyActorRef): void;
+  /** A group supervising many short-lived actors at once (see ActorGroup); `name` is its actor's id. */
+  group(name: string): ActorGroup;
   /** Errors raised inside actors (a broken invariant), in order. */
   readonly faults: ActorFault[];
   /** Messages that found no destination, by message type. */
@@ -72,6 +97,33 @@ export interface Runtime {
   /** The simulator's step lane, or null (serving, the reference run, `--wire-check`). */
   lane(): StepLane | null;
   setLane(lane: StepLane | null): void;
+}
+
+/** The prefixes of the events XState sends a parent when a child ends. */
+const DONE = 'xstate.done.actor.';
+const ERROR = 'xstate.error.actor.';
+
+/** A group's actor: it keeps the snapshot it starts with and hands every event (a member's end) to `hear`. */
+function groupLogic(hear: (event: EventObject) => void): ActorLogic<Snapshot<undefined>, EventObject> {
+  return {
+    transition: (snapshot, event) => {
+      hear(event);
+      return snapshot;
+    },
+    getInitialSnapshot: () => ({ status: 'active', output: undefined, error: undefined }),
+    getPersistedSnapshot: (snapshot) => snapshot,
+  };
+}
+
+/** Shows `observer` an actor's current snapshot, as if it had just been taken (an inspector set late catches up). */
+function replay(observer: (ev: InspectionEvent) => void, actor: AnyActorRef, rootId: string): void {
+  observer({
+    type: '@xstate.snapshot',
+    rootId,
+    actorRef: actor,
+    event: { type: 'xstate.init' },
+    snapshot: actor.getSnapshot(),
+  });
 }
 
 /** Creates a runtime for one process. */
@@ -89,6 +141,8 @@ export function createRuntime(opts: {
   let remote: ((to: string, msg: Msg) => void) | null = null;
   // Live supervised actors, so that an inspector set later also sees the ones already running.
   const inspectable = new Map<string, { actor: AnyActorRef; sub: Subscription | null }>();
+  // Groups: one inspection subscription each (on the system their members share), and their live members.
+  const groups: { parent: AnyActorRef; members: Map<string, AnyActorRef>; sub: Subscription | null }[] = [];
   let inspector: ((ev: InspectionEvent) => void) | null = null;
   let lane: StepLane | null = null;
 
@@ -97,6 +151,35 @@ export function createRuntime(opts: {
     if (deliver) return deliver(msg);
     if (remote) return remote(to, msg);
     dropped.set(msg.type, (dropped.get(msg.type) ?? 0) + 1);
+  };
+  // One handler for every actor's `out` events (XState binds a copy per `on`; no closure is made per actor).
+  const route = (e: OutEvent): void => send(e.to, e.msg);
+
+  const group = (name: string): ActorGroup => {
+    const members = new Map<string, AnyActorRef>();
+    const hear = (event: EventObject): void => {
+      const { type } = event;
+      if (type.startsWith(DONE)) {
+        members.delete(type.slice(DONE.length));
+      } else if (type.startsWith(ERROR)) {
+        const id = type.slice(ERROR.length);
+        members.delete(id);
+        faults.push({ actor: id, error: (event as EventObject & { error?: unknown }).error });
+      }
+    };
+    const parent = createActor(groupLogic(hear), { id: name, clock: opts.clock });
+    parent.start();
+    groups.push({ parent, members, sub: inspector ? parent.system.inspect(inspector) : null });
+    return {
+      parent,
+      add: (id, actor) => {
+        actor.on('out', route);
+        members.set(id, actor);
+      },
+      get size() {
+        return members.size;
+      },
+    };
   };
 
   return {
@@ -116,7 +199,7 @@ export function createRuntime(opts: {
       remote = r;
     },
     supervise: (id, actor) => {
-      actor.on('out', (e: OutEvent) => send(e.to, e.msg));
+      actor.on('out', route);
       const entry = { actor, sub: inspector ? actor.system.inspect(inspector) : null };
       inspectable.set(id, entry);
       // The observer stays on a finished actor's system: XState reports the final snapshot after completing.
@@ -131,6 +214,7 @@ export function createRuntime(opts: {
         complete: forget,
       });
     },
+    group,
     faults,
     dropped,
     stepByStep: () => inspector !== null || opts.stepByStep === true,
@@ -144,15 +228,12 @@ export function createRuntime(opts: {
       for (const e of inspectable.values()) {
         e.sub?.unsubscribe();
         e.sub = observer ? e.actor.system.inspect(observer) : null;
-        const snapshot = e.actor.getSnapshot();
-        if (observer)
-          observer({
-            type: '@xstate.snapshot',
-            rootId: e.actor.sessionId,
-            actorRef: e.actor,
-            event: { type: 'xstate.init' },
-            snapshot,
-          });
+        if (observer) replay(observer, e.actor, e.actor.sessionId);
+      }
+      for (const g of groups) {
+        g.sub?.unsubscribe();
+        g.sub = observer ? g.parent.system.inspect(observer) : null;
+        if (observer) for (const m of g.members.values()) replay(observer, m, g.parent.sessionId);
       }
     },
   };

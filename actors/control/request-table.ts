@@ -1,7 +1,12 @@
 // The request table: every live request by id, its request actor (one terminal outcome each), its decision traces,
 // the sequence a generative replica runs for it, and the record and client answer when it ends.
-import { createActor } from 'xstate';
-import { requestMachine, type RequestContext } from '../../machines/request.machine.ts';
+import { createActor, type AnyActorRef, type Snapshot } from 'xstate';
+import {
+  initialRequestContext,
+  REQUEST_INITIAL_STATE,
+  requestMachine,
+  type RequestContext,
+} from '../../machines/request.machine.ts';
 import { createSequence, type Sequence, type SequenceListener } from '../batcher/sequence.ts';
 import type { Collector } from '../metrics/collector.ts';
 import { MAX_TRACES } from '../router/explain.ts';
@@ -30,7 +35,8 @@ export interface RequestTable {
   get(id: string): Live | undefined;
   has(id: string): boolean;
   readonly size: number;
-  /** Creates and starts the request actor of `l` (its input from `l`), and adds `l` to the table. */
+  /** Creates and starts the request actor of `l` (its input from `l`), and adds `l` to the table. `l` becomes the
+   * live record (its actor and streams set on it): the caller hands over a fresh object. */
   start(l: Omit<Live, 'actor' | 'streams'>, resume: { budgetMs: number; maxResumes: number }): Live;
   addTrace(l: Live, t: DecisionTrace): void;
   /** Marks a request's first scheduling at `t` (once). */
@@ -41,6 +47,41 @@ export interface RequestTable {
   /** A live request's tokens streamed and first token's time (-1: none yet), or null when it is not live. */
   progress(id: string): { tokens: number; firstTokenAt: number } | null;
   explain(id: string): DecisionTrace[] | undefined;
+}
+
+type ProvidedRequestMachine = ReturnType<typeof requestMachine.provide>;
+
+/**
+ * A request's actor, created (not started) as a member of `parent`'s group. It starts from the machine's initial
+ * state and context as a snapshot: the same snapshot the machine's initial transition computes (its initial state
+ * has no entry action and no eventless transition; test/actors/control checks that they are equal), without
+ * computing it.
+ */
+export function createRequestActor(
+  machine: ProvidedRequestMachine,
+  parent: AnyActorRef,
+  rec: Omit<Live, 'actor' | 'streams'>,
+  resume: { budgetMs: number; maxResumes: number },
+): Live['actor'] {
+  const input = {
+    id: rec.id,
+    model: rec.model,
+    priority: rec.spec.priority,
+    receivedAt: rec.receivedAt,
+    queueBudgetMs: rec.budgetMs,
+    resumeBudgetMs: resume.budgetMs,
+    maxResumes: resume.maxResumes,
+  };
+  const snapshot: Snapshot<unknown> & Record<string, unknown> = {
+    status: 'active',
+    output: undefined,
+    error: undefined,
+    value: REQUEST_INITIAL_STATE,
+    context: initialRequestContext(input),
+    children: {},
+    historyValue: {},
+  };
+  return createActor(machine, { input, snapshot, id: rec.id, parent });
 }
 
 /** Arms the deadline of a request's wait on the wheel, in place of its previous wait's (`l` keeps the disarm). */
@@ -133,6 +174,8 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
   const live = new Map<string, Live>();
   const finishedTraces = new Map<string, DecisionTrace[]>();
   let order = 0;
+  // Every request actor is a member of this group: one actor system for all of them, supervised through it.
+  const group = deps.runtime.group('requests');
 
   // Provided once: providing per request would rebuild the machine for every request.
   const machine = requestMachine.provide({
@@ -225,22 +268,10 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       return live.size;
     },
     start: (rec, resume) => {
-      const actor = createActor(machine, {
-        input: {
-          id: rec.id,
-          model: rec.model,
-          priority: rec.spec.priority,
-          receivedAt: rec.receivedAt,
-          queueBudgetMs: rec.budgetMs,
-          resumeBudgetMs: resume.budgetMs,
-          maxResumes: resume.maxResumes,
-        },
-        clock,
-        id: rec.id,
-      });
+      const actor = createRequestActor(machine, group.parent, rec, resume);
       const l = liveOf(rec, actor);
       live.set(l.id, l);
-      deps.runtime.supervise(l.id, actor);
+      group.add(l.id, actor);
       actor.start();
       return l;
     },

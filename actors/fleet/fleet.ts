@@ -26,6 +26,8 @@ export interface FleetReport {
   lostNode: { node: string; at: number; live: number; resumed: number; outcomes: Record<string, number> }[];
   /** Nodes started after a loss, with the virtual time (s, from the fleet's start) each became ready. */
   rescheduled: { node: string; readyAtS: number | null }[];
+  /** Every node's invariant violations and actor faults (a lost node's until its pod died), node by node. */
+  invariants: { violations: string[] };
   sim: { requests: number; simulatedSeconds: number; wallSeconds?: number };
 }
 
@@ -249,7 +251,10 @@ function createFleetRun(base: Scenario, fleet: FleetSpec, clock: VirtualClock, r
       scrape();
     },
     report: (policy: FleetRouterPolicy, seed: number, simMs: number, t0: number): FleetReport =>
-      buildFleetReport(base, fleet, { policy, seed, simMs, t0, requests, lost, rescheduled, nodeCount }),
+      buildFleetReport(base, fleet, {
+        ...{ policy, seed, simMs, t0, requests, lost, rescheduled, nodeCount },
+        violations: nodes.flatMap((n) => n.violations()),
+      }),
   };
 }
 
@@ -326,6 +331,7 @@ function buildFleetReport(
     lost: FleetReport['lostNode'];
     rescheduled: { node: string; startedAt: number; readyAt: number | null }[];
     nodeCount: Map<string, number>;
+    violations: string[];
   },
 ): FleetReport {
   const count = (rs: FleetRequest[]): Record<string, number> & { total: number } => {
@@ -357,6 +363,7 @@ function buildFleetReport(
       node: r.node,
       readyAtS: r.readyAt === null ? null : Math.round(r.readyAt - run.t0) / 1000,
     })),
+    invariants: { violations: run.violations },
     sim: { requests: run.requests.length, simulatedSeconds: Math.round(run.simMs) / 1000 },
   };
 }

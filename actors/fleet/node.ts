@@ -35,6 +35,8 @@ export interface FleetNode {
   predictTtftMs(model: string, promptTokens: number, maxTokens: number): number | null;
   /** The pod dies: the link is cut both ways and the node takes no more work. */
   kill(): void;
+  /** Invariant violations and actor faults on this node (each prefixed with its id), up to its death if it died. */
+  violations(): string[];
   readonly link: SimLink;
 }
 
@@ -66,6 +68,11 @@ export function startFleetNode(
     gangs: !stepByStep,
   });
   if (!stepByStep) link.setShortcut(agent.shortcut, agent.lane);
+  const violations = (): string[] => [
+    ...cp.violations.map((v) => `${id}: ${v}`),
+    ...[...control.faults, ...nodeRt.faults].map((f) => `${id}: ${f.actor}: ${String(f.error)}`),
+  ];
+  let atDeath: string[] | null = null;
   const node: FleetNode = {
     id,
     pool,
@@ -77,9 +84,12 @@ export function startFleetNode(
     gauges: (model) => gaugesOf(cp, model),
     predictTtftMs: (model, promptTokens, maxTokens) => predictTtft(cp, model, promptTokens, maxTokens),
     kill: () => {
+      // What it found until its pod died: after that its control plane runs on without its node, which is not a fault.
+      atDeath = violations();
       node.alive = false;
       link.cut('both');
     },
+    violations: () => atDeath ?? violations(),
   };
   return node;
 }

@@ -15,7 +15,8 @@ function retryMs(ms: number): number {
 
 /** The maxQueueMs of a model's highest class (rank 0). */
 function topClassBudget(lim: ModelLimits): number {
-  for (const c of Object.values(lim.classes)) if (c.rank === 0) return c.maxQueueMs;
+  // for...in visits the keys in Object.values' order, without building the array per request.
+  for (const k in lim.classes) if (lim.classes[k]!.rank === 0) return lim.classes[k]!.maxQueueMs;
   return Infinity;
 }
 

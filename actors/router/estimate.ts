@@ -75,12 +75,29 @@ function stepWith(cost: CostModel, prefill: number, decodes: number, context: nu
   return cost.stepS(fullShape);
 }
 
-const harmonic = (n: number): number =>
-  n <= 0
-    ? 0
-    : n < 20
-      ? Array.from({ length: n }, (_, i) => 1 / (i + 1)).reduce((a, b) => a + b, 0)
-      : Math.log(n) + 0.5772156649 + 1 / (2 * n);
+/** The n-th harmonic number (summed term by term, in order, below 20; asymptotically above). */
+function harmonic(n: number): number {
+  if (n <= 0) return 0;
+  if (n >= 20) return Math.log(n) + 0.5772156649 + 1 / (2 * n);
+  let h = 0;
+  for (let i = 0; i < n; i++) h += 1 / (i + 1);
+  return h;
+}
+
+/** Seconds of the prefill phase of `tokens` prompt tokens through steps of `perStep` prefill tokens beside `decodes`
+ * running decodes (`fullS` a full step): a partial step costs what it carries. */
+function prefillPhaseS(
+  cost: CostModel,
+  tokens: number,
+  perStep: number,
+  fullS: number,
+  decodes: number,
+  context: number,
+): number {
+  if (tokens <= 0) return 0;
+  if (tokens <= perStep) return stepWith(cost, tokens, decodes, context);
+  return (tokens / perStep) * fullS;
+}
 
 /**
  * Expected time, in mean remaining lengths, until `k` of `n` running sequences have finished, if remaining lengths
@@ -120,14 +137,6 @@ export function estimateLoad(r: ReplicaLoad, work: WorkSpec, slowdown = 1): Wait
     aheadCount += st.waitingByClass[c] ?? 0;
   }
 
-  // Full steps before a prompt queued behind `tokens` prefill tokens gets its first chunk.
-  const queuedS = (tokens: number): number => Math.floor(tokens / perStep) * fullS;
-  // Prefill phase: `tokens` through steps of `perStep` prefill tokens; a partial step costs what it carries.
-  const prefillPhaseS = (tokens: number): number => {
-    if (tokens <= 0) return 0;
-    if (tokens <= perStep) return stepWith(r.cost, tokens, decodes, st.runningContext);
-    return (tokens / perStep) * fullS;
-  };
   // A busy replica finishes the step in flight first: half a step on average.
   const inflightS = st.running + st.waiting > 0 ? (ahead > 0 ? fullS : decodeS) / 2 : 0;
 
@@ -152,13 +161,17 @@ export function estimateLoad(r: ReplicaLoad, work: WorkSpec, slowdown = 1): Wait
   const slotS = over > 0 && st.running > 0 ? slotsFreedAfter(st.running, over) * avgRemain * decodeS : 0;
   const blockedS = Math.max(kvS, slotS);
 
-  const waitS = inflightS + blockedS + queuedS(ahead);
-  const ttftS = inflightS + blockedS + prefillPhaseS(ahead + work.promptTokens);
+  // Full steps before a prompt queued behind `ahead` prefill tokens gets its first chunk.
+  const waitS = inflightS + blockedS + Math.floor(ahead / perStep) * fullS;
+  const ttftS =
+    inflightS + blockedS + prefillPhaseS(r.cost, ahead + work.promptTokens, perStep, fullS, decodes, st.runningContext);
   const topAhead = runningAhead + (st.waitingTokensByClass[0] ?? 0);
   const topOver = st.running + (st.waitingByClass[0] ?? 0) + 1 - lim.maxRunning;
   const topSlotS = topOver > 0 && st.running > 0 ? slotsFreedAfter(st.running, topOver) * avgRemain * decodeS : 0;
   const topWaitS =
-    (st.running + st.waiting > 0 ? (topAhead > 0 ? fullS : decodeS) / 2 : 0) + topSlotS + queuedS(topAhead);
+    (st.running + st.waiting > 0 ? (topAhead > 0 ? fullS : decodeS) / 2 : 0) +
+    topSlotS +
+    Math.floor(topAhead / perStep) * fullS;
   const k = slowdown * 1000;
   return {
     replica: r.id,

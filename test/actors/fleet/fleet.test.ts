@@ -4,7 +4,10 @@ import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
 import { describe, expect, it } from 'vitest';
 import { normalizeFleetScenario } from '../../../actors/fleet/config.ts';
-import { simulateFleet } from '../../../actors/fleet/fleet.ts';
+import { nodeScenario, simulateFleet } from '../../../actors/fleet/fleet.ts';
+import { startFleetNode } from '../../../actors/fleet/node.ts';
+import { createVirtualClock } from '../../../runtime/clock.ts';
+import { createRng } from '../../../runtime/rng.ts';
 
 const raw = parse(readFileSync('scenarios/fleet-mixed.yaml', 'utf8')) as Record<string, unknown>;
 const small = (): ReturnType<typeof normalizeFleetScenario> => {
@@ -31,7 +34,27 @@ describe('a simulated fleet', () => {
     expect(Object.values(loss!.outcomes).reduce((a, n) => a + n, 0)).toBe(loss!.live);
     expect(r.rescheduled).toHaveLength(1);
     expect(r.rescheduled[0]!.readyAtS).toBeGreaterThan(3 + 5);
+    // The nodes' invariants held, the lost one's until its pod died.
+    expect(r.invariants.violations).toEqual([]);
   }, 120_000);
+
+  it("reports a node's invariant violations by node, and a lost node's only until its pod died", () => {
+    const { scenario, fleet } = small();
+    const clock = createVirtualClock();
+    const n = startFleetNode(
+      'large-0',
+      'large',
+      nodeScenario(scenario, fleet.pools[0]!),
+      clock,
+      createRng(1),
+      () => {},
+    );
+    n.cp.violations.push('before');
+    expect(n.violations()).toEqual(['large-0: before']);
+    n.kill();
+    n.cp.violations.push('after');
+    expect(n.violations()).toEqual(['large-0: before']);
+  });
 
   it('produces the same report, byte for byte, for the same seed under either router', () => {
     const { scenario, fleet } = small();

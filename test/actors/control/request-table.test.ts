@@ -1,0 +1,111 @@
+// The request table: request actors started from the machine's initial snapshot, in one group, and still expiring
+// at their queue deadline.
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { createActor, type AnyActorRef, type AnyEventObject } from 'xstate';
+import { createRequestActor, createRequestTable, type RequestTable } from '../../../actors/control/request-table.ts';
+import type { Live } from '../../../actors/control/types.ts';
+import { createCollector } from '../../../actors/metrics/collector.ts';
+import type { DecisionTrace } from '../../../actors/router/router.ts';
+import { REQUEST_INITIAL_STATE, requestMachine } from '../../../machines/request.machine.ts';
+import { createVirtualClock } from '../../../runtime/clock.ts';
+import { createDeadlineWheel } from '../../../runtime/deadlines.ts';
+import { createRng } from '../../../runtime/rng.ts';
+import { createRuntime } from '../../../runtime/system.ts';
+import { requestSpec } from '../../model-check/alphabets.ts';
+
+const rec = (id: string, t = 0): Omit<Live, 'actor' | 'streams'> => ({
+  id,
+  spec: { model: 'm', priority: 'standard', promptTokens: 100, maxTokens: 64, outputTokens: 16 },
+  model: 'm',
+  version: 'v1',
+  rank: 0,
+  budgetMs: 100,
+  estOutputTokens: 64,
+  receivedAt: t,
+  firstScheduledAt: -1,
+  streamed: 0,
+  seq: null,
+  listener: undefined,
+  traces: [],
+  heldSince: -1,
+});
+
+/** What a snapshot is, for comparing two actors of the same machine. */
+const view = (a: AnyActorRef) => {
+  const s = a.getSnapshot();
+  return { value: s.value, status: s.status, context: s.context, tags: [...s.tags].sort(), output: s.output };
+};
+
+describe('request actors started from the initial snapshot', () => {
+  it('the initial state runs nothing on entry and has no eventless transition', () => {
+    const initial = requestMachine.root.states[REQUEST_INITIAL_STATE]!;
+    expect(requestMachine.root.initial.target.map((n) => n.key)).toEqual([REQUEST_INITIAL_STATE]);
+    expect(initial.entry).toEqual([]);
+    expect(initial.always ?? []).toEqual([]);
+  });
+
+  it('live every event sequence as actors the machine starts itself do', () => {
+    const spec = requestSpec();
+    const input = spec.input as { queueBudgetMs: number; resumeBudgetMs: number; maxResumes: number };
+    const rt = createRuntime({ name: 't', clock: createVirtualClock(), rng: createRng(1) });
+    const group = rt.group('requests');
+    fc.assert(
+      // Each step picks one of the events the model checker would send in the current state (deadlines current or
+      // stale included).
+      fc.property(fc.array(fc.nat(), { maxLength: 8 }), (picks) => {
+        const r = { ...rec('req.1'), budgetMs: input.queueBudgetMs };
+        const resume = { budgetMs: input.resumeBudgetMs, maxResumes: input.maxResumes };
+        const mine = createRequestActor(requestMachine, group.parent, r, resume);
+        const own = createActor(requestMachine, {
+          input: { ...input, id: 'req.1', model: 'm', priority: 'standard', receivedAt: 0 },
+        });
+        group.add('req.1', mine);
+        mine.start();
+        own.start();
+        expect(view(mine)).toEqual(view(own));
+        for (const pick of picks) {
+          if (own.getSnapshot().status !== 'active') break;
+          const events = spec.events(own.getSnapshot()) as AnyEventObject[];
+          const e = events[pick % events.length]!;
+          mine.send(e as never);
+          own.send(e as never);
+          expect(view(mine)).toEqual(view(own));
+        }
+      }),
+      { numRuns: 500 },
+    );
+  });
+});
+
+function table(): {
+  t: RequestTable;
+  wheel: ReturnType<typeof createDeadlineWheel>;
+  clock: ReturnType<typeof createVirtualClock>;
+} {
+  const clock = createVirtualClock();
+  const runtime = createRuntime({ name: 't', clock, rng: createRng(1) });
+  const wheel = createDeadlineWheel(clock);
+  const t = createRequestTable({
+    runtime,
+    collector: createCollector(),
+    deadlines: wheel,
+    keepTraces: false,
+    oracle: () => false,
+    expiryTrace: () => ({}) as DecisionTrace,
+    scheduled: () => {},
+  });
+  return { t, wheel, clock };
+}
+
+describe('request deadlines', () => {
+  it('a request still queued at its deadline expires then', () => {
+    const { t, wheel, clock } = table();
+    const a = t.start(rec('a'), { budgetMs: 50, maxResumes: 1 });
+    a.actor.send({ type: 'request.admitted', replica: 'r', t: 0 });
+    clock.run();
+    expect(clock.now()).toBe(100);
+    expect(a.actor.getSnapshot().value).toBe('expired');
+    expect(wheel.size).toBe(0);
+  });
+});
