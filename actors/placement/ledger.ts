@@ -32,6 +32,8 @@ export interface GpuLedger {
   deviceDown(d: number): void;
   /** GPUs that are healthy. */
   healthy(): Set<number>;
+  /** Which GPUs are healthy, as a short string (one character per GPU): a cache key that allocates no set. */
+  healthyKey(): string;
   /** GPUs that are healthy and up (the ones detection watches). */
   live(): number[];
   /** True when every device is on a healthy GPU, up, held by no replica and not suspected of hanging. */
@@ -74,6 +76,11 @@ export function createGpuLedger(n: number): GpuLedger {
       const s = new Set<number>();
       for (const g of gpus.values()) if (g.healthy) s.add(g.index);
       return s;
+    },
+    healthyKey: () => {
+      let k = '';
+      for (const g of gpus.values()) k += g.healthy ? '1' : '0';
+      return k;
     },
     live: () => [...gpus.values()].filter((g) => g.healthy && g.up).map((g) => g.index),
     free: (devices) =>

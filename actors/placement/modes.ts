@@ -66,12 +66,11 @@ export function createModes(d: ModeDeps): Modes {
   let countsVersion = 0;
   const layouts = new Map<string, { entries: LayoutEntry[]; names: Set<string> }>();
   const cachedLayout = (mode: LayoutMode | PlacementMode): { entries: LayoutEntry[]; names: Set<string> } => {
-    const healthy = ledger.healthy();
-    const key = `${mode}|${countsVersion}|${[...healthy].join(',')}`;
+    const key = `${mode}|${countsVersion}|${ledger.healthyKey()}`;
     let l = layouts.get(key);
     if (!l) {
       if (layouts.size >= 64) layouts.clear();
-      const entries = layoutFor(scenario, mode as LayoutMode, healthy, countOf);
+      const entries = layoutFor(scenario, mode as LayoutMode, ledger.healthy(), countOf);
       l = { entries, names: new Set(entries.map((e) => e.model.name)) };
       layouts.set(key, l);
     }
