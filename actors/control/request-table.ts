@@ -7,7 +7,7 @@ import {
   requestMachine,
   type RequestContext,
 } from '../../machines/request.machine.ts';
-import { createSequence, type Sequence, type SequenceListener } from '../batcher/sequence.ts';
+import { createSequence, ownerKey, type Sequence, type SequenceListener } from '../batcher/sequence.ts';
 import type { Collector } from '../metrics/collector.ts';
 import { MAX_TRACES } from '../router/explain.ts';
 import type { DecisionTrace } from '../router/router.ts';
@@ -220,7 +220,7 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       receivedAt: l.receivedAt,
       generated,
       listener: listenerOf(l.model, l.streams),
-      owner: `${l.model}@${l.version}`,
+      owner: ownerKey(l.model, l.version),
       tag: l,
       ...(l.tokens ? { tokens: l.tokens } : {}),
     });
