@@ -6,7 +6,7 @@
 // (bench/live-http.ts; one closed-loop HTTP load generator for both, alternated in the same run), and 10,000
 // concurrent open streams with the server's memory per stream.
 // Prints a table and ends with one JSON line. Subcommands relay-server, relay-worker, loadgen, http-bare and
-// http-loadgen run the other processes.
+// http-loadgen run the other processes. `--quick` (CI) takes shorter windows under the same loads.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { cpuProfileArgs } from '../runtime/cpu-profile.ts';
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -18,6 +18,7 @@ import { runLoadgen, type LoadSpec } from './live-loadgen.ts';
 import { runRelayServer, runRelayWorker } from './live-relay.ts';
 import { runHttpBare, runHttpLoadgen, type HttpLoadSpec } from './live-http.ts';
 import { stopProcess } from './lib/serve-process.ts';
+import { quick } from './lib/data.ts';
 
 const SELF = fileURLToPath(import.meta.url);
 const BIN = fileURLToPath(new URL('../bin/switchyard.ts', import.meta.url));
@@ -129,6 +130,12 @@ async function httpLoadgen(spec: HttpLoadSpec): Promise<Record<string, number>> 
   return JSON.parse(line) as Record<string, number>;
 }
 
+// `--quick` shortens the warm-ups, the measured windows and the memory sampling; the loads (connections, rates,
+// tokens per request, streams held) and every figure's definition stay those of the full run.
+const WINDOWS = quick
+  ? { tpWarmupMs: 1000, tpWindowMs: 2000, latencyMs: 2500, httpWarmupMs: 500, httpWindowMs: 1500, memSamples: 8 }
+  : { tpWarmupMs: 1500, tpWindowMs: 4000, latencyMs: 5000, httpWarmupMs: 1000, httpWindowMs: 2500, memSamples: 15 };
+
 /** HTTP rounds: switchyard and the bare SSE server alternate, so drift in the machine's load hits both alike. */
 const HTTP_ROUNDS = 2;
 const httpSpec = (url: string, model: string): HttpLoadSpec => ({
@@ -136,8 +143,8 @@ const httpSpec = (url: string, model: string): HttpLoadSpec => ({
   model,
   conns: 64,
   maxTokens: 16,
-  warmupMs: 1000,
-  windowMs: 2500,
+  warmupMs: WINDOWS.httpWarmupMs,
+  windowMs: WINDOWS.httpWindowMs,
 });
 
 async function metric(url: string, name: string): Promise<number> {
@@ -148,7 +155,10 @@ async function metric(url: string, name: string): Promise<number> {
 
 // Live memory: the minimum of samples over a few seconds, which approximates the heap right after a collection
 // (streaming tokens makes garbage, so one reading mostly measures how long ago the last collection was).
-async function memory(url: string, samples = 15): Promise<{ rss: number; heap: number; external: number }> {
+async function memory(
+  url: string,
+  samples = WINDOWS.memSamples,
+): Promise<{ rss: number; heap: number; external: number }> {
   const m = { rss: Infinity, heap: Infinity, external: Infinity };
   for (let i = 0; i < samples; i++) {
     m.rss = Math.min(m.rss, await metric(url, 'process_resident_memory_bytes'));
@@ -166,8 +176,8 @@ const throughputSpec = (url: string, model: string): LoadSpec => ({
   conns: 8,
   perConn: 128,
   maxTokens: 256,
-  warmupMs: 1500,
-  windowMs: 4000,
+  warmupMs: WINDOWS.tpWarmupMs,
+  windowMs: WINDOWS.tpWindowMs,
 });
 const latencySpec = (url: string, model: string): LoadSpec => ({
   mode: 'latency',
@@ -175,13 +185,13 @@ const latencySpec = (url: string, model: string): LoadSpec => ({
   model,
   conns: 8,
   rate: 1000,
-  durationMs: 5000,
+  durationMs: WINDOWS.latencyMs,
   maxTokens: 16,
 });
 
 async function main(): Promise<void> {
   const streams = Number(process.env['BENCH_STREAMS'] ?? 10_000);
-  process.stderr.write('bench:live: relay baseline...\n');
+  process.stderr.write(`bench:live: relay baseline${quick ? ' [quick]' : ''}...\n`);
   const relay = run([SELF, 'relay-server']);
   const relayUrl = (JSON.parse(await relay.next(/^\{"url"/)) as { url: string }).url;
   const relayWorker = run([SELF, 'relay-worker', relayUrl.replace('http', 'ws') + '/v1/node']);
@@ -283,6 +293,7 @@ async function main(): Promise<void> {
     meetsHttpRatio: syRps >= 0.5 * bareRps && httpFailed === 0,
     meetsTtft: addedTtft <= 5,
     meetsStreams: Math.min(held.held, live) >= streams,
+    quick,
   };
 
   const row = (name: string, a: string, b: string, target = ''): string =>

@@ -18,19 +18,33 @@ import type { BatcherStats, ContinuousBatcher, ContinuousLimits } from './types.
 
 export type { BatchPolicy, BatcherStats, ContinuousBatcher, ContinuousLimits, PlanEntry, StepPlan } from './types.ts';
 
-function batcherStats(st: BatchState): BatcherStats {
-  const { running, ledger, waiting } = st;
-  const w = waiting.sums;
+/** What the running set contributes to the stats: sums over every running sequence. */
+interface RunningSums {
+  prefillAhead: number;
+  decodeAhead: number;
+  context: number;
+  committed: number;
+}
+
+function runningSums(st: BatchState): RunningSums {
+  const { running, ledger } = st;
   let prefillAhead = 0;
-  let decodeAhead = w.decode;
-  let ctx = 0;
-  let committed = w.final;
+  let decodeAhead = 0;
+  let context = 0;
+  let committed = 0;
   for (const s of running) {
     prefillAhead += Math.max(0, s.prefillGoal - s.computed);
     decodeAhead += Math.max(0, s.estOutputTokens - s.generated);
-    ctx += s.computed;
+    context += s.computed;
     committed += Math.max(s.blocks, ledger.finalBlocks(s));
   }
+  return { prefillAhead, decodeAhead, context, committed };
+}
+
+function batcherStats(st: BatchState, r: RunningSums): BatcherStats {
+  const { running, ledger, waiting } = st;
+  const w = waiting.sums;
+  let prefillAhead = r.prefillAhead;
   for (const t of w.tokensByClass) prefillAhead += t;
   return {
     waiting: waiting.count,
@@ -38,13 +52,13 @@ function batcherStats(st: BatchState): BatcherStats {
     blocksUsed: ledger.used,
     blocksTotal: st.limits.blocksTotal,
     prefillTokensAhead: prefillAhead,
-    decodeTokensAhead: decodeAhead,
+    decodeTokensAhead: w.decode + r.decodeAhead,
     waitingBlocks: w.blocks,
     waitingByClass: w.byClass,
     waitingTokensByClass: w.tokensByClass,
-    committedBlocks: committed,
-    runningCommittedBlocks: committed - w.final,
-    runningContext: ctx,
+    committedBlocks: w.final + r.committed,
+    runningCommittedBlocks: r.committed,
+    runningContext: r.context,
     preemptions: st.preemptions,
     steps: st.steps,
   };
@@ -98,8 +112,12 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
   // stats() is read by every admission for every candidate replica (the estimate and the class totals), so it is
   // computed once per change of the ledger: every change goes through enqueue, plan, complete, withdraw or evictAll,
   // which drop the cached copy before and after (listeners called in the middle may read stats()).
-  // (No closure per call: plan and complete run every step.)
+  // (No closure per call: plan and complete run every step.) The running set's sums are O(running) and change only
+  // when the running set or its sequences do (plan, complete, evictAll, withdrawing a running sequence): an admission
+  // (enqueue) or a waiting sequence's withdrawal changes only the waiting sums, which are kept incrementally, so
+  // stats() after them is O(classes), not O(running).
   let cached: BatcherStats | null = null;
+  let run: RunningSums | null = null;
   return {
     limits,
     enqueue: (s, atHead = false) => {
@@ -108,26 +126,27 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       cached = null;
     },
     plan: (now) => {
-      cached = null;
+      cached = run = null;
       const p = planStep(st, now);
-      cached = null;
+      cached = run = null;
       return p;
     },
     complete: (p, now) => {
-      cached = null;
+      cached = run = null;
       completeStep(st, p, now);
-      cached = null;
+      cached = run = null;
     },
     withdraw: (id) => {
       cached = null;
+      if (st.byId.get(id)?.running === true) run = null;
       const r = withdraw(st, id);
       cached = null;
       return r;
     },
     evictAll: () => {
-      cached = null;
+      cached = run = null;
       const r = evictAll(st);
-      cached = null;
+      cached = run = null;
       return r;
     },
     has: (id) => st.byId.has(id),
@@ -137,7 +156,7 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       if (limits.policy === 'static') return st.running.length > 0;
       return headBlocked(st, st.waiting.peek()!);
     },
-    stats: () => (cached ??= batcherStats(st)),
+    stats: () => (cached ??= batcherStats(st, (run ??= runningSums(st)))),
     gauges: () => ({
       waiting: st.waiting.count,
       running: st.running.length,
@@ -152,8 +171,13 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
     runningList: () => st.running,
     checkInvariants: (p) => {
       checkBatchState(st, p);
+      if (run !== null) {
+        const fresh = JSON.stringify(runningSums(st));
+        if (JSON.stringify(run) !== fresh)
+          throw new Error(`stale running sums: cached ${JSON.stringify(run)}, ${fresh}`);
+      }
       if (cached !== null) {
-        const fresh = JSON.stringify(batcherStats(st));
+        const fresh = JSON.stringify(batcherStats(st, runningSums(st)));
         if (JSON.stringify(cached) !== fresh)
           throw new Error(`stale stats: cached ${JSON.stringify(cached)}, ledger ${fresh}`);
       }
