@@ -1,5 +1,5 @@
 // bench:request-actor — the cost of one request actor's life on the control plane's hot path, as the request table
-// lives it: start (create + start the XState actor, supervise it), admitted, scheduled, first token, more tokens,
+// lives it: start admitted (create + start the XState actor, supervise it), scheduled, first token, more tokens,
 // finished (the actor stops itself on its final state and reports its record). Microseconds of this process's CPU
 // time per lifecycle (CPU rather than wall time: the figure should not depend on what else runs on the machine), the
 // best of a few rounds after a warm-up; also with an inspector attached (every event through its observer).
@@ -54,8 +54,8 @@ function life(table: RequestTable, t: number): void {
       heldSince: -1,
     } as Omit<Live, 'actor' | 'streams'>,
     { budgetMs: 30_000, maxResumes: 1 },
+    { replica: 'rep-1', t },
   );
-  l.actor.send({ type: 'request.admitted', replica: 'rep-1', t });
   const seq = table.newSequence(l, 0);
   seq.listener.scheduled(seq, t + 1);
   seq.listener.tokens(seq, 1, t + 2);

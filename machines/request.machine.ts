@@ -85,6 +85,21 @@ export interface RequestOutput {
 /** The state a request actor starts in. */
 export const REQUEST_INITIAL_STATE = 'received';
 
+/** The state `request.admitted` leads to from the initial state. */
+export const REQUEST_ADMITTED_STATE = 'queued';
+
+/** What `request.admitted` assigns: the replica (or holding queue) it waits in, and since when. */
+const admittedFields = (event: { replica: string; t: number }): Pick<RequestContext, 'replica' | 'queuedAt'> => ({
+  replica: event.replica,
+  queuedAt: event.t,
+});
+
+/** The context of a request actor admitted at once: its initial context as `request.admitted` leaves it (what a
+ * request table starts an admitted request's actor from, instead of sending it `request.admitted`). */
+export function admittedRequestContext(input: RequestInput, admitted: { replica: string; t: number }): RequestContext {
+  return Object.assign(initialRequestContext(input), admittedFields(admitted));
+}
+
 /** The context a request actor starts with (the machine's own `context`; also what a request table starts an actor
  * from, without running the machine's initial transition: see actors/control/request-table.ts). */
 export function initialRequestContext(input: RequestInput): RequestContext {
@@ -156,8 +171,8 @@ export const requestMachine = setup({
       on: {
         // Admission queues the request at once (no transient `admitted` state: one microstep less per request).
         'request.admitted': {
-          target: 'queued',
-          actions: assign({ replica: ({ event }) => event.replica, queuedAt: ({ event }) => event.t }),
+          target: REQUEST_ADMITTED_STATE,
+          actions: assign(({ event }) => admittedFields(event)),
         },
         'request.rejected': {
           target: 'rejected',

@@ -1,6 +1,7 @@
 // The control plane's invariant checks (simulation): no request scheduled past its queue bound, every step's ledger
 // and members consistent, and work conservation: no request waits while a compatible replica has room for it.
 import type { StepPlan } from '../batcher/continuous.ts';
+import { ownerKey } from '../batcher/sequence.ts';
 import type { ReplicaHandle } from '../replica.ts';
 import type { Live } from './types.ts';
 
@@ -35,7 +36,7 @@ export function createInvariantChecker(enabled: boolean): InvariantChecker {
         if (r.stateless) r.stateless.checkInvariants();
         else r.batcher.checkInvariants(plan);
         // Every member of a step is a request for this replica's model@version.
-        const own = `${r.model}@${r.version}`;
+        const own = ownerKey(r.model, r.version);
         for (const e of plan.entries)
           if (e.seq.owner !== own) throw new Error(`step holds ${e.seq.id} for ${e.seq.owner}`);
       } catch (e) {

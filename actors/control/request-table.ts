@@ -2,12 +2,14 @@
 // the sequence a generative replica runs for it, and the record and client answer when it ends.
 import { createActor, type AnyActorRef, type Snapshot } from 'xstate';
 import {
+  admittedRequestContext,
   initialRequestContext,
+  REQUEST_ADMITTED_STATE,
   REQUEST_INITIAL_STATE,
   requestMachine,
   type RequestContext,
 } from '../../machines/request.machine.ts';
-import { createSequence, type Sequence, type SequenceListener } from '../batcher/sequence.ts';
+import { createSequence, ownerKey, type Sequence, type SequenceListener } from '../batcher/sequence.ts';
 import type { Collector } from '../metrics/collector.ts';
 import { MAX_TRACES } from '../router/explain.ts';
 import type { DecisionTrace } from '../router/router.ts';
@@ -36,8 +38,13 @@ export interface RequestTable {
   has(id: string): boolean;
   readonly size: number;
   /** Creates and starts the request actor of `l` (its input from `l`), and adds `l` to the table. `l` becomes the
-   * live record (its actor and streams set on it): the caller hands over a fresh object. */
-  start(l: Omit<Live, 'actor' | 'streams'>, resume: { budgetMs: number; maxResumes: number }): Live;
+   * live record (its actor and streams set on it): the caller hands over a fresh object. With `admitted`, the request
+   * is admitted to that replica (or holding queue) at that time: as if sent `request.admitted` once started. */
+  start(
+    l: Omit<Live, 'actor' | 'streams'>,
+    resume: { budgetMs: number; maxResumes: number },
+    admitted?: Admission,
+  ): Live;
   addTrace(l: Live, t: DecisionTrace): void;
   /** Marks a request's first scheduling at `t` (once). */
   markScheduled(l: Live, t: number): void;
@@ -51,17 +58,25 @@ export interface RequestTable {
 
 type ProvidedRequestMachine = ReturnType<typeof requestMachine.provide>;
 
+/** A request's admission: the replica (or holding queue) it waits in, from `t`. */
+export interface Admission {
+  replica: string;
+  t: number;
+}
+
 /**
  * A request's actor, created (not started) as a member of `parent`'s group. It starts from the machine's initial
  * state and context as a snapshot: the same snapshot the machine's initial transition computes (its initial state
  * has no entry action and no eventless transition; test/actors/control checks that they are equal), without
- * computing it.
+ * computing it. With `admitted`, it starts from the snapshot `request.admitted` leads to from there instead (the
+ * transition's target and assign; its target's one entry action, arming the deadline, is then the caller's).
  */
 export function createRequestActor(
   machine: ProvidedRequestMachine,
   parent: AnyActorRef,
   rec: Omit<Live, 'actor' | 'streams'>,
   resume: { budgetMs: number; maxResumes: number },
+  admitted?: Admission,
 ): Live['actor'] {
   const input = {
     id: rec.id,
@@ -76,8 +91,8 @@ export function createRequestActor(
     status: 'active',
     output: undefined,
     error: undefined,
-    value: REQUEST_INITIAL_STATE,
-    context: initialRequestContext(input),
+    value: admitted ? REQUEST_ADMITTED_STATE : REQUEST_INITIAL_STATE,
+    context: admitted ? admittedRequestContext(input, admitted) : initialRequestContext(input),
     children: {},
     historyValue: {},
   };
@@ -220,7 +235,7 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       receivedAt: l.receivedAt,
       generated,
       listener: listenerOf(l.model, l.streams),
-      owner: `${l.model}@${l.version}`,
+      owner: ownerKey(l.model, l.version),
       tag: l,
       ...(l.tokens ? { tokens: l.tokens } : {}),
     });
@@ -267,12 +282,17 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
     get size() {
       return live.size;
     },
-    start: (rec, resume) => {
-      const actor = createRequestActor(machine, group.parent, rec, resume);
+    start: (rec, resume, admitted) => {
+      // Admitted at once, the actor starts where `request.admitted` leads (one macrostep less per request) and its
+      // deadline is armed here, as that state's entry would; an inspector (or the reference run) sees the event.
+      const direct = admitted !== undefined && !deps.runtime.stepByStep();
+      const actor = createRequestActor(machine, group.parent, rec, resume, direct ? admitted : undefined);
       const l = liveOf(rec, actor);
       live.set(l.id, l);
       group.add(l.id, actor);
       actor.start();
+      if (direct) armWait(deps.deadlines, l, actor.getSnapshot().context.deadlineAt, actor);
+      else if (admitted) actor.send({ type: 'request.admitted', replica: admitted.replica, t: admitted.t });
       return l;
     },
     addTrace,

@@ -51,6 +51,14 @@ export function createSubmit(deps: SubmitDeps): (spec: SubmitSpec, listener?: Cl
       ...(spec.deadlineMs !== undefined ? { deadlineMs: spec.deadlineMs } : {}),
     });
     const budgetMs = adm.ok ? adm.budgetMs : 0;
+    const routed = adm.ok && adm.replica ? deps.replica(adm.replica.id)! : null;
+    // A stateless request goes to the replica with the fewest requests in its batcher (the router's estimate reads the
+    // iteration-level ledger, empty for these replicas); that batcher refuses what no batch can hold, or a full queue.
+    const target = routed && stateless ? deps.stateless.leastQueued(routed) : routed;
+    const refused =
+      target && stateless ? deps.stateless.batcherOf(target).check({ id, tokens: spec.promptTokens }) : null;
+    // Admitted: its actor starts as `request.admitted` leaves it (the table's start says how).
+    const admitted = adm.ok && !refused ? { replica: target?.id ?? HELD_ADDRESS, t } : undefined;
     const l = table.start(
       {
         id,
@@ -81,14 +89,9 @@ export function createSubmit(deps: SubmitDeps): (spec: SubmitSpec, listener?: Cl
         ...(adm.ok ? {} : adm.failure.retryAfterMs !== undefined ? { retryAfterMs: adm.failure.retryAfterMs } : {}),
       },
       { budgetMs: m?.resume.budgetMs ?? 30_000, maxResumes: m?.resume.maxResumes ?? 1 },
+      admitted,
     );
     const { actor } = l;
-    const routed = adm.ok && adm.replica ? deps.replica(adm.replica.id)! : null;
-    // A stateless request goes to the replica with the fewest requests in its batcher (the router's estimate reads the
-    // iteration-level ledger, empty for these replicas); that batcher refuses what no batch can hold, or a full queue.
-    const target = routed && stateless ? deps.stateless.leastQueued(routed) : routed;
-    const refused =
-      target && stateless ? deps.stateless.batcherOf(target).check({ id, tokens: spec.promptTokens }) : null;
     if (refused) {
       actor.send({ type: 'request.rejected', code: refused.code, message: refused.message, t });
       return { id, ok: false, failure: refused };
@@ -101,7 +104,6 @@ export function createSubmit(deps: SubmitDeps): (spec: SubmitSpec, listener?: Cl
       return { id, ok: false, failure: adm.failure };
     }
     clientListener?.accepted?.(id);
-    actor.send({ type: 'request.admitted', replica: target?.id ?? HELD_ADDRESS, t });
     if (target) {
       deps.handTo(l, target, 0, false);
     } else {

@@ -7,7 +7,7 @@ import { createRequestActor, createRequestTable, type RequestTable } from '../..
 import type { Live } from '../../../actors/control/types.ts';
 import { createCollector } from '../../../actors/metrics/collector.ts';
 import type { DecisionTrace } from '../../../actors/router/router.ts';
-import { REQUEST_INITIAL_STATE, requestMachine } from '../../../machines/request.machine.ts';
+import { REQUEST_ADMITTED_STATE, REQUEST_INITIAL_STATE, requestMachine } from '../../../machines/request.machine.ts';
 import { createVirtualClock } from '../../../runtime/clock.ts';
 import { createDeadlineWheel } from '../../../runtime/deadlines.ts';
 import { createRng } from '../../../runtime/rng.ts';
@@ -43,6 +43,52 @@ describe('request actors started from the initial snapshot', () => {
     expect(requestMachine.root.initial.target.map((n) => n.key)).toEqual([REQUEST_INITIAL_STATE]);
     expect(initial.entry).toEqual([]);
     expect(initial.always ?? []).toEqual([]);
+  });
+
+  it('admission leads from the initial state to a state whose one entry action arms the deadline', () => {
+    const initial = requestMachine.root.states[REQUEST_INITIAL_STATE]!;
+    const admitted = requestMachine.root.states[REQUEST_ADMITTED_STATE]!;
+    const [t, ...others] = initial.transitions.get('request.admitted')!;
+    expect(others).toEqual([]);
+    expect(t!.guard).toBeUndefined();
+    expect(t!.target).toEqual([admitted]);
+    expect(admitted.entry.map((a) => (typeof a === 'string' ? a : (a as { type?: string }).type))).toEqual([
+      'armDeadline',
+    ]);
+    expect(admitted.always ?? []).toEqual([]);
+  });
+
+  it('started admitted, live every event sequence as actors the machine starts and admits do', () => {
+    const spec = requestSpec();
+    const input = spec.input as { queueBudgetMs: number; resumeBudgetMs: number; maxResumes: number };
+    const rt = createRuntime({ name: 't', clock: createVirtualClock(), rng: createRng(1) });
+    const group = rt.group('requests');
+    let n = 0;
+    fc.assert(
+      fc.property(fc.string(), fc.nat(1000), fc.array(fc.nat(), { maxLength: 8 }), (replica, t, picks) => {
+        const id = `req.${++n}`;
+        const r = { ...rec(id), budgetMs: input.queueBudgetMs };
+        const resume = { budgetMs: input.resumeBudgetMs, maxResumes: input.maxResumes };
+        const mine = createRequestActor(requestMachine, group.parent, r, resume, { replica, t });
+        const own = createActor(requestMachine, {
+          input: { ...input, id, model: 'm', priority: 'standard', receivedAt: 0 },
+        });
+        group.add(id, mine);
+        mine.start();
+        own.start();
+        own.send({ type: 'request.admitted', replica, t });
+        expect(view(mine)).toEqual(view(own));
+        for (const pick of picks) {
+          if (own.getSnapshot().status !== 'active') break;
+          const events = spec.events(own.getSnapshot()) as AnyEventObject[];
+          const e = events[pick % events.length]!;
+          mine.send(e as never);
+          own.send(e as never);
+          expect(view(mine)).toEqual(view(own));
+        }
+      }),
+      { numRuns: 300 },
+    );
   });
 
   it('live every event sequence as actors the machine starts itself do', () => {
@@ -107,5 +153,16 @@ describe('request deadlines', () => {
     expect(clock.now()).toBe(100);
     expect(a.actor.getSnapshot().value).toBe('expired');
     expect(wheel.size).toBe(0);
+  });
+
+  it('a request started admitted has its deadline armed and expires at it, as one admitted by event does', () => {
+    const { t, wheel, clock } = table();
+    const a = t.start(rec('a'), { budgetMs: 50, maxResumes: 1 }, { replica: 'r', t: 0 });
+    expect(a.actor.getSnapshot().value).toBe('queued');
+    expect(wheel.size).toBe(1);
+    clock.run();
+    expect(clock.now()).toBe(100);
+    expect(a.actor.getSnapshot().value).toBe('expired');
+    expect(t.has('a')).toBe(false);
   });
 });
