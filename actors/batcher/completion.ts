@@ -23,7 +23,6 @@ export function completeStep(st: BatchState, p: StepPlan, now: number): void {
       s.computed += 1;
     }
     s.generated++;
-    if (s.firstTokenAt < 0) s.firstTokenAt = now;
     s.listener.tokens(s, 1, now);
     s.lastTokenAt = now;
     // A real engine may end a sequence early (its end token or a stop string); the cost model stops at outputTokens.

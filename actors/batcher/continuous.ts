@@ -41,6 +41,12 @@ function runningSums(st: BatchState): RunningSums {
   return { prefillAhead, decodeAhead, context, committed };
 }
 
+const sameSums = (a: RunningSums, b: RunningSums): boolean =>
+  a.prefillAhead === b.prefillAhead &&
+  a.decodeAhead === b.decodeAhead &&
+  a.context === b.context &&
+  a.committed === b.committed;
+
 function batcherStats(st: BatchState, r: RunningSums): BatcherStats {
   const { running, ledger, waiting } = st;
   const w = waiting.sums;
@@ -115,7 +121,7 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
   // (No closure per call: plan and complete run every step.) The running set's sums are O(running) and change only
   // when the running set or its sequences do (plan, complete, evictAll, withdrawing a running sequence): an admission
   // (enqueue) or a waiting sequence's withdrawal changes only the waiting sums, which are kept incrementally, so
-  // stats() after them is O(classes), not O(running).
+  // stats() after them is O(classes), not O(running). Plan sums them at once (see plan).
   let cached: BatcherStats | null = null;
   let run: RunningSums | null = null;
   return {
@@ -128,7 +134,10 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
     plan: (now) => {
       cached = run = null;
       const p = planStep(st, now);
-      cached = run = null;
+      cached = null;
+      // Summed now, while planning has just read every running sequence: admissions until the step completes read
+      // the sums from here instead of loading each sequence again long after it left the cache.
+      run = runningSums(st);
       return p;
     },
     complete: (p, now) => {
@@ -172,9 +181,9 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
     checkInvariants: (p) => {
       checkBatchState(st, p);
       if (run !== null) {
-        const fresh = JSON.stringify(runningSums(st));
-        if (JSON.stringify(run) !== fresh)
-          throw new Error(`stale running sums: cached ${JSON.stringify(run)}, ${fresh}`);
+        const fresh = runningSums(st);
+        if (!sameSums(run, fresh))
+          throw new Error(`stale running sums: cached ${JSON.stringify(run)}, ${JSON.stringify(fresh)}`);
       }
       if (cached !== null) {
         const fresh = JSON.stringify(batcherStats(st, runningSums(st)));

@@ -51,7 +51,7 @@ export interface Sequence {
   running: boolean;
   /** Admission to running order, to preempt the newest first. */
   runOrder: number;
-  firstTokenAt: number;
+  /** When its latest token was produced (ms), for the time between tokens; -1 before its first in this residency. */
   lastTokenAt: number;
   /** True once withdrawn (cancelled or expired): results for it are ignored. */
   gone: boolean;
@@ -100,7 +100,6 @@ export function createSequence(spec: SequenceSpec): Sequence {
     blocks: 0,
     awaitingToken: false,
     lastTokenAt: -1,
-    firstTokenAt: -1,
     listener: spec.listener,
     outputTokens: Math.min(spec.outputTokens, spec.maxTokens),
     owner: spec.owner ?? '',
