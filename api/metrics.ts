@@ -1,6 +1,7 @@
 // Prometheus metrics of a serving control plane (prom-client, a registry of its own): gauges read the live state on
 // each scrape; counters and histograms are fed by request outcomes and steps.
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { SeriesHistogram, type HistogramSeries } from './series-histogram.ts';
 import type { ControlPlane, TerminalOutcome } from '../actors/control-plane.ts';
 import type { NodeLink } from '../actors/node-link.ts';
 import { OUTCOME_CODES } from '../machines/outcomes.ts';
@@ -255,8 +256,8 @@ function outcomeMetrics(registers: Registry[], models: readonly string[]): Omit<
     labelNames: ['model'],
     registers,
   });
-  const histogram = (name: string, help: string): Histogram<'model'> =>
-    new Histogram({ name, help, labelNames: ['model'], buckets: LATENCY_BUCKETS, registers });
+  const histogram = (name: string, help: string, buckets = LATENCY_BUCKETS): SeriesHistogram<'model'> =>
+    new SeriesHistogram({ name, help, label: 'model', buckets, registers });
   const ttft = histogram('switchyard_ttft_seconds', 'Time to first token of completed requests');
   const tpot = histogram('switchyard_tpot_seconds', 'Time per output token after the first, of completed requests');
   const e2e = histogram('switchyard_e2e_seconds', 'End-to-end latency of completed requests');
@@ -265,24 +266,22 @@ function outcomeMetrics(registers: Registry[], models: readonly string[]): Omit<
     help: 'HTTP requests whose handler failed (answered 500 on that request alone)',
     registers,
   });
-  const batch = new Histogram({
-    name: 'switchyard_batch_size',
-    help: 'Sequences per executed step',
-    labelNames: ['model'],
-    buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384],
-    registers,
-  });
+  const batch = histogram(
+    'switchyard_batch_size',
+    'Sequences per executed step',
+    [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384],
+  );
 
-  // The series of each bounded label set, looked up once: every request and every step records into them, and
-  // prom-client would otherwise hash the labels on each call.
+  // The series of each bounded label set, looked up once: every request and every step records into them (the
+  // histograms without hashing their labels; prom-client's counters still validate and hash on each call).
   const perModel = new Map<
     string,
     {
       tokens: Counter.Internal;
-      ttft: Histogram.Internal<'model'>;
-      tpot: Histogram.Internal<'model'>;
-      e2e: Histogram.Internal<'model'>;
-      batch: Histogram.Internal<'model'>;
+      ttft: HistogramSeries;
+      tpot: HistogramSeries;
+      e2e: HistogramSeries;
+      batch: HistogramSeries;
     }
   >();
   const seriesOf = (model: string) => {
@@ -290,10 +289,10 @@ function outcomeMetrics(registers: Registry[], models: readonly string[]): Omit<
     if (!m) {
       m = {
         tokens: tokens.labels({ model }),
-        ttft: ttft.labels({ model }),
-        tpot: tpot.labels({ model }),
-        e2e: e2e.labels({ model }),
-        batch: batch.labels({ model }),
+        ttft: ttft.seriesOf(model),
+        tpot: tpot.seriesOf(model),
+        e2e: e2e.seriesOf(model),
+        batch: batch.seriesOf(model),
       };
       perModel.set(model, m);
     }
@@ -321,12 +320,12 @@ function outcomeMetrics(registers: Registry[], models: readonly string[]): Omit<
       if (o.tokens > 0) m.tokens.inc(o.tokens);
       if (o.outcome !== 'done') return;
       const { receivedAt, firstTokenAt, finishedAt } = o.timings;
-      if (firstTokenAt >= 0) m.ttft.observe((firstTokenAt - receivedAt) / 1000);
-      if (firstTokenAt >= 0 && o.tokens > 1) m.tpot.observe((finishedAt - firstTokenAt) / (o.tokens - 1) / 1000);
-      m.e2e.observe((finishedAt - receivedAt) / 1000);
+      if (firstTokenAt >= 0) ttft.record(m.ttft, (firstTokenAt - receivedAt) / 1000);
+      if (firstTokenAt >= 0 && o.tokens > 1) tpot.record(m.tpot, (finishedAt - firstTokenAt) / (o.tokens - 1) / 1000);
+      e2e.record(m.e2e, (finishedAt - receivedAt) / 1000);
     },
     refused: (code) => edgeRefusals.inc({ code: refusalLabel(code) }),
-    step: (model, size) => seriesOf(modelLabel(model)).batch.observe(size),
+    step: (model, size) => batch.record(seriesOf(modelLabel(model)).batch, size),
     handlerFailed: () => handlerFailures.inc(),
   };
 }

@@ -163,8 +163,10 @@ export function createServing(
     // A real engine's prompt is counted by its own tokenizer (routing, admission, usage); else it is estimated.
     const engine = engineInput(tokenizers.get(req.model), req);
     const promptTokens = engine ? engine.prompt.length : (req.promptTokens ?? estimateTokens(req.prompt ?? ''));
-    const seed = textSeed(`${req.model}\u0000${req.prompt ?? String(promptTokens)}`);
-    const relay = new Relay(sink, metrics, req.model, req.maxTokens, promptTokens, text(delivery, engine), seed);
+    const mode = text(delivery, engine);
+    // The words' seed (a hash of the prompt) only when the cost model's words are streamed.
+    const seed = mode === Text.Words ? textSeed(`${req.model}\u0000${req.prompt ?? String(promptTokens)}`) : 0;
+    const relay = new Relay(sink, metrics, req.model, req.maxTokens, promptTokens, mode, seed);
     const res = cp.submit(
       {
         ...(delivery.id !== undefined ? { id: delivery.id } : {}),

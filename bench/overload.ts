@@ -184,8 +184,11 @@ async function main(): Promise<void> {
 }
 
 async function run(url: string, wsUrl: string): Promise<void> {
-  // Four requests per slot: refused ones wait out their retry hint, and the slots must stay full meanwhile.
-  const capacity = await calibrate(wsUrl, 4 * 2 * 16, PHASES.calibrate);
+  // One request per running slot (two replicas of 16): every slot stays full and nothing waits or is refused. With four
+  // per slot (as before), the excess was refused at hundreds per second and queued requests expired, and on a busy
+  // machine the closed loop then measured half the capacity (32 against 64-80 req/s in one window), so "3x capacity"
+  // was not an overload at all and nothing was shed.
+  const capacity = await calibrate(wsUrl, 2 * 16, PHASES.calibrate);
   const steadyRate = STEADY_FRACTION * capacity;
   const overloadRate = OVERLOAD_FACTOR * capacity;
   process.stderr.write(
@@ -379,6 +382,7 @@ async function run(url: string, wsUrl: string): Promise<void> {
   out.push(
     `steady p99 TTFT ${steadyP99.toFixed(1)} ms; recovery: rolling ${WINDOW_MS / 1000} s p99 back within 1.2x (${threshold.toFixed(1)} ms) ${recoveryS < 0 ? 'NEVER' : `${recoveryS} s`} after the overload ended (target <= 5 s); ${(stayed * 100).toFixed(0)} % of later windows within`,
   );
+  if (shed.length === 0) out.push('NOTHING WAS SHED: the overload phase did not overload the server (no shed figure)');
   if (connectionLosses.length > 0)
     out.push(`connections lost: ${connectionLosses.length} (first: ${connectionLosses[0]})`);
   out.push('');
@@ -411,7 +415,8 @@ async function run(url: string, wsUrl: string): Promise<void> {
     seqGaps: gaps,
     otherFailures: otherFailures.length,
     requests: all.length + http.length,
-    meetsShed: shedP99Ms <= 10,
+    // Nothing shed is no evidence: the overload phase did not overload.
+    meetsShed: shed.length > 0 && shedP99Ms <= 10,
     meetsRecovery: recoveryS >= 0 && recoveryS <= 5,
     quick,
   });
