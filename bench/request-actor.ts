@@ -2,8 +2,10 @@
 // lives it: start admitted (create + start the XState actor, supervise it), scheduled, first token, more tokens,
 // finished (the actor stops itself on its final state and reports its record). Microseconds of this process's CPU
 // time per lifecycle (CPU rather than wall time: the figure should not depend on what else runs on the machine), the
-// best of a few rounds after a warm-up; also with an inspector attached (every event through its observer).
+// best of a few rounds after a warm-up; also with an inspector attached (every event through its observer), and the
+// request machine as a bare XState actor (XState's own floor under the simulator's cost per request).
 // Ends with one JSON line.
+import { createActor } from 'xstate';
 import { createRequestTable, type RequestTable } from '../actors/control/request-table.ts';
 import type { Live } from '../actors/control/types.ts';
 import { createCollector } from '../actors/metrics/collector.ts';
@@ -12,6 +14,7 @@ import { createVirtualClock } from '../runtime/clock.ts';
 import { createDeadlineWheel } from '../runtime/deadlines.ts';
 import { createRng } from '../runtime/rng.ts';
 import { createRuntime } from '../runtime/system.ts';
+import { requestMachine } from '../machines/request.machine.ts';
 import { printFigures, quick } from './lib/data.ts';
 
 const LIVES = Number(process.env['BENCH_REQUEST_LIVES'] ?? (quick ? 20_000 : 100_000));
@@ -84,10 +87,47 @@ function measure(inspect: boolean): number {
   return best;
 }
 
+/**
+ * XState's own floor: the request machine as a bare actor (created from its machine, started, then admitted,
+ * scheduled, first token, finished), with no table, runtime or group around it. What a request costs the simulator
+ * at the least while every request is an XState actor.
+ */
+function measureBare(): number {
+  let best = Infinity;
+  const bare = (i: number): void => {
+    const a = createActor(requestMachine, {
+      input: { id: `b${i}`, model: 'm', priority: 'standard', receivedAt: i, queueBudgetMs: 30_000 },
+    });
+    a.start();
+    a.send({ type: 'request.admitted', replica: 'rep-1', t: i });
+    a.send({ type: 'request.scheduled', replica: 'rep-1', t: i + 1 });
+    a.send({ type: 'request.firstToken', t: i + 2 });
+    a.send({ type: 'request.finished', tokens: 16, t: i + 3 });
+    if (a.getSnapshot().status !== 'done') throw new Error('the bare request actor did not finish');
+  };
+  for (let round = 0; round < ROUNDS; round++) {
+    for (let i = 0; i < 2000; i++) bare(i);
+    const c0 = process.cpuUsage();
+    for (let i = 0; i < LIVES; i++) bare(i);
+    const c = process.cpuUsage(c0);
+    best = Math.min(best, (c.user + c.system) / LIVES);
+  }
+  return best;
+}
+
 const usPerLife = measure(false);
 const usPerLifeInspected = measure(true);
+const usBare = measureBare();
+console.log(
+  `request actor life: ${usPerLife.toFixed(1)} us through the table, ${usPerLifeInspected.toFixed(1)} us inspected, ` +
+    `${usBare.toFixed(1)} us as a bare XState actor (created, started, four events): a simulator whose every ` +
+    `request is such an actor simulates at most ${Math.round(1e6 / usPerLife)} requests per CPU second even if ` +
+    `nothing else cost anything`,
+);
 printFigures({
   lives: LIVES,
   usPerRequestLife: Number(usPerLife.toFixed(2)),
   usPerRequestLifeInspected: Number(usPerLifeInspected.toFixed(2)),
+  usPerBareXStateLife: Number(usBare.toFixed(2)),
+  simCeilingRequestsPerCpuS: Math.round(1e6 / usPerLife),
 });
