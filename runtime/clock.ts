@@ -37,7 +37,12 @@ interface Entry {
   t: number;
   seq: number;
   fn: (() => void) | null;
+  /** Its slot in the timer table while it is pending (see createVirtualClock). */
+  slot: number;
 }
+
+/** Slots in a virtual clock's timer table: a timer id is generation × SLOTS + slot. */
+const SLOTS = 2 ** 21;
 
 /** Creates a virtual clock backed by a binary heap; ties in time run in scheduling order. */
 export function createVirtualClock(startMs = 0): VirtualClock {
@@ -49,7 +54,17 @@ export function createVirtualClock(startMs = 0): VirtualClock {
   let limit = -1;
   let ran = 0;
   const heap: Entry[] = [];
-  const byId = new Map<number, Entry>();
+  // Pending timers by id, for clearTimeout: a table of slots reused through a free list, each with a generation
+  // bumped on release, so that an id (generation × SLOTS + slot) names one timer only. (A Map set and deleted per
+  // event cost about 6 % of a simulation of eight replicas.)
+  const slots: (Entry | null)[] = [];
+  const gens: number[] = [];
+  const freeSlots: number[] = [];
+  const release = (slot: number): void => {
+    slots[slot] = null;
+    gens[slot]!++;
+    freeSlots.push(slot);
+  };
 
   const less = (x: Entry, y: Entry): boolean => x.t < y.t || (x.t === y.t && x.seq < y.seq);
   const push = (e: Entry): void => {
@@ -83,11 +98,18 @@ export function createVirtualClock(startMs = 0): VirtualClock {
     return top;
   };
   const schedule = (t: number, fn: () => void): TimerId => {
-    const e: Entry = { t: t < now ? now : t, seq: ++seq, fn };
+    let slot = freeSlots.pop();
+    if (slot === undefined) {
+      slot = slots.length;
+      if (slot >= SLOTS) throw new RangeError(`more than ${SLOTS} timers pending on one virtual clock`);
+      slots.push(null);
+      gens.push(0);
+    }
+    const e: Entry = { t: t < now ? now : t, seq: ++seq, fn, slot };
     push(e);
-    byId.set(e.seq, e);
+    slots[slot] = e;
     live++;
-    return e.seq;
+    return gens[slot]! * SLOTS + slot;
   };
 
   return {
@@ -95,12 +117,14 @@ export function createVirtualClock(startMs = 0): VirtualClock {
     setTimeout: (fn, ms) => schedule(now + (ms > 0 ? ms : 0), fn),
     at: schedule,
     clearTimeout: (id) => {
-      const e = byId.get(id);
-      if (e && e.fn) {
-        e.fn = null;
-        byId.delete(id);
-        live--;
-      }
+      if (typeof id !== 'number' || !(id >= 0)) return;
+      const slot = id % SLOTS;
+      const e = slots[slot];
+      if (!e || gens[slot] !== (id - slot) / SLOTS) return;
+      // The entry stays in the heap until it comes up (then skipped); its slot is free from now.
+      e.fn = null;
+      release(slot);
+      live--;
     },
     stop: () => {
       stopped = true;
@@ -131,7 +155,7 @@ export function createVirtualClock(startMs = 0): VirtualClock {
           if (top.fn === null) continue;
           const fn = top.fn;
           top.fn = null;
-          byId.delete(top.seq);
+          release(top.slot);
           live--;
           now = top.t;
           ran++;

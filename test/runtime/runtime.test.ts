@@ -30,6 +30,36 @@ describe('virtual clock', () => {
     expect(c.pending()).toBe(1);
   });
 
+  it('an id names one timer only: clearing a fired or cleared timer never touches the timer reusing its slot', () => {
+    const c = createVirtualClock();
+    const seen: string[] = [];
+    const fired = c.setTimeout(() => seen.push('fired'), 1);
+    c.run(2);
+    // The fired timer's slot is free: the next timer takes it, and the old id must not cancel it.
+    const reuser = c.setTimeout(() => seen.push('reuser'), 1);
+    c.clearTimeout(fired);
+    expect(c.pending()).toBe(1);
+    const cleared = c.setTimeout(() => seen.push('cleared'), 1);
+    c.clearTimeout(cleared);
+    const next = c.setTimeout(() => seen.push('next'), 1);
+    c.clearTimeout(cleared);
+    c.clearTimeout(cleared + 0.5);
+    c.clearTimeout(-1);
+    expect(c.pending()).toBe(2);
+    expect(new Set([fired, reuser, cleared, next]).size).toBe(4);
+    c.run();
+    expect(seen).toEqual(['fired', 'reuser', 'next']);
+    expect(c.pending()).toBe(0);
+    // Thousands of timers pending at once, cleared in a scattered order: the rest still fire, each once.
+    const ids = Array.from({ length: 5000 }, (_, i) => c.setTimeout(() => seen.push(`t${i}`), 1 + (i % 7)));
+    for (let i = 0; i < ids.length; i += 3) c.clearTimeout(ids[i]!);
+    c.run();
+    const late = seen.filter((x) => x.startsWith('t'));
+    expect(late.length).toBe(5000 - Math.ceil(5000 / 3));
+    expect(new Set(late).size).toBe(late.length);
+    expect(late.every((x) => Number(x.slice(1)) % 3 !== 0)).toBe(true);
+  });
+
   it('never schedules into the past', () => {
     const c = createVirtualClock(100);
     let at = -1;
