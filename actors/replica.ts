@@ -266,8 +266,13 @@ function createStepLoop(d: StepLoopDeps) {
     const { id, epoch, gpus } = c;
     const wire = engine?.wire(plan, batcher.runningList());
     if (wire?.free.length) runtime.send('node', { type: 'seq.free', replica: id, epoch, seqs: wire.free });
-    const items = wire ? { open: wire.open, items: wire.items } : {};
-    runtime.send('node', { type: 'step.execute', replica: id, epoch, step, gpus: [...gpus], shape, ...items });
+    // One literal per case, not a spread of `{}`: a spread copies through the runtime on every step.
+    runtime.send(
+      'node',
+      wire
+        ? { type: 'step.execute', replica: id, epoch, step, gpus: [...gpus], shape, open: wire.open, items: wire.items }
+        : { type: 'step.execute', replica: id, epoch, step, gpus: [...gpus], shape },
+    );
   };
   const dispatch = (c: ReplicaContext, step: number): void => {
     const plan = prepare(c, step);
