@@ -110,24 +110,9 @@ export function startNodeLink(runtime: Runtime, opts: NodeLinkOptions): NodeLink
       const timeout = clock.setTimeout(() => {
         if (!registered) refuse(peer, CLOSE.registerTimeout, 'no node.register in time');
       }, opts.registerTimeoutMs ?? 5_000);
-      // The steps planned while a frame of step reports is applied leave at the end of that task, in one frame, before
-      // the client writes the reports caused (token frames and SSE chunks, each a write that may hand the CPU to its
-      // reader): the worker starts them meanwhile. The flush is queued as a tick when the frame's first report arrives,
-      // before any HTTP response corks its socket (node:http uncorks in a tick of its own), so it runs first.
-      // Everything else (steps started by submits in the pacer's turn, heartbeats) still waits for the end of the
-      // loop's turn, so a turn's admissions share a frame.
-      let stepsDue = false;
-      const afterReports = (): void => {
-        stepsDue = false;
-        link.flush();
-      };
       const link = createLink(peer, {
         accepts: (to) => (registered ? controlAccepts(to) : to === 'control'),
         deliver: (to, msg) => {
-          if (msg.type === 'step.completed' && !stepsDue) {
-            stepsDue = true;
-            process.nextTick(afterReports);
-          }
           // A node speaks only for the GPUs it registered: a claim about any other is refused and the link closed.
           if (registered && 'gpu' in msg && current?.peer === peer && !current.gpus.includes(msg.gpu)) {
             return refuse(
