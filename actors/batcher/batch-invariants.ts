@@ -6,14 +6,15 @@ import type { ContinuousLimits, StepPlan } from './types.ts';
 /** Numbers the plan checks: a sequence marked with the current one was met earlier in the same plan. */
 let checks = 0;
 
-/** Throws if the step plan breaks the policy's limits. */
-export function checkPlan(limits: ContinuousLimits, p: StepPlan): void {
+/** Throws if the step plan breaks the policy's limits, or holds a sequence whose owner is not `owner` (when given). */
+export function checkPlan(limits: ContinuousLimits, p: StepPlan, owner?: string): void {
   const check = ++checks;
   let tokens = 0;
   let prefill = 0;
   for (const e of p.entries) {
     if (e.seq.checkedIn === check) throw new Error(`step holds sequence ${e.seq.id} twice`);
     e.seq.checkedIn = check;
+    if (owner !== undefined && e.seq.owner !== owner) throw new Error(`step holds ${e.seq.id} for ${e.seq.owner}`);
     tokens += e.chunk > 0 ? e.chunk : 1;
     prefill += e.chunk;
     if (e.seq.computed > limits.maxContext)
@@ -34,8 +35,9 @@ export function checkPlan(limits: ContinuousLimits, p: StepPlan): void {
     throw new Error(`step holds ${p.blocksUsed} blocks, capacity ${limits.blocksTotal}`);
 }
 
-/** Throws if the batcher's state is inconsistent, or if `p` (when given) breaks the policy's limits. */
-export function checkBatchState(st: BatchState, p?: StepPlan): void {
+/** Throws if the batcher's state is inconsistent, or if `p` (when given) breaks the policy's limits or holds a
+ * sequence that is not `owner`'s. */
+export function checkBatchState(st: BatchState, p?: StepPlan, owner?: string): void {
   const { running, limits } = st;
   for (const s of running) {
     if (!s.running || s.gone)
@@ -46,5 +48,5 @@ export function checkBatchState(st: BatchState, p?: StepPlan): void {
   st.waiting.check();
   if (limits.policy === 'static' && running.length > st.staticOpen)
     throw new Error(`static batch grew to ${running.length} past its ${st.staticOpen} members`);
-  if (p) checkPlan(limits, p);
+  if (p) checkPlan(limits, p, owner);
 }

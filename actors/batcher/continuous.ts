@@ -178,8 +178,8 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
     }),
     waitingList: () => st.waiting.list(),
     runningList: () => st.running,
-    checkInvariants: (p) => {
-      checkBatchState(st, p);
+    checkInvariants: (p, owner) => {
+      checkBatchState(st, p, owner);
       if (run !== null) {
         const fresh = runningSums(st);
         if (!sameSums(run, fresh))

@@ -65,8 +65,9 @@ export interface ContinuousBatcher {
   waitingList(): Sequence[];
   /** Running sequences, highest class and oldest first. */
   runningList(): readonly Sequence[];
-  /** Throws if the ledger disagrees with the sequences' allocations, or if `plan` broke the policy's limits. */
-  checkInvariants(plan?: StepPlan): void;
+  /** Throws if the ledger disagrees with the sequences' allocations, or if `plan` broke the policy's limits or holds
+   * a sequence whose owner is not `owner` (when given: the control plane's model@version of the replica). */
+  checkInvariants(plan?: StepPlan, owner?: string): void;
 }
 
 /** What the router and the ledger read from a batcher. */

@@ -33,12 +33,14 @@ export function createInvariantChecker(enabled: boolean): InvariantChecker {
     step: (r, plan, now) => {
       if (!enabled) return;
       try {
-        if (r.stateless) r.stateless.checkInvariants();
-        else r.batcher.checkInvariants(plan);
-        // Every member of a step is a request for this replica's model@version.
+        // Every member of a step is a request for this replica's model@version (the batcher checks it in the same
+        // pass over the step as its own limits).
         const own = ownerKey(r.model, r.version);
-        for (const e of plan.entries)
-          if (e.seq.owner !== own) throw new Error(`step holds ${e.seq.id} for ${e.seq.owner}`);
+        if (r.stateless) {
+          r.stateless.checkInvariants();
+          for (const e of plan.entries)
+            if (e.seq.owner !== own) throw new Error(`step holds ${e.seq.id} for ${e.seq.owner}`);
+        } else r.batcher.checkInvariants(plan, own);
       } catch (e) {
         violations.push(`${r.id} at ${now} ms: ${(e as Error).message}`);
       }

@@ -177,9 +177,11 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
     settled: () => {
       if (modes.state() !== 'steady') return false;
       const want = modes.desired();
-      const ids = new Set(want.map((e) => e.id));
-      for (const r of replicas.values()) if (!ids.has(r.id)) return false;
-      return want.every((e) => replicas.get(e.id)?.ready() === true);
+      // Layout ids are distinct (a replica's id names its first device): as many replicas as entries, each entry's
+      // replica present and ready, is the same set, ready. (No set built: a fleet router asks this per arrival.)
+      if (replicas.size !== want.length) return false;
+      for (const e of want) if (replicas.get(e.id)?.ready() !== true) return false;
+      return true;
     },
     demand: (model, rejected = false, retryAfterMs = 0) => reconciler.demand(model, rejected, retryAfterMs),
     watch: (fn) => {
