@@ -37,6 +37,19 @@ const view = (a: AnyActorRef) => {
   return { value: s.value, status: s.status, context: s.context, tags: [...s.tags].sort(), output: s.output };
 };
 
+/** Sends both actors the same events, each one of those the model checker would send `own` in its state now (picked
+ * by `picks`), and checks after each that they look the same. */
+function replayBoth(spec: ReturnType<typeof requestSpec>, picks: number[], mine: AnyActorRef, own: AnyActorRef): void {
+  for (const pick of picks) {
+    if (own.getSnapshot().status !== 'active') break;
+    const events = spec.events(own.getSnapshot()) as AnyEventObject[];
+    const e = events[pick % events.length]!;
+    mine.send(e as never);
+    own.send(e as never);
+    expect(view(mine)).toEqual(view(own));
+  }
+}
+
 describe('request actors started from the initial snapshot', () => {
   it('the initial state runs nothing on entry and has no eventless transition', () => {
     const initial = requestMachine.root.states[REQUEST_INITIAL_STATE]!;
@@ -78,14 +91,7 @@ describe('request actors started from the initial snapshot', () => {
         own.start();
         own.send({ type: 'request.admitted', replica, t });
         expect(view(mine)).toEqual(view(own));
-        for (const pick of picks) {
-          if (own.getSnapshot().status !== 'active') break;
-          const events = spec.events(own.getSnapshot()) as AnyEventObject[];
-          const e = events[pick % events.length]!;
-          mine.send(e as never);
-          own.send(e as never);
-          expect(view(mine)).toEqual(view(own));
-        }
+        replayBoth(spec, picks, mine, own);
       }),
       { numRuns: 300 },
     );
@@ -110,14 +116,7 @@ describe('request actors started from the initial snapshot', () => {
         mine.start();
         own.start();
         expect(view(mine)).toEqual(view(own));
-        for (const pick of picks) {
-          if (own.getSnapshot().status !== 'active') break;
-          const events = spec.events(own.getSnapshot()) as AnyEventObject[];
-          const e = events[pick % events.length]!;
-          mine.send(e as never);
-          own.send(e as never);
-          expect(view(mine)).toEqual(view(own));
-        }
+        replayBoth(spec, picks, mine, own);
       }),
       { numRuns: 500 },
     );
