@@ -37,9 +37,9 @@ export interface RequestTable {
   get(id: string): Live | undefined;
   has(id: string): boolean;
   readonly size: number;
-  /** Creates and starts the request actor of `l` (its input from `l`), and adds `l` to the table. `l` becomes the
-   * live record (its actor and streams set on it): the caller hands over a fresh object. With `admitted`, the request
-   * is admitted to that replica (or holding queue) at that time: as if sent `request.admitted` once started. */
+  /** Creates and starts the request actor of `l` (its input from `l`), and adds a live record built from `l` (with
+   * its actor and streams) to the table; returns that record. With `admitted`, the request is admitted to that
+   * replica (or holding queue) at that time: as if sent `request.admitted` once started. */
   start(
     l: Omit<Live, 'actor' | 'streams'>,
     resume: { budgetMs: number; maxResumes: number },
