@@ -2,8 +2,9 @@
 // lives it: start admitted (create + start the XState actor, supervise it), scheduled, first token, more tokens,
 // finished (the actor stops itself on its final state and reports its record). Microseconds of this process's CPU
 // time per lifecycle (CPU rather than wall time: the figure should not depend on what else runs on the machine), the
-// best of a few rounds after a warm-up; also with an inspector attached (every event through its observer), and the
-// request machine as a bare XState actor (XState's own floor under the simulator's cost per request).
+// best of a few rounds after a warm-up; also with an inspector attached (every event through its observer, and
+// through XState's interpreter of the machine), and the request machine as a bare XState actor, interpreted and
+// compiled flat (runtime/flat-machine.ts): what XState's interpreter costs a request, and what is left without it.
 // Ends with one JSON line.
 import { createActor } from 'xstate';
 import { createRequestTable, type RequestTable } from '../actors/control/request-table.ts';
@@ -14,7 +15,8 @@ import { createVirtualClock } from '../runtime/clock.ts';
 import { createDeadlineWheel } from '../runtime/deadlines.ts';
 import { createRng } from '../runtime/rng.ts';
 import { createRuntime } from '../runtime/system.ts';
-import { requestMachine } from '../machines/request.machine.ts';
+import { requestMachine, type RequestContext, type RequestEvent } from '../machines/request.machine.ts';
+import { compileFlatMachine } from '../runtime/flat-machine.ts';
 import { printFigures, quick } from './lib/data.ts';
 
 const LIVES = Number(process.env['BENCH_REQUEST_LIVES'] ?? (quick ? 20_000 : 100_000));
@@ -88,14 +90,14 @@ function measure(inspect: boolean): number {
 }
 
 /**
- * XState's own floor: the request machine as a bare actor (created from its machine, started, then admitted,
- * scheduled, first token, finished), with no table, runtime or group around it. What a request costs the simulator
- * at the least while every request is an XState actor.
+ * The request machine as a bare actor (created, started, then admitted, scheduled, first token, finished), with no
+ * table, runtime or group around it: interpreted by XState, or compiled flat and run in XState's actor.
  */
-function measureBare(): number {
+function measureBare(flat: boolean): number {
   let best = Infinity;
+  const logic = flat ? compileFlatMachine<RequestContext, RequestEvent>(requestMachine) : requestMachine;
   const bare = (i: number): void => {
-    const a = createActor(requestMachine, {
+    const a = createActor(logic as typeof requestMachine, {
       input: { id: `b${i}`, model: 'm', priority: 'standard', receivedAt: i, queueBudgetMs: 30_000 },
     });
     a.start();
@@ -117,17 +119,19 @@ function measureBare(): number {
 
 const usPerLife = measure(false);
 const usPerLifeInspected = measure(true);
-const usBare = measureBare();
+const usBare = measureBare(false);
+const usBareFlat = measureBare(true);
 console.log(
-  `request actor life: ${usPerLife.toFixed(1)} us through the table, ${usPerLifeInspected.toFixed(1)} us inspected, ` +
-    `${usBare.toFixed(1)} us as a bare XState actor (created, started, four events): a simulator whose every ` +
-    `request is such an actor simulates at most ${Math.round(1e6 / usPerLife)} requests per CPU second even if ` +
-    `nothing else cost anything`,
+  `request actor life: ${usPerLife.toFixed(1)} us through the table, ${usPerLifeInspected.toFixed(1)} us inspected ` +
+    `(interpreted); as a bare XState actor (created, started, four events) ${usBare.toFixed(1)} us interpreted, ` +
+    `${usBareFlat.toFixed(1)} us compiled flat. A simulator whose every request lives as through the table ` +
+    `simulates at most ${Math.round(1e6 / usPerLife)} requests per CPU second even if nothing else cost anything`,
 );
 printFigures({
   lives: LIVES,
   usPerRequestLife: Number(usPerLife.toFixed(2)),
   usPerRequestLifeInspected: Number(usPerLifeInspected.toFixed(2)),
   usPerBareXStateLife: Number(usBare.toFixed(2)),
+  usPerBareFlatLife: Number(usBareFlat.toFixed(2)),
   simCeilingRequestsPerCpuS: Math.round(1e6 / usPerLife),
 });

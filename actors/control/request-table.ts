@@ -8,14 +8,16 @@ import {
   REQUEST_INITIAL_STATE,
   requestMachine,
   type RequestContext,
+  type RequestEvent,
 } from '../../machines/request.machine.ts';
+import { compileFlatMachine, type FlatMachineLogic } from '../../runtime/flat-machine.ts';
 import { createSequence, ownerKey, type Sequence, type SequenceListener } from '../batcher/sequence.ts';
 import type { Collector } from '../metrics/collector.ts';
 import { MAX_TRACES } from '../router/explain.ts';
 import type { DecisionTrace } from '../router/router.ts';
 import type { Runtime } from '../../runtime/system.ts';
 import type { DeadlineWheel } from '../../runtime/deadlines.ts';
-import type { Live } from './types.ts';
+import type { Live, RequestActor } from './types.ts';
 
 /** What the request table needs. */
 export interface RequestTableDeps {
@@ -58,6 +60,9 @@ export interface RequestTable {
 
 type ProvidedRequestMachine = ReturnType<typeof requestMachine.provide>;
 
+/** The logic a request actor runs: the provided request machine, interpreted or compiled flat. */
+export type RequestLogic = ProvidedRequestMachine | FlatMachineLogic<RequestContext, RequestEvent>;
+
 /** A request's admission: the replica (or holding queue) it waits in, from `t`. */
 export interface Admission {
   replica: string;
@@ -72,12 +77,12 @@ export interface Admission {
  * transition's target and assign; its target's one entry action, arming the deadline, is then the caller's).
  */
 export function createRequestActor(
-  machine: ProvidedRequestMachine,
+  logic: RequestLogic,
   parent: AnyActorRef,
   rec: Omit<Live, 'actor' | 'streams'>,
   resume: { budgetMs: number; maxResumes: number },
   admitted?: Admission,
-): Live['actor'] {
+): RequestActor {
   const input = {
     id: rec.id,
     model: rec.model,
@@ -96,7 +101,10 @@ export function createRequestActor(
     children: {},
     historyValue: {},
   };
-  return createActor(machine, { input, snapshot, id: rec.id, parent });
+  // Two calls, one per kind of logic: each returns its own actor type.
+  return 'root' in logic
+    ? createActor(logic, { input, snapshot, id: rec.id, parent })
+    : createActor(logic, { input, snapshot, id: rec.id, parent });
 }
 
 /** Arms the deadline of a request's wait on the wheel, in place of its previous wait's (`l` keeps the disarm). */
@@ -202,6 +210,8 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       armDeadline: ({ context, self }) => armWait(deps.deadlines, live.get(context.id), context.deadlineAt, self),
     },
   });
+  // The same machine compiled flat: what request actors run unless every event must go through XState's interpreter.
+  const flat = compileFlatMachine<RequestContext, RequestEvent>(machine);
 
   const addTrace = (l: Live, t: DecisionTrace): void => {
     if (l.traces.length < MAX_TRACES) l.traces.push(t);
@@ -285,8 +295,9 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
     start: (rec, resume, admitted) => {
       // Admitted at once, the actor starts where `request.admitted` leads (one macrostep less per request) and its
       // deadline is armed here, as that state's entry would; an inspector (or the reference run) sees the event.
-      const direct = admitted !== undefined && !deps.runtime.stepByStep();
-      const actor = createRequestActor(machine, group.parent, rec, resume, direct ? admitted : undefined);
+      const reference = deps.runtime.stepByStep();
+      const direct = admitted !== undefined && !reference;
+      const actor = createRequestActor(reference ? machine : flat, group.parent, rec, resume, direct ? admitted : undefined);
       const l = liveOf(rec, actor);
       live.set(l.id, l);
       group.add(l.id, actor);

@@ -1,7 +1,8 @@
 // The shapes the control plane's parts share: a request as a client submits it, what the client hears, and the
 // live record of an admitted request.
-import type { ActorRefFrom } from 'xstate';
-import type { requestMachine, RequestOutcome } from '../../machines/request.machine.ts';
+import type { Actor, ActorRefFrom } from 'xstate';
+import type { RequestContext, RequestEvent, requestMachine, RequestOutcome } from '../../machines/request.machine.ts';
+import type { FlatMachineLogic } from '../../runtime/flat-machine.ts';
 import type { Sequence, SequenceTokens } from '../batcher/sequence.ts';
 import type { DecisionTrace } from '../router/router.ts';
 import type { Failure, OutcomeCode } from '../../machines/outcomes.ts';
@@ -50,10 +51,17 @@ export type SubmitResult =
   | { id: string; ok: true; model: string; version: string; failure?: undefined }
   | { id: string; ok: false; failure: Failure };
 
+/**
+ * A request's actor: the request machine as XState interprets it (the simulator's reference run, or while an
+ * inspector watches), or the same machine compiled flat (runtime/flat-machine.ts) everywhere else. Both are XState
+ * actors; their snapshots have the same value, status and context after every event.
+ */
+export type RequestActor = ActorRefFrom<typeof requestMachine> | Actor<FlatMachineLogic<RequestContext, RequestEvent>>;
+
 /** A live request inside the control plane. */
 export interface Live {
   id: string;
-  actor: ActorRefFrom<typeof requestMachine>;
+  actor: RequestActor;
   spec: SubmitSpec & { outputTokens: number; priority: string };
   model: string;
   version: string;
