@@ -297,7 +297,13 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       // deadline is armed here, as that state's entry would; an inspector (or the reference run) sees the event.
       const reference = deps.runtime.stepByStep();
       const direct = admitted !== undefined && !reference;
-      const actor = createRequestActor(reference ? machine : flat, group.parent, rec, resume, direct ? admitted : undefined);
+      const actor = createRequestActor(
+        reference ? machine : flat,
+        group.parent,
+        rec,
+        resume,
+        direct ? admitted : undefined,
+      );
       const l = liveOf(rec, actor);
       live.set(l.id, l);
       group.add(l.id, actor);
