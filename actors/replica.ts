@@ -234,10 +234,15 @@ function createStepLoop(d: StepLoopDeps) {
   const { runtime, o, batcher, stateless, engine, ledger } = d;
   const { clock } = runtime;
   const { stats } = ledger;
-  /** Plans step `step` and records it as the one in flight; null (after telling the machine) when there is no work. */
-  const prepare = (c: ReplicaContext, step: number): StepPlan | null => {
+  /** Plans step `step` and records it as the one in flight; null (after telling the machine) when there is no work.
+   * `again`: the step just completed, planned again in its place when the next is the same pure decode. */
+  const prepare = (c: ReplicaContext, step: number, again: StepPlan | null = null): StepPlan | null => {
     const now = clock.now();
-    const plan = stateless ? planStateless(stateless, ledger, now) : batcher.plan(now);
+    const plan = stateless
+      ? planStateless(stateless, ledger, now)
+      : again !== null && batcher.replan(again)
+        ? again
+        : batcher.plan(now);
     ledger.plan = plan;
     if (!plan) {
       ledger.saturated = false;
@@ -396,13 +401,16 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
     const queued: ReplicaEvent[] = [];
     held = queued;
     try {
+      // The completed step's plan is planned again in place of a new one when the next step is the same pure decode
+      // (no one keeps a plan past its step; a real engine's steps are always planned afresh).
+      let last = engine ? null : ledger.plan;
       loop.complete();
       ledger.extra++;
       const c = actor.getSnapshot().context;
       const run = engine || queued.length > 0 ? null : (runtime.lane()?.open(o.id, c.epoch, c.gpus) ?? null);
       for (;;) {
         const step = c.step + ledger.extra;
-        const plan = loop.prepare(c, step);
+        const plan = loop.prepare(c, step, last);
         if (!plan) break;
         const busyMs = run && queued.length === 0 ? run.roundTrip(plan.shape) : null;
         if (busyMs === null) {
@@ -413,6 +421,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
         ledger.pending = 0;
         loop.complete();
         ledger.extra++;
+        last = plan;
       }
     } catch (error) {
       held = null;

@@ -13,7 +13,7 @@ import { createBatchState, removeRunning, type BatchState } from './batch-state.
 import { completeStep } from './completion.ts';
 import { headBlocked } from './preemption.ts';
 import type { Sequence } from './sequence.ts';
-import { planStep } from './step-planner.ts';
+import { planStep, replanDecodes } from './step-planner.ts';
 import type { BatcherStats, ContinuousBatcher, ContinuousLimits } from './types.ts';
 
 export type { BatchPolicy, BatcherStats, ContinuousBatcher, ContinuousLimits, PlanEntry, StepPlan } from './types.ts';
@@ -139,6 +139,12 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       // the sums from here instead of loading each sequence again long after it left the cache.
       run = runningSums(st);
       return p;
+    },
+    replan: (p) => {
+      cached = run = null;
+      const again = replanDecodes(st, p);
+      cached = null;
+      return again;
     },
     complete: (p, now) => {
       cached = run = null;

@@ -6,6 +6,9 @@ export interface SequenceListener {
   preempted(seq: Sequence, t: number): void;
   /** `n` new tokens were produced at time t (first token included). */
   tokens(seq: Sequence, n: number, t: number): void;
+  /** `n` sequences each produced one token at t, `gapMs` after the one before it (none its first in this residency):
+   * what a call of tokens(seq, 1, t) for each would do, in one call. Absent when each call matters (a stream). */
+  sameGap?(n: number, gapMs: number): void;
   finished(seq: Sequence, t: number): void;
 }
 

@@ -172,3 +172,37 @@ export function planStep(st: BatchState, now: number): StepPlan | null {
   st.steps++;
   return p;
 }
+
+/**
+ * Plans the next step in place of `p`, the step just completed, when it is the same pure decode: `p` decoded every
+ * running sequence, none has left or joined since, nothing waits, and every sequence's next token fits in its blocks
+ * or the free ones. That is what planStep would plan then under every policy (nothing to preempt for, continue or
+ * admit; every decode within the budget), so the plan is the same but for its context and blocks, and the sequences'
+ * growth is the same. False when it is not: planStep plans it (the blocks grown here are then already held, as
+ * planStep would grow them first, in the same order).
+ */
+export function replanDecodes(st: BatchState, p: StepPlan): boolean {
+  const { running, ledger } = st;
+  const entries = p.entries;
+  const n = entries.length;
+  if (n === 0 || n !== running.length || p.decodes !== n || p.prefillTokens !== 0 || st.waiting.count !== 0)
+    return false;
+  if (n > st.limits.tokenBudget) return false;
+  for (let i = 0; i < n; i++) {
+    const s = running[i]!;
+    if (entries[i]!.seq !== s || s.computed < s.prefillGoal || s.gone) return false;
+  }
+  st.victims.clear();
+  let context = 0;
+  for (let i = 0; i < n; i++) {
+    const s = running[i]!;
+    if (!ledger.grow(s, s.computed + 1)) return false;
+    context += s.computed + 1;
+  }
+  p.shape.decodeContext = context;
+  p.blocksUsed = ledger.used;
+  p.predictedMs = 0;
+  p.dispatchedAt = 0;
+  st.steps++;
+  return true;
+}

@@ -47,6 +47,9 @@ export interface ContinuousBatcher {
   enqueue(seq: Sequence, atHead?: boolean): void;
   /** Plans the next step, allocating KV blocks and preempting if blocks run out; null only when there is no work. */
   plan(now: number): StepPlan | null;
+  /** Plans the next step in `plan`'s place when it is the same pure decode as `plan`, just completed (the plan that
+   * plan() would return, with nothing else to do); false (plan() is then called) when it may not be. */
+  replan(plan: StepPlan): boolean;
   /** Applies a step all ranks completed: produces tokens, frees finished sequences. */
   complete(plan: StepPlan, now: number): void;
   /** Removes a sequence (cancelled or expired); returns false if it is not here. */

@@ -159,6 +159,7 @@ function sequenceListener(
     finished: (seq, t) => {
       (seq.tag as Live).actor.send({ type: 'request.finished', tokens: seq.generated, t });
     },
+    ...(streams ? {} : { sameGap: (n: number, gapMs: number) => collector.tbtN(model, gapMs, n) }),
   };
 }
 

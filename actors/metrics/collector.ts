@@ -44,6 +44,8 @@ export interface EstimateError {
 export interface Collector {
   record(r: RequestRecord): void;
   tbt(model: string, ms: number): void;
+  /** `n` samples of the time between tokens `ms`: the same as `n` calls of tbt(model, ms). */
+  tbtN(model: string, ms: number, n: number): void;
   outcomes(): Record<string, number>;
   latency(model?: string): LatencyReport;
   outputTokens(): number;
@@ -78,6 +80,19 @@ export function createCollector(): Collector {
     all.addN(runMs, runN);
     runN = 0;
   };
+  /** Equal samples in a row (every sequence of a decode step after another) are kept as one run until one differs. */
+  const tbtN = (model: string, ms: number, n: number): void => {
+    if (n <= 0) return;
+    if (runN > 0 && ms === runMs && model === runModel) {
+      runN += n;
+      return;
+    }
+    endRun();
+    runModel = model;
+    runMs = ms;
+    runN = n;
+  };
+
   let outTokens = 0;
   const errors = new Map<string, { n: number; predicted: number; actual: number; abs: number; hist: LogHistogram }>();
   const latency = (model?: string): LatencyReport => {
@@ -98,16 +113,8 @@ export function createCollector(): Collector {
       records.push(r);
       if (r.outcome === 'done' || r.outcome === 'failed' || r.outcome === 'cancelled') outTokens += r.tokens;
     },
-    tbt: (model, ms) => {
-      if (runN > 0 && ms === runMs && model === runModel) {
-        runN++;
-        return;
-      }
-      endRun();
-      runModel = model;
-      runMs = ms;
-      runN = 1;
-    },
+    tbt: (model, ms) => tbtN(model, ms, 1),
+    tbtN,
     outcomes: () => {
       const out: Record<string, number> = {};
       for (const r of records) {
