@@ -252,7 +252,9 @@ function createStepLoop(d: StepLoopDeps) {
     plan.dispatchedAt = now;
     ledger.step = step;
     ledger.epoch = c.epoch;
-    ledger.reported.length = 0;
+    // Emptied by pops (setting an array's length calls into the runtime; a step has a handful of ranks).
+    const { reported } = ledger;
+    while (reported.length > 0) reported.pop();
     ledger.pending = c.gpus.length;
     // A step is counted outside the machine unless an inspector watches (it must see every rank's report).
     ledger.direct = !runtime.stepByStep();

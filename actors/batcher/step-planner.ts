@@ -57,7 +57,7 @@ function planDecodes(st: BatchState, plan: StepPlan, now: number): void {
     if (s.computed < s.prefillGoal) continue;
     if (plan.tokens >= st.limits.tokenBudget) break;
     // Victims come from the end of `running`, past i, so nothing already in the plan is preempted.
-    while (!st.ledger.grow(s, s.computed + 1)) {
+    while (s.computed + 1 > s.blocks * st.limits.blockTokens && !st.ledger.grow(s, s.computed + 1)) {
       if (running.length === 1) throw tooLarge(st, s);
       const v = preemptOne(st, now);
       if (v === s || v === undefined) break;
@@ -146,9 +146,14 @@ function compose(st: BatchState, now: number): StepPlan {
   return p;
 }
 
+/** Empties the victims of the step before (Set.clear allocates a new table even for an empty set: checked first). */
+function clearVictims(st: BatchState): void {
+  if (st.victims.size > 0) st.victims.clear();
+}
+
 /** Plans the next step, allocating KV blocks and preempting if blocks run out; null only when there is no work. */
 export function planStep(st: BatchState, now: number): StepPlan | null {
-  st.victims.clear();
+  clearVictims(st);
   let p = compose(st, now);
   // Every running sequence may be mid-prefill with no block left to grow into: free the newest and retry.
   while (p.entries.length === 0 && st.running.length > 0) {
@@ -192,11 +197,13 @@ export function replanDecodes(st: BatchState, p: StepPlan): boolean {
     const s = running[i]!;
     if (entries[i]!.seq !== s || s.computed < s.prefillGoal || s.gone) return false;
   }
-  st.victims.clear();
+  clearVictims(st);
+  const B = st.limits.blockTokens;
   let context = 0;
   for (let i = 0; i < n; i++) {
     const s = running[i]!;
-    if (!ledger.grow(s, s.computed + 1)) return false;
+    // grow() does nothing while the next token fits in the blocks held (the common case: no division then).
+    if (s.computed + 1 > s.blocks * B && !ledger.grow(s, s.computed + 1)) return false;
     context += s.computed + 1;
   }
   p.shape.decodeContext = context;
