@@ -1,6 +1,7 @@
 // The router's hold: admitted requests waiting for a replica of their model@version (none was ready when they were
 // admitted, or the replica running them failed). It owns the `router` address: a held request's machine names
 // `router` as its replica, so a cancel or expiry of a held request arrives here as `request.withdraw`.
+import { ownerKey } from '../batcher/sequence.ts';
 import type { HeldWork } from '../router/estimate.ts';
 import type { Runtime } from '../../runtime/system.ts';
 import type { Live } from './types.ts';
@@ -31,7 +32,8 @@ export interface HeldQueue {
 /** Creates the hold and registers it as `router` on `runtime`; `changed(model)` is told when a request leaves. */
 export function createHeldQueue(runtime: Runtime, changed: (model: string) => void): HeldQueue {
   const held = new Map<string, Live[]>();
-  const key = (model: string, version: string): string => `${model}@${version}`;
+  // The interned owner key (`model@version`): a step's look-up hashes no new string.
+  const key = ownerKey;
   const queue = (l: Live): Live[] => {
     const k = key(l.model, l.version);
     let q = held.get(k);

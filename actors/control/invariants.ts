@@ -21,6 +21,9 @@ export interface InvariantChecker {
 /** Creates the checker; with `enabled` false it records nothing. */
 export function createInvariantChecker(enabled: boolean): InvariantChecker {
   const violations: string[] = [];
+  // The owner key of the replica checked last (steps come in runs of one replica's).
+  let lastReplica: ReplicaHandle | null = null;
+  let lastOwner = '';
   return {
     violations,
     scheduled: (l, t) => {
@@ -35,7 +38,11 @@ export function createInvariantChecker(enabled: boolean): InvariantChecker {
       try {
         // Every member of a step is a request for this replica's model@version (the batcher checks it in the same
         // pass over the step as its own limits).
-        const own = ownerKey(r.model, r.version);
+        if (r !== lastReplica) {
+          lastOwner = ownerKey(r.model, r.version);
+          lastReplica = r;
+        }
+        const own = lastOwner;
         if (r.stateless) {
           r.stateless.checkInvariants();
           for (const e of plan.entries)
