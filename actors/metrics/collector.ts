@@ -67,7 +67,8 @@ export function createCollector(): Collector {
   // added when a different sample arrives or the histograms are read, so every histogram sees the same samples in
   // the same order as one add per token.
   let runModel = '';
-  let runMs = 0;
+  // The run's sample, in a typed array: assigning a double to a closure's variable allocates a number each time.
+  const runMs = new Float64Array(1);
   let runN = 0;
   const endRun = (): void => {
     if (runN === 0) return;
@@ -76,20 +77,20 @@ export function createCollector(): Collector {
       h = createLogHistogram();
       tbts.set(runModel, h);
     }
-    h.addN(runMs, runN);
-    all.addN(runMs, runN);
+    h.addN(runMs[0]!, runN);
+    all.addN(runMs[0]!, runN);
     runN = 0;
   };
   /** Equal samples in a row (every sequence of a decode step after another) are kept as one run until one differs. */
   const tbtN = (model: string, ms: number, n: number): void => {
     if (n <= 0) return;
-    if (runN > 0 && ms === runMs && model === runModel) {
+    if (runN > 0 && ms === runMs[0] && model === runModel) {
       runN += n;
       return;
     }
     endRun();
     runModel = model;
-    runMs = ms;
+    runMs[0] = ms;
     runN = n;
   };
 

@@ -51,8 +51,13 @@ export function createLogHistogram(): LogHistogram {
   const dense = new Float64Array(DENSE);
   const sparse = new Map<number, number>();
   let count = 0;
-  let sum = 0;
-  let max = 0;
+  // The doubles that change on every add (sum, max, the last sample) live in a typed array: a closure's double
+  // variable is a boxed number, and each assignment to it allocates one.
+  const f = new Float64Array(3);
+  const SUM = 0;
+  const MAX = 1;
+  const LAST = 2;
+  f[LAST] = NaN;
   const bucketOf = (x: number): number => (x <= 1e-3 ? LOW : Math.floor(Math.log(x) / GROWTH));
   const valueOf = (b: number): number => (b === LOW ? 0 : Math.exp((b + 0.5) * GROWTH));
   /** Occupied buckets in ascending order, with their counts. */
@@ -64,23 +69,21 @@ export function createLogHistogram(): LogHistogram {
   };
   // Samples repeat (every sequence of a step that decoded in the one before has the same time between tokens): the
   // last sample's bucket is kept, so a repeat costs no log.
-  let lastX = NaN;
   let lastI = 0;
   const addN = (x: number, n: number): void => {
-    if (x !== lastX) {
-      lastX = x;
+    if (x !== f[LAST]) {
+      f[LAST] = x;
       lastI = bucketOf(x) - LOW;
     }
     const i = lastI;
     if (i < DENSE) dense[i]! += n;
     else sparse.set(i + LOW, (sparse.get(i + LOW) ?? 0) + n);
     count += n;
-    // One add per sample, in order (the same rounding as n calls of add), on a local: a closure's double is boxed,
-    // and adding to it in place allocates a number per sample.
-    let acc = sum;
+    // One add per sample, in order: the same rounding as n calls of add.
+    let acc = f[SUM]!;
     for (let k = 0; k < n; k++) acc += x;
-    sum = acc;
-    if (x > max) max = x;
+    f[SUM] = acc;
+    if (x > f[MAX]!) f[MAX] = x;
   };
   return {
     add: (x) => addN(x, 1),
@@ -96,17 +99,17 @@ export function createLogHistogram(): LogHistogram {
         let seen = 0;
         for (const [k, n] of buckets) {
           seen += n;
-          if (seen >= rank) return Math.min(max, valueOf(k));
+          if (seen >= rank) return Math.min(f[MAX]!, valueOf(k));
         }
-        return max;
+        return f[MAX]!;
       };
       return {
         count,
-        mean: round(sum / count),
+        mean: round(f[SUM]! / count),
         p50: round(at(0.5)),
         p90: round(at(0.9)),
         p99: round(at(0.99)),
-        max: round(max),
+        max: round(f[MAX]!),
       };
     },
   };
