@@ -235,12 +235,13 @@ function createStepLoop(d: StepLoopDeps) {
   const { clock } = runtime;
   const { stats } = ledger;
   /** Plans step `step` and records it as the one in flight; null (after telling the machine) when there is no work.
-   * `again`: the step just completed, planned again in its place when the next is the same pure decode. */
-  const prepare = (c: ReplicaContext, step: number, again: StepPlan | null = null): StepPlan | null => {
+   * `again`: the step just completed, planned again in its place when the next is the same pure decode; `ahead`:
+   * through a decode run (the lane's steps, which nothing outside the replica sees until it returns). */
+  const prepare = (c: ReplicaContext, step: number, again: StepPlan | null = null, ahead = false): StepPlan | null => {
     const now = clock.now();
     const plan = stateless
       ? planStateless(stateless, ledger, now)
-      : again !== null && batcher.replan(again)
+      : again !== null && batcher.replan(again, ahead)
         ? again
         : batcher.plan(now);
     ledger.plan = plan;
@@ -412,7 +413,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
       const run = engine || queued.length > 0 ? null : (runtime.lane()?.open(o.id, c.epoch, c.gpus) ?? null);
       for (;;) {
         const step = c.step + ledger.extra;
-        const plan = loop.prepare(c, step, last);
+        const plan = loop.prepare(c, step, last, run !== null);
         if (!plan) break;
         const busyMs = run && queued.length === 0 ? run.roundTrip(plan.shape) : null;
         if (busyMs === null) {
@@ -425,6 +426,8 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
         ledger.extra++;
         last = plan;
       }
+      // A decode run's sequences are brought up to date before anything else can read them.
+      batcher.settle();
     } catch (error) {
       held = null;
       actor.send({ type: 'step.crashed', error });

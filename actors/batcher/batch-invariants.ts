@@ -22,6 +22,12 @@ export function checkPlan(limits: ContinuousLimits, p: StepPlan, owner?: string)
   }
   if (tokens !== p.tokens || prefill !== p.prefillTokens)
     throw new Error(`step accounts ${p.tokens} tokens, entries hold ${tokens}`);
+  checkPlanTotals(limits, p);
+}
+
+/** checkPlan's checks of the plan's totals alone (a decode run's step: its entries are its first step's, checked
+ * then; its sequences are checked when the run settles). */
+export function checkPlanTotals(limits: ContinuousLimits, p: StepPlan): void {
   if (p.entries.length > limits.maxRunning)
     throw new Error(`step holds ${p.entries.length} sequences, max ${limits.maxRunning}`);
   // Only a single whole prompt longer than the budget may exceed it (prefill-first and static never chunk).

@@ -8,13 +8,14 @@
 // - preemption.ts: preemption by recompute, for memory and for priority;
 // - completion.ts: tokens produced by a completed step, and finished sequences;
 // - batch-invariants.ts: the ledger, queue and step-plan invariants the simulation checks after every step.
-import { checkBatchState } from './batch-invariants.ts';
+import { checkBatchState, checkPlanTotals } from './batch-invariants.ts';
 import { createBatchState, removeRunning, type BatchState } from './batch-state.ts';
 import { completeStep } from './completion.ts';
+import { completeRunStep, planRunStep, runBuffers, settleRun, startRun, type DecodeRun } from './decode-run.ts';
 import { headBlocked } from './preemption.ts';
 import type { Sequence } from './sequence.ts';
 import { planStep, replanDecodes } from './step-planner.ts';
-import type { BatcherStats, ContinuousBatcher, ContinuousLimits } from './types.ts';
+import type { BatcherStats, ContinuousBatcher, ContinuousLimits, StepPlan } from './types.ts';
 
 export type { BatchPolicy, BatcherStats, ContinuousBatcher, ContinuousLimits, PlanEntry, StepPlan } from './types.ts';
 
@@ -124,14 +125,35 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
   // stats() after them is O(classes), not O(running). Plan sums them at once (see plan).
   let cached: BatcherStats | null = null;
   let run: RunningSums | null = null;
+  // A decode run in progress (decode-run.ts): its sequences and the ledger lag behind it until settled, which every
+  // entry point that reads or changes them does first.
+  let decoding: DecodeRun | null = null;
+  const buffers = runBuffers();
+  const settle = (): void => {
+    if (decoding === null) return;
+    const r = decoding;
+    decoding = null;
+    cached = run = null;
+    settleRun(st, r);
+  };
+  /** The next step of the decode run `p` is in, or of a run `p` starts; false when there is none. */
+  const runStep = (p: StepPlan): boolean => {
+    if (decoding !== null && decoding.plan === p && planRunStep(st, decoding)) return true;
+    settle();
+    decoding = startRun(st, p, buffers);
+    return decoding !== null && planRunStep(st, decoding);
+  };
   return {
     limits,
+    settle,
     enqueue: (s, atHead = false) => {
+      settle();
       cached = null;
       enqueue(st, s, atHead);
       cached = null;
     },
     plan: (now) => {
+      settle();
       cached = run = null;
       const p = planStep(st, now);
       cached = null;
@@ -140,18 +162,24 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       run = runningSums(st);
       return p;
     },
-    replan: (p) => {
+    replan: (p, ahead = false) => {
       cached = run = null;
+      if (ahead && runStep(p)) return true;
+      settle();
       const again = replanDecodes(st, p);
       cached = null;
       return again;
     },
     complete: (p, now) => {
       cached = run = null;
+      if (decoding !== null && decoding.plan === p && decoding.completed === decoding.planned - 1)
+        return completeRunStep(decoding, now);
+      settle();
       completeStep(st, p, now);
       cached = run = null;
     },
     withdraw: (id) => {
+      settle();
       cached = null;
       if (st.byId.get(id)?.running === true) run = null;
       const r = withdraw(st, id);
@@ -159,6 +187,7 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       return r;
     },
     evictAll: () => {
+      settle();
       cached = run = null;
       const r = evictAll(st);
       cached = run = null;
@@ -171,20 +200,33 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       if (limits.policy === 'static') return st.running.length > 0;
       return headBlocked(st, st.waiting.peek()!);
     },
-    stats: () => (cached ??= batcherStats(st, (run ??= runningSums(st)))),
-    gauges: () => ({
-      waiting: st.waiting.count,
-      running: st.running.length,
-      blocksUsed: st.ledger.used,
-      blocksTotal: st.limits.blocksTotal,
-    }),
+    stats: () => {
+      settle();
+      return (cached ??= batcherStats(st, (run ??= runningSums(st))));
+    },
+    gauges: () => {
+      settle();
+      return {
+        waiting: st.waiting.count,
+        running: st.running.length,
+        blocksUsed: st.ledger.used,
+        blocksTotal: st.limits.blocksTotal,
+      };
+    },
     waitingOf: (rank) => ({
       count: st.waiting.sums.byClass[rank] ?? 0,
       tokens: st.waiting.sums.tokensByClass[rank] ?? 0,
     }),
     waitingList: () => st.waiting.list(),
-    runningList: () => st.running,
+    runningList: () => {
+      settle();
+      return st.running;
+    },
     checkInvariants: (p, owner) => {
+      // A step of a decode run: its totals now, its sequences and the ledger when the run settles (the next step
+      // planned afresh is checked in full).
+      if (decoding !== null && p === decoding.plan) return checkPlanTotals(limits, p);
+      settle();
       checkBatchState(st, p, owner);
       if (run !== null) {
         const fresh = runningSums(st);

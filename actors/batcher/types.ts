@@ -48,8 +48,12 @@ export interface ContinuousBatcher {
   /** Plans the next step, allocating KV blocks and preempting if blocks run out; null only when there is no work. */
   plan(now: number): StepPlan | null;
   /** Plans the next step in `plan`'s place when it is the same pure decode as `plan`, just completed (the plan that
-   * plan() would return, with nothing else to do); false (plan() is then called) when it may not be. */
-  replan(plan: StepPlan): boolean;
+   * plan() would return, with nothing else to do); false (plan() is then called) when it may not be. `ahead`: as a
+   * step of a decode run (decode-run.ts), whose sequences lag until settled. */
+  replan(plan: StepPlan, ahead?: boolean): boolean;
+  /** Applies a decode run's steps to its sequences and the ledger (see decode-run.ts); the replica calls it before
+   * its step loop returns to the event loop, and every other entry point does it first. */
+  settle(): void;
   /** Applies a step all ranks completed: produces tokens, frees finished sequences. */
   complete(plan: StepPlan, now: number): void;
   /** Removes a sequence (cancelled or expired); returns false if it is not here. */
