@@ -159,3 +159,48 @@ describe('decode runs', () => {
     }
   });
 });
+
+describe("a decode run's invariant checks", () => {
+  // A run's steps are checked by their totals only; what happens to its sequences and the ledger meanwhile is
+  // checked in full once it settles, at the next step planned afresh. A ledger corrupted mid-run is found then.
+  it('find a ledger corrupted during a run at the next full check', () => {
+    const log: Log = { events: [], gaps: [] };
+    const listener = listenerOf(log);
+    const b = createContinuousBatcher({
+      ...{ policy: 'chunked', maxRunning: 4, tokenBudget: 64, blockTokens: 4 },
+      ...{ blocksTotal: 100, maxContext: 1000, watermarkBlocks: 0 },
+    });
+    const seqs = ['a', 'b'].map((id, i) =>
+      createSequence({
+        id,
+        priority: 0,
+        order: i,
+        promptTokens: 5,
+        outputTokens: 30,
+        maxTokens: 30,
+        receivedAt: 0,
+        listener,
+      }),
+    );
+    for (const s of seqs) b.enqueue(s);
+    let last: StepPlan | null = null;
+    let lazy = 0;
+    const problems: string[] = [];
+    for (let t = 1; t <= 40 && b.hasWork(); t++) {
+      const inRun = last !== null && b.replan(last, true);
+      const p = inRun ? last! : b.plan(t)!;
+      b.complete(p, t);
+      if (inRun) lazy++;
+      // The corruption: a sequence loses a block behind the ledger's back in the middle of the run.
+      if (lazy === 3) seqs[0]!.blocks--;
+      try {
+        b.checkInvariants(p);
+      } catch (e) {
+        problems.push(`${t} ${(e as Error).message}`);
+      }
+      last = p;
+    }
+    expect(lazy).toBeGreaterThan(3);
+    expect(problems[0]).toMatch(/ledger drift/);
+  });
+});
