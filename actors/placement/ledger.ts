@@ -34,6 +34,8 @@ export interface GpuLedger {
   healthy(): Set<number>;
   /** Which GPUs are healthy, as a short string (one character per GPU): a cache key that allocates no set. */
   healthyKey(): string;
+  /** healthy().size, without building the set. */
+  healthyCount(): number;
   /** GPUs that are healthy and up (the ones detection watches). */
   live(): number[];
   /** True when every device is on a healthy GPU, up, held by no replica and not suspected of hanging. */
@@ -76,6 +78,11 @@ export function createGpuLedger(n: number): GpuLedger {
       const s = new Set<number>();
       for (const g of gpus.values()) if (g.healthy) s.add(g.index);
       return s;
+    },
+    healthyCount: () => {
+      let n = 0;
+      for (const g of gpus.values()) if (g.healthy) n++;
+      return n;
     },
     healthyKey: () => {
       let k = '';

@@ -110,7 +110,7 @@ export function createModes(d: ModeDeps): Modes {
   const reasonFor = (name: string): string | null => {
     const m = modelByName.get(name);
     if (!m) return null;
-    const healthy = ledger.healthy().size;
+    const healthy = ledger.healthyCount();
     if (healthy < m.tp) return `${m.name} needs ${m.tp} healthy GPU${m.tp > 1 ? 's' : ''}, ${healthy} available`;
     const modes: LayoutMode[] = policy === 'switch' ? ['large', 'small'] : [policy === 'share' ? 'share' : 'mixed'];
     if (!modes.some((mode) => places(mode, name))) {
@@ -141,6 +141,6 @@ export function createModes(d: ModeDeps): Modes {
     },
     counts: () => Object.fromEntries(replicaCounts),
     reasonFor,
-    largeImpossible: () => roles.large !== null && ledger.healthy().size < roles.large.tp,
+    largeImpossible: () => roles.large !== null && ledger.healthyCount() < roles.large.tp,
   };
 }

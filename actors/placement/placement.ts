@@ -167,7 +167,7 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
     },
     unplaced: (model) => modes.reasonFor(model),
     etaMs: (model, version) =>
-      etaOf(scenario, modes, replicas, reconciler, ledger.healthy().size, now(), model, version),
+      etaOf(scenario, modes, replicas, reconciler, ledger.healthyCount(), now(), model, version),
     drain: (replica, deadlineMs = pc.drainDeadlineMs) => {
       const r = replicas.get(replica);
       if (!r) return false;

@@ -187,8 +187,8 @@ describe("a decode run's invariant checks", () => {
     let lazy = 0;
     const problems: string[] = [];
     for (let t = 1; t <= 40 && b.hasWork(); t++) {
-      const inRun = last !== null && b.replan(last, true);
-      const p = inRun ? last! : b.plan(t)!;
+      const inRun: boolean = last !== null && b.replan(last, true);
+      const p: StepPlan = inRun && last !== null ? last : b.plan(t)!;
       b.complete(p, t);
       if (inRun) lazy++;
       // The corruption: a sequence loses a block behind the ledger's back in the middle of the run.
