@@ -59,6 +59,9 @@ export interface ControlPlaneMutations {
   heldOnReadyOnly?: boolean;
   /** A restarted control plane adopts nothing its node reports: every loaded replica is reclaimed and reloaded (P12). */
   adoptNothing?: boolean;
+  /** Request actors run a compiled machine that ignores the root's transitions (interrupted, failed, cancel): a
+   * request whose replica fails never gets its outcome (P1). */
+  flatDropsRootTransitions?: boolean;
 }
 
 /** Options of a control plane. */
@@ -137,6 +140,7 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
       if (predicted) collector.estimate('queueWaitMs', predicted.waitMs, t - l.receivedAt);
     },
     ...(opts.onIdle ? { onIdle: opts.onIdle } : {}),
+    ...(mutations.flatDropsRootTransitions ? { flatMutation: 'drop-root-transitions' as const } : {}),
   });
   const held = createHeldQueue(runtime, (model) => placement.demand(model));
   const stateless = createStatelessDispatch({

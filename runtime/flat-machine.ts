@@ -214,8 +214,19 @@ function compileTables(machine: AnyStateMachine) {
 /** Compiles a flat machine (see above) to XState actor logic that behaves as XState's interpreter of it. */
 export function compileFlatMachine<TContext, TEvent extends EventObject>(
   machine: AnyStateMachine,
+  /** A deliberate defect for mutation tests (the DST shows its properties catch it): transitions defined on the
+   * root are ignored. Never set outside tests and the DST. */
+  mutation?: 'drop-root-transitions',
 ): FlatMachineLogic<TContext, TEvent> {
-  const { states, rootOn, initialState, initialActions, outputOf, doneEventType } = compileTables(machine);
+  const {
+    states,
+    rootOn: compiledRootOn,
+    initialState,
+    initialActions,
+    outputOf,
+    doneEventType,
+  } = compileTables(machine);
+  const rootOn = mutation === 'drop-root-transitions' ? new Map<string, Transition[]>() : compiledRootOn;
   const spawn = (): never => {
     throw unsupported(machine, 'spawn in an assign');
   };

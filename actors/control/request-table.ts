@@ -29,6 +29,8 @@ export interface RequestTableDeps {
   oracle(model: string): boolean;
   /** The trace recorded when a request expires (where it waited, that replica's queue). */
   expiryTrace(l: Live, c: RequestContext): DecisionTrace;
+  /** A deliberate defect of the compiled request machine, for mutation tests (see compileFlatMachine). */
+  flatMutation?: 'drop-root-transitions';
   /** A request's first scheduling (invariant checks and estimate error). */
   scheduled(l: Live, t: number): void;
   onIdle?(): void;
@@ -212,7 +214,7 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
     },
   });
   // The same machine compiled flat: what request actors run unless every event must go through XState's interpreter.
-  const flat = compileFlatMachine<RequestContext, RequestEvent>(machine);
+  const flat = compileFlatMachine<RequestContext, RequestEvent>(machine, deps.flatMutation);
 
   const addTrace = (l: Live, t: DecisionTrace): void => {
     if (l.traces.length < MAX_TRACES) l.traces.push(t);

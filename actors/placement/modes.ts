@@ -107,7 +107,20 @@ export function createModes(d: ModeDeps): Modes {
   );
   const state = (): string => String(actor.getSnapshot().value);
 
+  // Admission asks for every request; the answer only changes with the policy, the replica counts and GPU health.
+  let reasonsKey = '';
+  const reasons = new Map<string, string | null>();
   const reasonFor = (name: string): string | null => {
+    const key = `${policy}|${countsVersion}|${ledger.healthyKey()}`;
+    if (key !== reasonsKey || reasons.size >= 1024) {
+      reasons.clear();
+      reasonsKey = key;
+    }
+    let why = reasons.get(name);
+    if (why === undefined) reasons.set(name, (why = reasonNow(name)));
+    return why;
+  };
+  const reasonNow = (name: string): string | null => {
     const m = modelByName.get(name);
     if (!m) return null;
     const healthy = ledger.healthyCount();

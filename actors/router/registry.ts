@@ -44,7 +44,12 @@ interface Entry {
   aliases: Record<string, string>;
   split?: Readonly<Record<string, number>>;
   cumulative: [string, number][];
+  /** Fallbacks per chosen version, computed once (admission asks per request); cleared when aliases or split
+   * change. */
+  fallbacks: Map<string, readonly string[]>;
 }
+
+const NONE: readonly string[] = Object.freeze([]);
 
 /** Cumulative weights of a split, validated against the versions; throws naming the bad entry. */
 function cumulativeOf(
@@ -85,17 +90,21 @@ export function createRegistry(entries: readonly ModelEntry[]): Registry {
       aliases,
       ...(e.split ? { split: e.split } : {}),
       cumulative,
+      fallbacks: new Map(),
     });
   }
   const listing = (): string => [...byName.values()].map((e) => `${e.name}@{${e.versions.join(',')}}`).join(', ');
   // Unpinned requests may go to any version the model is advertising (split members, then aliases), in that order.
-  const fallbacksOf = (e: Entry, chosen: string): string[] => {
+  const fallbacksOf = (e: Entry, chosen: string): readonly string[] => {
+    const known = e.fallbacks.get(chosen);
+    if (known) return known;
     const out: string[] = [];
     for (const [v] of e.cumulative) if (v !== chosen && !out.includes(v)) out.push(v);
     for (const a of ['stable', 'latest']) {
       const v = e.aliases[a];
       if (v !== undefined && v !== chosen && !out.includes(v)) out.push(v);
     }
+    e.fallbacks.set(chosen, Object.freeze(out));
     return out;
   };
 
@@ -118,7 +127,7 @@ export function createRegistry(entries: readonly ModelEntry[]): Registry {
       if (!e)
         return { ok: false, failure: failure('model_not_found', `unknown model "${model}"; known: ${listing()}`) };
       if (version !== undefined) {
-        if (e.versions.includes(version)) return { ok: true, model, version, by: 'exact', fallbacks: [] };
+        if (e.versions.includes(version)) return { ok: true, model, version, by: 'exact', fallbacks: NONE };
         const v = e.aliases[version];
         if (v === undefined) {
           const names = [...e.versions, ...Object.keys(e.aliases)].join(', ');
@@ -145,6 +154,7 @@ export function createRegistry(entries: readonly ModelEntry[]): Registry {
       if (e.versions.includes(alias))
         return failure('invalid_request', `alias "${alias}" would shadow a version of ${model}`);
       e.aliases[alias] = version;
+      e.fallbacks.clear();
       return null;
     },
     setSplit: (model, split) => {
@@ -157,6 +167,7 @@ export function createRegistry(entries: readonly ModelEntry[]): Registry {
       }
       if (split) e.split = split;
       else delete e.split;
+      e.fallbacks.clear();
       return null;
     },
   };

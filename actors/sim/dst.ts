@@ -25,7 +25,13 @@ export type DstFault =
   | { kind: 'control-restart'; at: number; downMs: number };
 
 /** Test-only mutations that break a promise on purpose, to show the battery catches them. */
-export type DstMutation = 'none' | 'skip-gpu-release' | 'drop-interrupted' | 'held-on-ready-only' | 'adopt-nothing';
+export type DstMutation =
+  | 'none'
+  | 'skip-gpu-release'
+  | 'drop-interrupted'
+  | 'held-on-ready-only'
+  | 'adopt-nothing'
+  | 'flat-drops-root-transitions';
 
 /** Every mutation, for the CLI. */
 export const DST_MUTATIONS: readonly DstMutation[] = [
@@ -34,6 +40,7 @@ export const DST_MUTATIONS: readonly DstMutation[] = [
   'drop-interrupted',
   'held-on-ready-only',
   'adopt-nothing',
+  'flat-drops-root-transitions',
 ];
 
 /** The control plane's mutation options for a DST mutation. */
@@ -43,6 +50,7 @@ const MUTATIONS: Record<DstMutation, ControlPlaneMutations> = {
   'drop-interrupted': { dropInterrupted: true },
   'held-on-ready-only': { heldOnReadyOnly: true },
   'adopt-nothing': { adoptNothing: true },
+  'flat-drops-root-transitions': { flatDropsRootTransitions: true },
 };
 
 /** How often work conservation (P10) is sampled (virtual ms). */
