@@ -138,7 +138,13 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
   };
   /** The next step of the decode run `p` is in, or of a run `p` starts; false when there is none. */
   const runStep = (p: StepPlan): boolean => {
-    if (decoding !== null && decoding.plan === p && planRunStep(st, decoding)) return true;
+    if (decoding !== null && decoding.plan === p) {
+      if (planRunStep(st, decoding)) return true;
+      // Its last step not completed yet (a caller's mistake) or its limit reached: a new run only after a step.
+      const open = decoding.completed !== decoding.planned;
+      settle();
+      if (open) return false;
+    }
     settle();
     decoding = startRun(st, p, buffers);
     return decoding !== null && planRunStep(st, decoding);
