@@ -47,7 +47,8 @@ type Fn = (args: any, params: unknown) => unknown;
 
 /** One action, resolved when the machine is compiled. */
 type Action =
-  | { kind: 'assign'; assignment: Fn | Record<string, unknown> }
+  /** An assign by a function, or by property (each key's assigner or value, listed once). */
+  | { kind: 'assign'; assignment: Fn | readonly (readonly [string, unknown])[] }
   | { kind: 'emit'; event: Fn | EventObject }
   | { kind: 'custom'; type: string; exec: Fn | undefined; params: unknown };
 
@@ -91,7 +92,11 @@ function compileActions(machine: AnyStateMachine, items: readonly unknown[], whe
     if (resolved && 'resolve' in resolved) {
       if (resolved['type'] === 'xstate.assign') {
         if (params !== undefined) throw unsupported(machine, `${where}: an assign with params`);
-        return { kind: 'assign', assignment: resolved['assignment'] as Fn | Record<string, unknown> };
+        const assignment = resolved['assignment'] as Fn | Record<string, unknown>;
+        return {
+          kind: 'assign',
+          assignment: typeof assignment === 'function' ? assignment : Object.entries(assignment),
+        };
       }
       if (resolved['type'] === 'xstate.emit') {
         if (params !== undefined) throw unsupported(machine, `${where}: an emit with params`);
@@ -120,16 +125,14 @@ function compileGuard(machine: AnyStateMachine, guard: unknown, where: string): 
 function run(actions: readonly Action[], context: Ctx, event: EventObject, scope: Scope, spawn: () => never): Ctx {
   for (const a of actions) {
     if (a.kind === 'assign') {
+      const assignArgs = { context, event, spawn, self: scope.self, system: scope.system };
       let partial: Record<string, unknown>;
       if (typeof a.assignment === 'function') {
-        partial = a.assignment({ context, event, spawn, self: scope.self, system: scope.system }, undefined) as Ctx;
+        partial = a.assignment(assignArgs, undefined) as Ctx;
       } else {
         partial = {};
-        const assignArgs = { context, event, spawn, self: scope.self, system: scope.system };
-        for (const key of Object.keys(a.assignment)) {
-          const p = a.assignment[key];
+        for (const [key, p] of a.assignment)
           partial[key] = typeof p === 'function' ? (p as Fn)(assignArgs, undefined) : p;
-        }
       }
       context = Object.assign({}, context, partial);
     } else if (a.kind === 'emit') {

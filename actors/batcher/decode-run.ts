@@ -10,6 +10,7 @@
 // run found them until settle() applies the planned growth and the completed tokens, as those steps would have.
 import type { Sequence, SequenceListener } from './sequence.ts';
 import type { BatchState } from './batch-state.ts';
+import { wasWholeDecode } from './step-planner.ts';
 import type { StepPlan } from './types.ts';
 
 /** Steps a run plans ahead at most (its set-up is O(sequences + steps)). */
@@ -48,12 +49,10 @@ export const runBuffers = (): RunBuffers => ({
 /** Whether `p`, just completed, starts a run (in `buf`, which the run then holds); the run (nothing changed yet) or
  * null. */
 export function startRun(st: BatchState, p: StepPlan, buf: RunBuffers): DecodeRun | null {
-  const { running, limits } = st;
+  const { running } = st;
   const entries = p.entries;
   const n = entries.length;
-  if (n === 0 || n !== running.length || p.decodes !== n || p.prefillTokens !== 0 || st.waiting.count !== 0)
-    return null;
-  if (n > limits.tokenBudget || st.victims.size > 0) return null;
+  if (!wasWholeDecode(st, p) || st.victims.size > 0) return null;
   const s0 = running[0]!;
   const listener = s0.listener;
   const lastAt = s0.lastTokenAt;

@@ -178,6 +178,20 @@ export function planStep(st: BatchState, now: number): StepPlan | null {
   return p;
 }
 
+/** Whether `p` decoded the whole running set (as many sequences, no prefill, within the token budget) and nothing
+ * waits: the first condition for its next step to be the same pure decode (here, and for a decode run). */
+export function wasWholeDecode(st: BatchState, p: StepPlan): boolean {
+  const n = p.entries.length;
+  return (
+    n > 0 &&
+    n === st.running.length &&
+    p.decodes === n &&
+    p.prefillTokens === 0 &&
+    st.waiting.count === 0 &&
+    n <= st.limits.tokenBudget
+  );
+}
+
 /**
  * Plans the next step in place of `p`, the step just completed, when it is the same pure decode: `p` decoded every
  * running sequence, none has left or joined since, nothing waits, and every sequence's next token fits in its blocks
@@ -190,9 +204,7 @@ export function replanDecodes(st: BatchState, p: StepPlan): boolean {
   const { running, ledger } = st;
   const entries = p.entries;
   const n = entries.length;
-  if (n === 0 || n !== running.length || p.decodes !== n || p.prefillTokens !== 0 || st.waiting.count !== 0)
-    return false;
-  if (n > st.limits.tokenBudget) return false;
+  if (!wasWholeDecode(st, p)) return false;
   for (let i = 0; i < n; i++) {
     const s = running[i]!;
     if (entries[i]!.seq !== s || s.computed < s.prefillGoal || s.gone) return false;
