@@ -8,7 +8,14 @@ import { createCollector, type Collector } from './metrics/collector.ts';
 import { startPlacement, type Placement } from './placement/placement.ts';
 import type { ReplicaHandle } from './replica.ts';
 import { createRegistry } from './router/registry.ts';
-import { createRouter, viewOf, type DecisionTrace, type Router, type RouterDeps } from './router/router.ts';
+import {
+  createRouter,
+  viewOf,
+  type DecisionTrace,
+  type ReplicaView,
+  type Router,
+  type RouterDeps,
+} from './router/router.ts';
 import { createHealth, type Health } from './router/health.ts';
 import { expiryTrace } from './router/explain.ts';
 import { costOf } from './placement/layout.ts';
@@ -85,6 +92,15 @@ function mutatedRuntime(runtime: Runtime, m: ControlPlaneMutations): Runtime {
   const rt = Object.create(runtime) as Runtime & { send: Runtime['send'] };
   rt.send = (to, msg) => (msg.type === 'gpu.release' ? undefined : runtime.send(to, msg));
   return rt;
+}
+
+/**
+ * The router's views of `replicas`. A module-level generator, not one written inline per control plane: a generator
+ * object's hidden class comes from its function, so each control plane's own generator gave its iterators a class of
+ * their own, and V8 threw away the router's optimized code (a "wrong map" deoptimization) in every new simulation.
+ */
+function* viewsOf(replicas: Iterable<ReplicaHandle>): Generator<ReplicaView> {
+  for (const r of replicas) yield viewOf(r);
 }
 
 /**
@@ -184,9 +200,7 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
       })),
     ),
     limits: (m) => limits.get(m),
-    replicas: function* () {
-      for (const r of placement.replicas.values()) yield viewOf(r);
-    },
+    replicas: () => viewsOf(placement.replicas.values()),
     unavailable: (m) => placement.unavailable(m),
     etaMs: (m, v) => placement.etaMs(m, v),
     held: (m, rank) => held.classTotals(m, rank),

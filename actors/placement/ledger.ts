@@ -5,7 +5,8 @@
 /** One GPU as placement sees it. */
 export interface GpuRecord {
   index: number;
-  healthy: boolean;
+  /** Set through the ledger's setHealthy (which counts the changes). */
+  readonly healthy: boolean;
   /** Probed and reported ready by its node agent. */
   up: boolean;
   /** The replica holding the GPU (lane 0). */
@@ -32,8 +33,11 @@ export interface GpuLedger {
   deviceDown(d: number): void;
   /** GPUs that are healthy. */
   healthy(): Set<number>;
-  /** Which GPUs are healthy, as a short string (one character per GPU): a cache key that allocates no set. */
-  healthyKey(): string;
+  /** Marks GPU `g` healthy or not. */
+  setHealthy(g: number, on: boolean): void;
+  /** Changes of any GPU's health so far: a cache key for what depends on which GPUs are healthy (a number compared
+   * per request, where building a key from every GPU cost a string per admission). */
+  healthVersion(): number;
   /** healthy().size, without building the set. */
   healthyCount(): number;
   /** GPUs that are healthy and up (the ones detection watches). */
@@ -47,8 +51,10 @@ export interface GpuLedger {
 
 /** Creates the ledger of `n` GPUs, all healthy, none up yet. */
 export function createGpuLedger(n: number): GpuLedger {
-  const gpus = new Map<number, GpuRecord>();
+  type Writable = { -readonly [K in keyof GpuRecord]: GpuRecord[K] };
+  const gpus = new Map<number, Writable>();
   for (let g = 0; g < n; g++) gpus.set(g, { index: g, healthy: true, up: false, owner: null, guest: null });
+  let healthVersion = 0;
   const devUp = new Set<number>();
   const suspects = new Set<number>();
   const laneOf = (d: number): 0 | 1 => (d >= n ? 1 : 0);
@@ -84,12 +90,18 @@ export function createGpuLedger(n: number): GpuLedger {
       for (const g of gpus.values()) if (g.healthy) n++;
       return n;
     },
-    healthyKey: () => {
-      let k = '';
-      for (const g of gpus.values()) k += g.healthy ? '1' : '0';
-      return k;
+    setHealthy: (g, on) => {
+      const rec = gpus.get(g);
+      if (!rec || rec.healthy === on) return;
+      rec.healthy = on;
+      healthVersion++;
     },
-    live: () => [...gpus.values()].filter((g) => g.healthy && g.up).map((g) => g.index),
+    healthVersion: () => healthVersion,
+    live: () => {
+      const out: number[] = [];
+      for (const g of gpus.values()) if (g.healthy && g.up) out.push(g.index);
+      return out;
+    },
     free: (devices) =>
       devices.every((d) => gpus.get(d % n)!.healthy && devUp.has(d) && holderOf(d) === null && !suspects.has(d % n)),
     suspect: (g, on) => {

@@ -66,7 +66,7 @@ export function createModes(d: ModeDeps): Modes {
   let countsVersion = 0;
   const layouts = new Map<string, { entries: LayoutEntry[]; names: Set<string> }>();
   const cachedLayout = (mode: LayoutMode | PlacementMode): { entries: LayoutEntry[]; names: Set<string> } => {
-    const key = `${mode}|${countsVersion}|${ledger.healthyKey()}`;
+    const key = `${mode}|${countsVersion}|${ledger.healthVersion()}`;
     let l = layouts.get(key);
     if (!l) {
       if (layouts.size >= 64) layouts.clear();
@@ -108,13 +108,15 @@ export function createModes(d: ModeDeps): Modes {
   const state = (): string => String(actor.getSnapshot().value);
 
   // Admission asks for every request; the answer only changes with the policy, the replica counts and GPU health.
-  let reasonsKey = '';
+  const memo = { policy: '', counts: -1, health: -1 };
   const reasons = new Map<string, string | null>();
   const reasonFor = (name: string): string | null => {
-    const key = `${policy}|${countsVersion}|${ledger.healthyKey()}`;
-    if (key !== reasonsKey || reasons.size >= 1024) {
+    const health = ledger.healthVersion();
+    if (policy !== memo.policy || countsVersion !== memo.counts || health !== memo.health || reasons.size >= 1024) {
       reasons.clear();
-      reasonsKey = key;
+      memo.policy = policy;
+      memo.counts = countsVersion;
+      memo.health = health;
     }
     let why = reasons.get(name);
     if (why === undefined) reasons.set(name, (why = reasonNow(name)));

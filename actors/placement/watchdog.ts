@@ -45,6 +45,18 @@ export interface Watchdog {
 /** The code of a fence that reclaims a device nobody adopted; its `gpu.failed` echo is not a fault. */
 export const RECLAIM_CODE = 'reclaimed';
 
+// Module-level generators, not written inline per watchdog: a generator object's hidden class comes from its function,
+// so a generator per watchdog gave each simulation's iterators a class of their own (and V8 deoptimized the detector).
+function* inflightOf(replicas: Iterable<ReplicaHandle>): Generator<InflightStep> {
+  for (const r of replicas) {
+    const f = r.inflight();
+    if (f && r.hasTag('serving')) yield { replica: r.id, devices: r.gpus, ...f };
+  }
+}
+function* loadingOf(replicas: Iterable<ReplicaHandle>): Generator<{ replica: string; devices: readonly number[] }> {
+  for (const r of replicas) if (r.hasTag('loading')) yield { replica: r.id, devices: r.gpus };
+}
+
 /** Wires a detector to the ledger and the replicas. */
 export function createWatchdog(d: WatchdogDeps): Watchdog {
   const { runtime, ledger, replicas, timeline } = d;
@@ -61,7 +73,7 @@ export function createWatchdog(d: WatchdogDeps): Watchdog {
   const failGpu = (found: Detected): void => {
     const rec = ledger.gpus.get(found.gpu);
     if (!rec || !rec.healthy) return;
-    rec.healthy = false;
+    ledger.setHealthy(rec.index, false);
     rec.up = false;
     const lanes = ledger.lanes(found.gpu);
     const holders = lanes.map(ledger.holderOf).filter((x): x is string => x !== null);
@@ -91,15 +103,8 @@ export function createWatchdog(d: WatchdogDeps): Watchdog {
     config: d.scenario.detection,
     physical: (dev) => dev % ledger.n,
     live: ledger.live,
-    inflight: function* (): Generator<InflightStep> {
-      for (const r of replicas.values()) {
-        const f = r.inflight();
-        if (f && r.hasTag('serving')) yield { replica: r.id, devices: r.gpus, ...f };
-      }
-    },
-    loading: function* () {
-      for (const r of replicas.values()) if (r.hasTag('loading')) yield { replica: r.id, devices: r.gpus };
-    },
+    inflight: () => inflightOf(replicas.values()),
+    loading: () => loadingOf(replicas.values()),
     onDetected: (found) => {
       // Several GPUs at once (a lost node): all of them fail before any interrupted request is resumed elsewhere.
       if (found.length > 1) d.together(() => found.forEach(failGpu));
@@ -132,7 +137,7 @@ export function createWatchdog(d: WatchdogDeps): Watchdog {
       fencing.delete(rec.index);
       const back = !rec.healthy;
       rec.up = true;
-      rec.healthy = true;
+      ledger.setHealthy(rec.index, true);
       detector.up(rec.index);
       timeline.log({ kind: 'gpu.ready', gpu: rec.index, ...(back ? { detail: 'repaired' } : {}) });
       if (back) d.gpuRepaired(rec.index);
