@@ -68,6 +68,9 @@ export interface Sequence {
   readonly listener: SequenceListener;
   /** Free-form caller data (request actor, stream). */
   readonly tag: unknown;
+  /** Its entry in a step plan as a decode ({ seq: this, chunk: 0 }), made at its first decode and shared by every
+   * plan after it (plan entries are never changed), so that a decode step allocates no entry per sequence. */
+  decodeEntry: { readonly seq: Sequence; readonly chunk: 0 } | null;
   /** Token ids and sampling when a real engine serves it; absent under the cost model. */
   readonly tokens?: SequenceTokens;
 }
@@ -116,6 +119,7 @@ export function createSequence(spec: SequenceSpec): Sequence {
     maxTokens: spec.maxTokens,
     receivedAt: spec.receivedAt,
     tag: spec.tag,
+    decodeEntry: null,
     ...(spec.tokens ? { tokens: spec.tokens } : {}),
   };
 }

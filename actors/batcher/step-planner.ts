@@ -25,7 +25,7 @@ const newPlan = (): StepPlan => ({
 });
 
 function addDecode(plan: StepPlan, s: Sequence): void {
-  plan.entries.push({ seq: s, chunk: 0 });
+  plan.entries.push((s.decodeEntry ??= { seq: s, chunk: 0 }));
   plan.shape.decodeBatch++;
   plan.shape.decodeContext += s.computed + 1;
   plan.tokens++;

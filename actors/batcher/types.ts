@@ -21,9 +21,9 @@ export interface ContinuousLimits {
 
 /** One sequence's part in a step. */
 export interface PlanEntry {
-  seq: Sequence;
+  readonly seq: Sequence;
   /** Prefill tokens in this step; 0 for a decode. */
-  chunk: number;
+  readonly chunk: number;
 }
 
 /** A planned step: who runs, the shape the cost model prices, and the blocks it holds. */
