@@ -41,6 +41,8 @@ export interface NodeLink {
   onConnection(peer: WsPeer): void;
   status(): NodeStatus;
   connected(): boolean;
+  /** Sends what the control plane queued for the worker now, instead of at the end of the loop's turn. */
+  flush(): void;
   /** Called on each registration and loss (metrics, readiness). */
   onChange?: () => void;
   close(): void;
@@ -147,6 +149,9 @@ export function startNodeLink(runtime: Runtime, opts: NodeLinkOptions): NodeLink
       });
     },
     connected: () => current !== null,
+    flush: () => {
+      if (current && current.link.queued() > 0) current.link.flush();
+    },
     status: () => ({
       node: current?.node ?? null,
       connected: current !== null,

@@ -168,6 +168,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     clock,
     maxStreamsPerConnection: opts.maxStreamsPerConnection ?? 16_384,
     maxQueuedBytes: maxBufferedBytes,
+    afterTurn: () => node.flush(),
   });
   const clientSet: TokenSet | null = opts.tenants ?? (clientTokens.length > 0 ? tokenSet(clientTokens) : null);
   const tenantOf = (req: IncomingMessage): string | undefined => opts.tenants?.of(bearerToken(req))?.name;

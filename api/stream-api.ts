@@ -29,6 +29,9 @@ export interface StreamApiOptions {
   congestionRetryMs?: number;
   /** Most time one turn of the event loop spends on a connection's incoming frames before yielding. */
   turnBudgetMs?: number;
+  /** Called at the end of each turn of frame handling, after its answers were queued: the server flushes the node
+   * link here, so that a step dispatched for a request just admitted leaves now, not after another turn of the loop. */
+  afterTurn?: () => void;
   /** Outgoing bytes (socket buffer plus merged messages waiting) past which a client that does not read is cut off (4001). */
   maxQueuedBytes?: number;
   /** Bytes of incoming frames waiting to be handled, across every connection; a frame past it is refused. 64 MiB. */
@@ -67,9 +70,14 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
   const maxQueuedBytes = opts.maxQueuedBytes ?? DEFAULT_MAX_BUFFERED;
   // Outboxes holding answers to frames handled in the pacer's turn: a long turn sends them every budget, not at its end.
   const answering = new Set<() => void>();
-  const pacer = createPacer(opts.clock, opts.turnBudgetMs ?? 10, () => {
-    for (const answer of [...answering]) answer();
-  });
+  const pacer = createPacer(
+    opts.clock,
+    opts.turnBudgetMs ?? 10,
+    () => {
+      for (const answer of [...answering]) answer();
+    },
+    opts.afterTurn ?? (() => {}),
+  );
   const maxInbound = opts.maxInboundBytes ?? DEFAULT_MAX_INBOUND_BYTES;
   let inboundBytes = 0;
 
@@ -185,7 +193,12 @@ interface Inbox {
  * flushes take meanwhile. (A fixed budget per turn was not enough: when steps grew, each loop took longer, the
  * frames' share of it fell, submits arrived faster than they were handled, and the backlog kept the steps large.)
  */
-function createPacer(clock: Clock, budgetMs: number, answer: () => void): { wake(inbox: Inbox): void } {
+function createPacer(
+  clock: Clock,
+  budgetMs: number,
+  answer: () => void,
+  afterTurn: () => void,
+): { wake(inbox: Inbox): void } {
   const ready: Inbox[] = [];
   const queued = new Set<Inbox>();
   let scheduled = false;
@@ -222,6 +235,7 @@ function createPacer(clock: Clock, budgetMs: number, answer: () => void): { wake
     }
     lastEnd = ready.length > 0 ? clock.now() : -1;
     if (ready.length > 0) schedule();
+    afterTurn();
   };
   const schedule = (): void => {
     if (scheduled) return;

@@ -88,4 +88,44 @@ describe('frame pacing', () => {
     clock.t += 500;
     expect(pacerTurn()).toBe(50);
   });
+
+  it('calls afterTurn once at the end of each turn, after every submit of that turn (the server flushes its node link there)', () => {
+    const clock = manualClock();
+    const log: string[] = [];
+    const serving = {
+      submit: () => {
+        log.push('submit');
+        return { ok: true, request: `r${log.length}`, model: 'm', version: 'v1', promptTokens: 1, cancel: () => {} };
+      },
+      models: () => [],
+      readiness: () => ({}),
+    } as unknown as Serving;
+    const metrics = { refused: () => {} } as unknown as ServerMetrics;
+    const api = createStreamApi(serving, metrics, {
+      clock,
+      maxStreamsPerConnection: 1e6,
+      afterTurn: () => log.push('afterTurn'),
+    });
+    let onMessage: (d: Uint8Array | string) => void = () => {};
+    const peer = {
+      protocol: SUBPROTOCOL_JSON,
+      remote: 'test',
+      isOpen: () => true,
+      send: () => true,
+      bufferedAmount: () => 0,
+      congested: () => false,
+      close: () => {},
+      terminate: () => {},
+      pause: () => {},
+      resume: () => {},
+      onMessage: (fn: (d: Uint8Array | string) => void) => (onMessage = fn),
+      onClose: () => {},
+    } as unknown as WsPeer;
+    api.onConnection(peer);
+    for (let i = 0; i < 3; i++)
+      onMessage(JSON.stringify([{ type: 'submit', id: `q${i}`, model: 'm', promptTokens: 1, maxTokens: 1 }]));
+    expect(log).toEqual([]);
+    while (clock.turn());
+    expect(log).toEqual(['submit', 'submit', 'submit', 'afterTurn']);
+  });
 });
