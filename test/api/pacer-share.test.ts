@@ -29,6 +29,29 @@ function manualClock(): Clock & { t: number; turn(): boolean } {
   return c;
 }
 
+/** A JSON client socket: `receive` delivers a frame from the client; `send` sees what the server sends it. */
+function testPeer(send: (d: Uint8Array | string) => boolean): { peer: WsPeer; receive(d: string): void } {
+  let onMessage: (d: Uint8Array | string) => void = () => {};
+  const peer: WsPeer = {
+    protocol: SUBPROTOCOL_JSON,
+    remote: 'test',
+    isOpen: () => true,
+    send,
+    bufferedAmount: () => 0,
+    congested: () => false,
+    close: () => {},
+    terminate: () => {},
+    pause: () => {},
+    resume: () => {},
+    onMessage: (fn) => (onMessage = fn),
+    onClose: () => {},
+  };
+  return { peer, receive: (d) => onMessage(d) };
+}
+
+const submitFrame = (i: number): string =>
+  JSON.stringify([{ type: 'submit', id: `q${i}`, model: 'm', promptTokens: 1, maxTokens: 1 }]);
+
 describe('frame pacing', () => {
   it('gives waiting frames as long as the rest of the loop took, between one and five budgets', async () => {
     const clock = manualClock();
@@ -45,26 +68,11 @@ describe('frame pacing', () => {
     } as unknown as Serving;
     const metrics = { refused: () => {} } as unknown as ServerMetrics;
     const api = createStreamApi(serving, metrics, { clock, maxStreamsPerConnection: 1e6, turnBudgetMs: 10 });
-    let onMessage: (d: Uint8Array | string) => void = () => {};
     // Messages per frame sent to the client.
     const sent: number[] = [];
-    const peer: WsPeer = {
-      protocol: SUBPROTOCOL_JSON,
-      remote: 'test',
-      isOpen: () => true,
-      send: (d) => (sent.push((JSON.parse(d as string) as { id?: string; type: string }[]).length), true),
-      bufferedAmount: () => 0,
-      congested: () => false,
-      close: () => {},
-      terminate: () => {},
-      pause: () => {},
-      resume: () => {},
-      onMessage: (fn) => (onMessage = fn),
-      onClose: () => {},
-    };
-    api.onConnection(peer);
-    for (let i = 0; i < 200; i++)
-      onMessage(JSON.stringify([{ type: 'submit', id: `q${i}`, model: 'm', promptTokens: 1, maxTokens: 1 }]));
+    const client = testPeer((d) => (sent.push((JSON.parse(d as string) as unknown[]).length), true));
+    api.onConnection(client.peer);
+    for (let i = 0; i < 200; i++) client.receive(submitFrame(i));
     const pacerTurn = (): number => {
       const before = handled;
       // Outbox flushes are zero-delay timers too: run turns until one handled frames.
@@ -106,24 +114,9 @@ describe('frame pacing', () => {
       maxStreamsPerConnection: 1e6,
       afterTurn: () => log.push('afterTurn'),
     });
-    let onMessage: (d: Uint8Array | string) => void = () => {};
-    const peer = {
-      protocol: SUBPROTOCOL_JSON,
-      remote: 'test',
-      isOpen: () => true,
-      send: () => true,
-      bufferedAmount: () => 0,
-      congested: () => false,
-      close: () => {},
-      terminate: () => {},
-      pause: () => {},
-      resume: () => {},
-      onMessage: (fn: (d: Uint8Array | string) => void) => (onMessage = fn),
-      onClose: () => {},
-    } as unknown as WsPeer;
-    api.onConnection(peer);
-    for (let i = 0; i < 3; i++)
-      onMessage(JSON.stringify([{ type: 'submit', id: `q${i}`, model: 'm', promptTokens: 1, maxTokens: 1 }]));
+    const client = testPeer(() => true);
+    api.onConnection(client.peer);
+    for (let i = 0; i < 3; i++) client.receive(submitFrame(i));
     expect(log).toEqual([]);
     while (clock.turn());
     expect(log).toEqual(['submit', 'submit', 'submit', 'afterTurn']);
