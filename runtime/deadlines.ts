@@ -6,9 +6,14 @@ import type { Clock, TimerId } from './clock.ts';
 export interface DeadlineWheel {
   /** Arms `fire` at `at`; the function returned disarms it (a deadline that became moot never wakes the clock). */
   arm(at: number, fire: () => void): () => void;
-  /** Armed deadlines, disarmed ones not yet dropped included. */
+  /** Entries held: armed deadlines, and disarmed ones not yet dropped (at most as many as are armed, or COMPACT_MIN). */
   readonly size: number;
+  /** Armed deadlines. */
+  readonly armed: number;
 }
+
+/** Disarmed entries the heap may hold before it is compacted, whatever the number armed. */
+const COMPACT_MIN = 1024;
 
 interface Entry {
   at: number;
@@ -16,10 +21,14 @@ interface Entry {
   fire: (() => void) | null;
 }
 
-/** Creates a deadline wheel on `clock`. */
-export function createDeadlineWheel(clock: Clock): DeadlineWheel {
-  const heap: Entry[] = [];
+/** Creates a deadline wheel on `clock`; `compactMin` (tests) overrides COMPACT_MIN. */
+export function createDeadlineWheel(clock: Clock, compactMin = COMPACT_MIN): DeadlineWheel {
+  let heap: Entry[] = [];
   let seq = 0;
+  // Disarmed entries still in the heap. A disarmed deadline is usually far from the top (a queue budget of minutes,
+  // disarmed milliseconds later when its request is scheduled), so dropping it only when it comes up would let the
+  // heap grow with rate x budget; once they outnumber the armed ones the heap is rebuilt without them.
+  let dead = 0;
   let timer: TimerId | null = null;
   let timerAt = Infinity;
   const less = (a: Entry, b: Entry): boolean => a.at < b.at || (a.at === b.at && a.seq < b.seq);
@@ -33,21 +42,36 @@ export function createDeadlineWheel(clock: Clock): DeadlineWheel {
     }
     heap[i] = e;
   };
-  const pop = (): Entry | undefined => {
-    const top = heap[0];
-    const last = heap.pop();
-    if (!top || !last || heap.length === 0) return top;
-    let i = 0;
+  const down = (i: number): void => {
+    const e = heap[i]!;
     for (;;) {
       const l = 2 * i + 1;
       if (l >= heap.length) break;
       const r = l + 1;
       const c = r < heap.length && less(heap[r]!, heap[l]!) ? r : l;
-      if (!less(heap[c]!, last)) break;
+      if (!less(heap[c]!, e)) break;
       heap[i] = heap[c]!;
       i = c;
     }
-    heap[i] = last;
+    heap[i] = e;
+  };
+  /** Rebuilds the heap from its armed entries: their order (time, then arming order) is unchanged. */
+  const compact = (): void => {
+    heap = heap.filter((e) => e.fire !== null);
+    dead = 0;
+    for (let i = (heap.length >> 1) - 1; i >= 0; i--) down(i);
+  };
+  /** Compacts once the disarmed entries outnumber the armed ones (and compactMin). */
+  const bound = (): void => {
+    if (dead > compactMin && dead > heap.length - dead) compact();
+  };
+  const pop = (): Entry | undefined => {
+    const top = heap[0];
+    const last = heap.pop();
+    if (top?.fire === null) dead--;
+    if (!top || !last || heap.length === 0) return top;
+    heap[0] = last;
+    down(0);
     return top;
   };
   /** Arms the clock's one timer for the earliest live deadline (disarmed ones at the top are dropped first). */
@@ -69,8 +93,16 @@ export function createDeadlineWheel(clock: Clock): DeadlineWheel {
     timer = null;
     timerAt = Infinity;
     const now = clock.now();
-    while (heap.length > 0 && heap[0]!.at <= now) pop()!.fire?.();
+    while (heap.length > 0 && heap[0]!.at <= now) {
+      const e = pop()!;
+      const fire = e.fire;
+      if (fire === null) continue;
+      // Fired, it is out of the heap: a later disarm is a no-op and counts nothing.
+      e.fire = null;
+      fire();
+    }
     schedule();
+    bound();
   };
   return {
     arm: (at, fire) => {
@@ -81,11 +113,16 @@ export function createDeadlineWheel(clock: Clock): DeadlineWheel {
       return () => {
         if (e.fire === null) return;
         e.fire = null;
+        dead++;
         if (heap[0] === e) schedule();
+        bound();
       };
     },
     get size() {
       return heap.length;
+    },
+    get armed() {
+      return heap.length - dead;
     },
   };
 }

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { createVirtualClock } from '../../runtime/clock.ts';
 import { createRng } from '../../runtime/rng.ts';
+import fc from 'fast-check';
 import { createDeadlineWheel } from '../../runtime/deadlines.ts';
 import { createRuntime } from '../../runtime/system.ts';
 
@@ -137,6 +138,79 @@ describe('deadline wheel', () => {
     expect(c.pending()).toBe(0);
     expect(c.run()).toBe(0);
     expect(fired).toEqual([30]);
+  });
+});
+
+describe('deadline wheel, bounded', () => {
+  it('keeps at most as many disarmed entries as armed ones (plus a constant), firing the rest in order', () => {
+    // Budgets of minutes disarmed milliseconds later: before compaction the heap grew with rate x budget.
+    const c = createVirtualClock();
+    const w = createDeadlineWheel(c);
+    const fired: number[] = [];
+    for (let i = 0; i < 100_000; i++) {
+      const off = w.arm(600_000 + i, () => fired.push(i));
+      if (i % 10 !== 0) off();
+      if (i % 1000 === 999) expect(w.size).toBeLessThanOrEqual(w.armed + Math.max(w.armed, 1024));
+    }
+    expect(w.armed).toBe(10_000);
+    c.run();
+    expect(fired).toEqual(Array.from({ length: 10_000 }, (_, k) => 10 * k));
+    expect(w.size).toBe(0);
+    expect(w.armed).toBe(0);
+  });
+
+  it('fires exactly the deadlines never disarmed, each once, by time then arming order (property)', () => {
+    type Op = { kind: 'arm'; at: number } | { kind: 'off'; pick: number } | { kind: 'run'; by: number };
+    const op = fc.oneof(
+      { weight: 4, arbitrary: fc.record({ kind: fc.constant('arm' as const), at: fc.integer({ min: 0, max: 200 }) }) },
+      { weight: 4, arbitrary: fc.record({ kind: fc.constant('off' as const), pick: fc.nat() }) },
+      { weight: 1, arbitrary: fc.record({ kind: fc.constant('run' as const), by: fc.integer({ min: 0, max: 10 }) }) },
+    );
+    fc.assert(
+      fc.property(fc.array(op, { minLength: 500, maxLength: 2000 }), (ops: Op[]) => {
+        const c = createVirtualClock();
+        // Compacted from 4 disarmed entries on, so that the runs rebuild the heap often.
+        const w = createDeadlineWheel(c, 4);
+        const fired: number[] = [];
+        const entries: { at: number; n: number; off: () => void; live: boolean; fired: boolean }[] = [];
+        for (const o of ops) {
+          if (o.kind === 'arm') {
+            const at = c.now() + o.at;
+            const n = entries.length;
+            const e = {
+              at,
+              n,
+              live: true,
+              fired: false,
+              off: w.arm(at, () => {
+                if (!e.live || e.fired || c.now() !== at) throw new Error(`deadline ${n} fired wrongly`);
+                e.fired = true;
+                fired.push(n);
+              }),
+            };
+            entries.push(e);
+          } else if (o.kind === 'off' && entries.length > 0) {
+            // Mostly recent ones (those still armed), as requests are scheduled soon after they arm.
+            const e = entries[Math.max(0, entries.length - 1 - (o.pick % 8))]!;
+            if (!e.fired) e.live = false;
+            e.off();
+          } else if (o.kind === 'run') {
+            c.run(c.now() + o.by);
+          }
+          const armed = entries.filter((e) => e.live && !e.fired).length;
+          expect(w.armed).toBe(armed);
+          expect(w.size).toBeLessThanOrEqual(armed + Math.max(armed, 4));
+        }
+        c.run();
+        const expected = entries
+          .filter((e) => e.live)
+          .sort((a, b) => a.at - b.at || a.n - b.n)
+          .map((e) => e.n);
+        expect(fired).toEqual(expected);
+        expect(w.size).toBe(0);
+      }),
+      { numRuns: 60, seed: 7, endOnFailure: true },
+    );
   });
 });
 
