@@ -2,6 +2,7 @@
 // in one tick leaves as one frame; while the socket is congested, token messages of the same request are merged so
 // the outgoing queue stays bounded by the number of live requests.
 import type { Clock, TimerId } from '../runtime/clock.ts';
+import { ChurnMap } from '../runtime/churn-map.ts';
 import { failure } from '../machines/outcomes.ts';
 import {
   CLIENT_PROTOCOL_VERSION,
@@ -442,7 +443,7 @@ function createRequestTable(
   tenant: string | undefined,
 ): RequestTable {
   const { push } = outbox;
-  const live = new Map<string, { cancel(): void }>();
+  const live = new ChurnMap<string, { cancel(): void }>();
   const ended = (id: string): void => {
     if (live.delete(id)) counted(-1);
   };

@@ -1,4 +1,5 @@
 // Time for the whole runtime: injected, so the same actors run on the wall clock or in virtual time.
+import { ChurnMap } from './churn-map.ts';
 
 /** A timer handle returned by a clock. */
 export type TimerId = number;
@@ -174,7 +175,7 @@ export function createVirtualClock(startMs = 0): VirtualClock {
 /** The wall clock for serving: milliseconds from process start, timers from the host. */
 export function createWallClock(): Clock {
   const origin = performance.now();
-  const immediates = new Map<number, NodeJS.Immediate>();
+  const immediates = new ChurnMap<number, NodeJS.Immediate>();
   let nextImmediate = 0;
   return {
     now: () => performance.now() - origin,

@@ -13,6 +13,7 @@ import type { Clock } from './clock.ts';
 import type { Rng } from './rng.ts';
 import type { IdGen } from './ids.ts';
 import { createIdGen } from './ids.ts';
+import { ChurnMap } from './churn-map.ts';
 
 /** A message between entities: one member of the union in machines/messages.ts. */
 export type Msg = Message;
@@ -115,6 +116,19 @@ function groupLogic(hear: (event: EventObject) => void): ActorLogic<Snapshot<und
   };
 }
 
+/**
+ * Makes `system` (an XState actor system) keep nothing when it starts an actor. XState 5.33 keeps every actor its
+ * system starts in a map that nothing reads (`_register` writes it, `_unregister` deletes from it; the test
+ * "XState's system map of started actors is write-only" checks that in the installed XState). A group's system starts
+ * one actor per request, so that map churns at the request rate, and a churning Map promotes what it held (see
+ * churn-map.ts); the group keeps its members itself. `_register` still answers the session id, and `_unregister`,
+ * still XState's, also forgets keyed (systemId) actors, which members are not.
+ */
+export function registerNothing(system: unknown): void {
+  const s = system as { _register?: (sessionId: string, actor: unknown) => string };
+  if (typeof s._register === 'function') s._register = (sessionId) => sessionId;
+}
+
 /** Shows `observer` an actor's current snapshot, as if it had just been taken (an inspector set late catches up). */
 function replay(observer: (ev: InspectionEvent) => void, actor: AnyActorRef, rootId: string): void {
   observer({
@@ -142,7 +156,7 @@ export function createRuntime(opts: {
   // Live supervised actors, so that an inspector set later also sees the ones already running.
   const inspectable = new Map<string, { actor: AnyActorRef; sub: Subscription | null }>();
   // Groups: one inspection subscription each (on the system their members share), and their live members.
-  const groups: { parent: AnyActorRef; members: Map<string, AnyActorRef>; sub: Subscription | null }[] = [];
+  const groups: { parent: AnyActorRef; members: ChurnMap<string, AnyActorRef>; sub: Subscription | null }[] = [];
   let inspector: ((ev: InspectionEvent) => void) | null = null;
   let lane: StepLane | null = null;
 
@@ -156,7 +170,7 @@ export function createRuntime(opts: {
   const route = (e: OutEvent): void => send(e.to, e.msg);
 
   const group = (name: string): ActorGroup => {
-    const members = new Map<string, AnyActorRef>();
+    const members = new ChurnMap<string, AnyActorRef>();
     const hear = (event: EventObject): void => {
       const { type } = event;
       if (type.startsWith(DONE)) {
@@ -169,6 +183,7 @@ export function createRuntime(opts: {
     };
     const parent = createActor(groupLogic(hear), { id: name, clock: opts.clock });
     parent.start();
+    registerNothing(parent.system);
     groups.push({ parent, members, sub: inspector ? parent.system.inspect(inspector) : null });
     return {
       parent,

@@ -1,6 +1,7 @@
 // What one replica's continuous batcher holds between steps: the KV ledger, the waiting queues, the running set
 // (ordered by class, then age, so the newest of the lowest class is last: the first to preempt), and counters.
 import { createKvLedger, type KvLedger } from './kv-ledger.ts';
+import { ChurnMap } from '../../runtime/churn-map.ts';
 import type { Sequence } from './sequence.ts';
 import type { ContinuousLimits } from './types.ts';
 import { createWaitingQueues, type WaitingQueues } from './waiting.ts';
@@ -13,7 +14,7 @@ export interface BatchState {
   /** Running sequences, highest class and oldest first. */
   readonly running: Sequence[];
   /** Every sequence here, waiting or running. */
-  readonly byId: Map<string, Sequence>;
+  readonly byId: ChurnMap<string, Sequence>;
   /** Victims preempted while planning the current step: they are not re-admitted in the same step. */
   readonly victims: Set<Sequence>;
   runCounter: number;
@@ -31,7 +32,7 @@ export function createBatchState(limits: ContinuousLimits): BatchState {
     ledger,
     waiting: createWaitingQueues(ledger),
     running: [],
-    byId: new Map(),
+    byId: new ChurnMap(),
     victims: new Set(),
     runCounter: 0,
     preemptions: 0,

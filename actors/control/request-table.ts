@@ -17,6 +17,7 @@ import { MAX_TRACES } from '../router/explain.ts';
 import type { DecisionTrace } from '../router/router.ts';
 import type { Runtime } from '../../runtime/system.ts';
 import type { DeadlineWheel } from '../../runtime/deadlines.ts';
+import { ChurnMap } from '../../runtime/churn-map.ts';
 import type { Live, RequestActor } from './types.ts';
 
 /** What the request table needs. */
@@ -199,7 +200,7 @@ function liveOf(rec: Omit<Live, 'actor' | 'streams'>, actor: Live['actor']): Liv
 /** Creates the request table. */
 export function createRequestTable(deps: RequestTableDeps): RequestTable {
   const { clock } = deps.runtime;
-  const live = new Map<string, Live>();
+  const live = new ChurnMap<string, Live>();
   const finishedTraces = new Map<string, DecisionTrace[]>();
   let order = 0;
   // Every request actor is a member of this group: one actor system for all of them, supervised through it.

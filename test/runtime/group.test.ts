@@ -1,4 +1,7 @@
 // Actor groups: many short-lived actors (the requests) supervised through one parent and one shared actor system.
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { assign, createActor, emit, setup, type InspectionEvent } from 'xstate';
 import type { OutEvent } from '../../machines/messages.ts';
@@ -100,5 +103,27 @@ describe('actor groups', () => {
     seen.length = 0;
     a.send({ type: 'end' });
     expect(seen).toEqual([]);
+  });
+});
+
+describe("XState's system map of started actors", () => {
+  // runtime/system.ts's registerNothing relies on it: a group's system keeps nothing when it starts a member, which is
+  // only harmless while XState never reads that map. An XState upgrade that starts reading it fails here.
+  it('is write-only in the installed XState (set when an actor starts, deleted when it stops)', () => {
+    const dist = dirname(fileURLToPath(import.meta.resolve('xstate')));
+    const files = readdirSync(dist)
+      .filter((f) => /\.(cjs|esm)\.js$/.test(f))
+      .map((f) => readFileSync(join(dist, f), 'utf8'))
+      .filter((src) => src.includes('function createSystem('));
+    expect(files.length).toBeGreaterThan(0);
+    for (const src of files) {
+      const from = src.indexOf('function createSystem(');
+      const body = src.slice(from, src.indexOf('\n}\n', from));
+      const uses = body.match(/\bchildren\b[^\n]*/g) ?? [];
+      expect(uses.length).toBe(3);
+      expect(uses[0]).toMatch(/^children = new Map\(\);$/);
+      expect(uses[1]).toMatch(/^children\.set\(sessionId, actorRef\);$/);
+      expect(uses[2]).toMatch(/^children\.delete\(actorRef\.sessionId\);$/);
+    }
   });
 });
