@@ -2,6 +2,7 @@
 // ones already accepted run on until a deadline; then each one still open is cancelled, so it gets exactly one
 // terminal event, and the drain resolves when the control plane holds none.
 import { failure } from '../machines/outcomes.ts';
+import { ChurnMap } from '../runtime/churn-map.ts';
 import type { Clock } from '../runtime/clock.ts';
 import type { Accepted, DoneInfo, Serving, StreamSink } from './serving.ts';
 
@@ -25,7 +26,7 @@ class Tracked implements StreamSink {
   ended = false;
   constructor(
     private readonly sink: StreamSink,
-    private readonly open: Map<string, Accepted>,
+    private readonly open: ChurnMap<string, Accepted>,
   ) {}
   tokens(seq: number, n: number, text: string | undefined): void {
     this.sink.tokens(seq, n, text);
@@ -47,7 +48,8 @@ class Tracked implements StreamSink {
 /** Wraps `inner` so that it can be drained. */
 export function createDrainGate(inner: Serving, clock: Clock): DrainGate {
   let draining = false;
-  const open = new Map<string, Accepted>();
+  // Every accepted request passes through here: a Map refilled at that rate promotes what it held (churn-map.ts).
+  const open = new ChurnMap<string, Accepted>();
   const serving: Serving = {
     ...inner,
     submit: (req, sink, delivery) => {
