@@ -26,10 +26,28 @@ export type { GpuRecord } from './ledger.ts';
 export type { PlacementHooks } from './reconciler.ts';
 export type { FailureRecord, InterruptionRecord, PlacementEvent, ReplicaEvent } from './timeline.ts';
 
+/** The replicas by id, counting every change (the router keeps its list of replicas until the count moves). */
+export class ReplicaMap extends Map<string, ReplicaHandle> {
+  /** Changes so far: each set and delete counts one. */
+  version = 0;
+  override set(id: string, r: ReplicaHandle): this {
+    this.version++;
+    return super.set(id, r);
+  }
+  override delete(id: string): boolean {
+    this.version++;
+    return super.delete(id);
+  }
+  override clear(): void {
+    this.version++;
+    super.clear();
+  }
+}
+
 /** The placement actor of a control plane. */
 export interface Placement {
   readonly gpus: ReadonlyMap<number, GpuRecord>;
-  readonly replicas: ReadonlyMap<string, ReplicaHandle>;
+  readonly replicas: ReadonlyMap<string, ReplicaHandle> & { readonly version: number };
   /** Why `model` cannot be served now, or null. */
   unavailable(model: string): string | null;
   /** Why the model has no place now, also while its requests are held for a repair (null when it is placed). */
@@ -74,7 +92,7 @@ export function startPlacement(runtime: Runtime, scenario: Scenario, hooks: Plac
   const pc = scenario.placement;
   const now = (): number => runtime.clock.now();
   const ledger = createGpuLedger(scenario.node.gpus);
-  const replicas = new Map<string, ReplicaHandle>();
+  const replicas = new ReplicaMap();
   const timeline = createTimeline(now);
   const watchers: (() => void)[] = [];
   const notify = (): void => {
