@@ -9,7 +9,10 @@ type Op = { kind: 'set'; k: number; v: number } | { kind: 'delete'; k: number } 
 describe('ChurnMap', () => {
   it('answers as a Map does through rebuilds: entries, lookups, size and insertion order (property)', () => {
     const op = fc.oneof(
-      { weight: 200, arbitrary: fc.record({ kind: fc.constant('set' as const), k: fc.noBias(fc.nat(60)), v: fc.integer() }) },
+      {
+        weight: 200,
+        arbitrary: fc.record({ kind: fc.constant('set' as const), k: fc.noBias(fc.nat(60)), v: fc.integer() }),
+      },
       { weight: 200, arbitrary: fc.record({ kind: fc.constant('delete' as const), k: fc.noBias(fc.nat(60)) }) },
       { weight: 1, arbitrary: fc.record({ kind: fc.constant('clear' as const) }) },
     );
