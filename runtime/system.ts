@@ -124,7 +124,7 @@ function groupLogic(hear: (event: EventObject) => void): ActorLogic<Snapshot<und
  * churn-map.ts); the group keeps its members itself. `_register` still answers the session id, and `_unregister`,
  * still XState's, also forgets keyed (systemId) actors, which members are not.
  */
-export function registerNothing(system: unknown): void {
+function registerNothing(system: unknown): void {
   const s = system as { _register?: (sessionId: string, actor: unknown) => string };
   if (typeof s._register === 'function') s._register = (sessionId) => sessionId;
 }
