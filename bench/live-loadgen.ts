@@ -22,7 +22,17 @@ export type LoadSpec =
       warmupMs: number;
       windowMs: number;
     }
-  | { mode: 'latency'; url: string; model: string; conns: number; rate: number; durationMs: number; maxTokens: number }
+  | {
+      mode: 'latency';
+      url: string;
+      model: string;
+      conns: number;
+      rate: number;
+      durationMs: number;
+      maxTokens: number;
+      /** Also answer every TTFT and TBT sample (µs-rounded ms), so that rounds can be pooled. */
+      samples?: boolean;
+    }
   | { mode: 'hold'; url: string; model: string; conns: number; streams: number; maxTokens: number };
 
 interface Req {
@@ -132,7 +142,7 @@ async function throughput(s: Extract<LoadSpec, { mode: 'throughput' }>): Promise
   return result;
 }
 
-async function latency(s: Extract<LoadSpec, { mode: 'latency' }>): Promise<Record<string, number | string>> {
+async function latency(s: Extract<LoadSpec, { mode: 'latency' }>): Promise<Record<string, number | string | number[]>> {
   const reqs = new Map<string, Req>();
   const ttft: number[] = [];
   const tbt: number[] = [];
@@ -193,6 +203,7 @@ async function latency(s: Extract<LoadSpec, { mode: 'latency' }>): Promise<Recor
     framesIn: received.frames,
     bytesIn: received.bytes,
     firstFailure,
+    ...(s.samples ? { ttftMs: ttft.map(r2), tbtMs: tbt.map(r2) } : {}),
   };
 }
 
@@ -223,5 +234,7 @@ async function hold(s: Extract<LoadSpec, { mode: 'hold' }>): Promise<void> {
 export async function runLoadgen(spec: LoadSpec): Promise<void> {
   if (spec.mode === 'hold') return hold(spec);
   const r = spec.mode === 'throughput' ? await throughput(spec) : await latency(spec);
-  process.stdout.write(`${JSON.stringify(r)}\n`);
+  // The caller exits once this resolves: a pipe is written asynchronously, so wait until the line is out (a round's
+  // samples make it hundreds of KB).
+  await new Promise<void>((done) => process.stdout.write(`${JSON.stringify(r)}\n`, () => done()));
 }

@@ -1,7 +1,8 @@
 // `npm run bench:live`: live serving overhead over loopback. A load generator in its own process drives first a bare
 // two-hop ws+msgpack relay (bench/live-relay.ts), then `switchyard serve` with the zero-cost executor, and measures
 // streamed tokens/s (closed loop), TTFT and TBT at 1,000 req/s (open loop; with a zero-cost executor every millisecond
-// of them is switchyard's own; the added TTFT is switchyard's p99 minus the relay's p99 in the same run), completed
+// of them is switchyard's own; the added TTFT is switchyard's p99 minus the relay's p99 in the same run, each over
+// three rounds that alternate between the two, so that drift in the machine's load hits both alike), completed
 // streaming requests/s of the OpenAI endpoint against a bare node:http SSE server streaming the same 16 tokens
 // (bench/live-http.ts; one closed-loop HTTP load generator for both, alternated in the same run), and 10,000
 // concurrent open streams with the server's memory per stream.
@@ -14,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createWallClock } from '../runtime/clock.ts';
-import { runLoadgen, type LoadSpec } from './live-loadgen.ts';
+import { percentile, runLoadgen, type LoadSpec } from './live-loadgen.ts';
 import { runRelayServer, runRelayWorker } from './live-relay.ts';
 import { runHttpBare, runHttpLoadgen, type HttpLoadSpec } from './live-http.ts';
 import { stopProcess } from './lib/serve-process.ts';
@@ -123,6 +124,28 @@ async function loadgen(spec: LoadSpec): Promise<Record<string, number>> {
   return JSON.parse(line) as Record<string, number>;
 }
 
+/** Latency figures over several rounds of the same load: percentiles of every round's samples together, counts
+ * summed. */
+function pooled(rounds: Record<string, unknown>[]): Record<string, number> {
+  const all = (k: string): number[] => rounds.flatMap((r) => r[k] as number[]);
+  const sum = (k: string): number => rounds.reduce((a, r) => a + (r[k] as number), 0);
+  const r3 = (x: number): number => Math.round(x * 1000) / 1000;
+  const ttft = all('ttftMs');
+  const tbt = all('tbtMs');
+  return {
+    ttftP50Ms: r3(percentile(ttft, 50)),
+    ttftP99Ms: r3(percentile(ttft, 99)),
+    tbtP50Ms: r3(percentile(tbt, 50)),
+    tbtP99Ms: r3(percentile(tbt, 99)),
+    finished: sum('finished'),
+    rejected: sum('rejected'),
+    achievedRate: Math.round(sum('achievedRate') / rounds.length),
+  };
+}
+
+/** Each round's own p99 TTFT. */
+const roundP99s = (rounds: Record<string, unknown>[]): string => rounds.map((r) => r['ttftP99Ms'] as number).join(', ');
+
 async function httpLoadgen(spec: HttpLoadSpec): Promise<Record<string, number>> {
   const p = run([SELF, 'http-loadgen', JSON.stringify(spec)]);
   const line = await p.next(/^\{/, 180_000);
@@ -139,6 +162,9 @@ const WINDOWS = quick
 
 /** HTTP rounds: switchyard and the bare SSE server alternate, so drift in the machine's load hits both alike. */
 const HTTP_ROUNDS = 2;
+/** Latency rounds, likewise: the relay and switchyard alternate (which goes first alternates too), and each side's
+ * percentiles are taken over all its rounds' requests together. */
+const LATENCY_ROUNDS = 3;
 const httpSpec = (url: string, model: string): HttpLoadSpec => ({
   url,
   model,
@@ -180,7 +206,7 @@ const throughputSpec = (url: string, model: string): LoadSpec => ({
   warmupMs: WINDOWS.tpWarmupMs,
   windowMs: WINDOWS.tpWindowMs,
 });
-const latencySpec = (url: string, model: string): LoadSpec => ({
+const latencySpec = (url: string, model: string): Extract<LoadSpec, { mode: 'latency' }> => ({
   mode: 'latency',
   url,
   model,
@@ -199,9 +225,6 @@ async function main(): Promise<void> {
   await relay.next(/"worker":true/);
   const relayWs = relayUrl.replace('http', 'ws') + '/v1/ws';
   const relayTp = await loadgen(throughputSpec(relayWs, 'relay'));
-  const relayLat = await loadgen(latencySpec(relayWs, 'relay'));
-  await relayWorker.stop();
-  await relay.stop();
 
   process.stderr.write('bench:live: switchyard serve (zero-cost executor)...\n');
   const dir = mkdtempSync(join(tmpdir(), 'switchyard-bench-'));
@@ -221,7 +244,28 @@ async function main(): Promise<void> {
   };
   const { sy, info } = await startServe(['--executor', 'zero-cost']);
   const syTp = await loadgen(throughputSpec(info.wsUrl, 'llama-3-8b'));
-  const syLat = await loadgen(latencySpec(info.wsUrl, 'llama-3-8b'));
+  process.stderr.write(
+    `bench:live: TTFT at 1,000 req/s, ${LATENCY_ROUNDS} rounds each, relay and switchyard alternating...\n`,
+  );
+  const relayRounds: Record<string, unknown>[] = [];
+  const syRounds: Record<string, unknown>[] = [];
+  for (let i = 0; i < LATENCY_ROUNDS; i++) {
+    const relayRound = (): Promise<void> =>
+      loadgen({ ...latencySpec(relayWs, 'relay'), samples: true }).then((r) => void relayRounds.push(r));
+    const syRound = (): Promise<void> =>
+      loadgen({ ...latencySpec(info.wsUrl, 'llama-3-8b'), samples: true }).then((r) => void syRounds.push(r));
+    if (i % 2 === 0) {
+      await relayRound();
+      await syRound();
+    } else {
+      await syRound();
+      await relayRound();
+    }
+  }
+  await relayWorker.stop();
+  await relay.stop();
+  const relayLat = pooled(relayRounds);
+  const syLat = pooled(syRounds);
   if (process.env['BENCH_DEBUG'])
     process.stderr.write(`${sy.lines.join('\n')}\n${JSON.stringify(syTp)}\n${JSON.stringify(syLat)}\n`);
 
@@ -318,6 +362,9 @@ async function main(): Promise<void> {
       `${relayLat['ttftP50Ms']} / ${relayLat['ttftP99Ms']}`,
       `p99 added ${addedTtft} (<= 5 ms)`,
     ),
+  );
+  out.push(
+    `  ${LATENCY_ROUNDS} alternating rounds pooled; each round's p99: switchyard ${roundP99s(syRounds)}; relay ${roundP99s(relayRounds)}`,
   );
   out.push(
     row(
