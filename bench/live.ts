@@ -124,12 +124,14 @@ async function loadgen(spec: LoadSpec): Promise<Record<string, number>> {
   return JSON.parse(line) as Record<string, number>;
 }
 
+/** Rounded to the microsecond (figures in ms) or to three decimals (ratios). */
+const r3 = (x: number): number => Math.round(x * 1000) / 1000;
+
 /** Latency figures over several rounds of the same load: percentiles of every round's samples together, counts
  * summed. */
 function pooled(rounds: Record<string, unknown>[]): Record<string, number> {
   const all = (k: string): number[] => rounds.flatMap((r) => r[k] as number[]);
   const sum = (k: string): number => rounds.reduce((a, r) => a + (r[k] as number), 0);
-  const r3 = (x: number): number => Math.round(x * 1000) / 1000;
   const ttft = all('ttftMs');
   const tbt = all('tbtMs');
   return {
@@ -311,7 +313,6 @@ async function main(): Promise<void> {
   const perStream = (a: number, b: number): number => Math.round((b - a) / Math.max(1, held.held));
   const heapPer = perStream(before.heap + before.external, during.heap + during.external);
   const rssPer = perStream(before.rss, during.rss);
-  const r3 = (x: number): number => Math.round(x * 1000) / 1000;
   const addedTtft = r3(syLat['ttftP99Ms']! - relayLat['ttftP99Ms']!);
   const figures: Figures = {
     relayRatio: r3(syTp['tokensPerS']! / Math.max(1, relayTp['tokensPerS']!)),
