@@ -78,29 +78,27 @@ function writeString(s: string): void {
   at = start + need + n;
 }
 
+/** A number as msgpackr writes it (so `encode` stays byte for byte what it was): integers of up to 32 bits in
+ * their smallest form, every other number as a float64. */
 function writeNumber(x: number): void {
   room(9);
-  if (Number.isSafeInteger(x)) {
-    if (x >= 0) {
-      if (x < 0x80) buf[at++] = x;
-      else if (x < 0x100) {
-        buf[at++] = 0xcc;
-        buf[at++] = x;
-      } else if (x < 0x10000) {
-        buf[at++] = 0xcd;
-        view.setUint16(at, x);
-        at += 2;
-      } else if (x < 0x100000000) {
-        buf[at++] = 0xce;
-        view.setUint32(at, x);
-        at += 4;
-      } else {
-        buf[at++] = 0xcf;
-        view.setBigUint64(at, BigInt(x));
-        at += 8;
-      }
-      return;
+  if (x >>> 0 === x) {
+    if (x < 0x80) buf[at++] = x;
+    else if (x < 0x100) {
+      buf[at++] = 0xcc;
+      buf[at++] = x;
+    } else if (x < 0x10000) {
+      buf[at++] = 0xcd;
+      view.setUint16(at, x);
+      at += 2;
+    } else {
+      buf[at++] = 0xce;
+      view.setUint32(at, x);
+      at += 4;
     }
+    return;
+  }
+  if (x >> 0 === x) {
     if (x >= -32) buf[at++] = x & 0xff;
     else if (x >= -0x80) {
       buf[at++] = 0xd0;
@@ -109,14 +107,10 @@ function writeNumber(x: number): void {
       buf[at++] = 0xd1;
       view.setInt16(at, x);
       at += 2;
-    } else if (x >= -0x80000000) {
+    } else {
       buf[at++] = 0xd2;
       view.setInt32(at, x);
       at += 4;
-    } else {
-      buf[at++] = 0xd3;
-      view.setBigInt64(at, BigInt(x));
-      at += 8;
     }
     return;
   }
@@ -130,8 +124,11 @@ function isPlain(v: object): boolean {
   return p === Object.prototype || p === null;
 }
 
+/** How deep `writeValue` may nest: the receivers' limit for frames, far more for `writeMessage`. */
+let maxDepth = 32;
+
 function writeValue(v: unknown, depth: number): void {
-  if (depth > 32) throw new TypeError('frame nests deeper than 32');
+  if (depth > maxDepth) throw new TypeError(`too_deep: frame nests deeper than ${maxDepth}`);
   if (v === null || v === undefined) {
     room(1);
     buf[at++] = 0xc0;
@@ -143,6 +140,23 @@ function writeValue(v: unknown, depth: number): void {
   } else if (Array.isArray(v)) {
     header(v.length, 0x90, 0xdc, 0xdd);
     for (const x of v) writeValue(x, depth + 1);
+  } else if (v instanceof Uint8Array) {
+    const n = v.byteLength;
+    room(n + 5);
+    if (n < 0x100) {
+      buf[at++] = 0xc4;
+      buf[at++] = n;
+    } else if (n < 0x10000) {
+      buf[at++] = 0xc5;
+      view.setUint16(at, n);
+      at += 2;
+    } else {
+      buf[at++] = 0xc6;
+      view.setUint32(at, n);
+      at += 4;
+    }
+    buf.set(v, at);
+    at += n;
   } else if (typeof v === 'object' && isPlain(v)) {
     const o = v as Record<string, unknown>;
     let n = 0;
@@ -151,10 +165,23 @@ function writeValue(v: unknown, depth: number): void {
     for (const k in o) {
       const x = o[k];
       if (x === undefined) continue;
+      // What every receiver refuses (codec.ts), refused at its sender.
+      if (k === '__proto__' || k === 'constructor' || k === 'prototype') throw new TypeError(`forbidden_key: ${k}`);
       writeString(k);
       writeValue(x, depth + 1);
     }
-  } else throw new TypeError(`cannot encode a ${typeof v} in a frame`);
+  } else if (typeof v === 'bigint') {
+    // As msgpackr writes one (int64); a peer refuses any outside the safe range, so it is refused here.
+    if (v > BigInt(Number.MAX_SAFE_INTEGER) || v < BigInt(Number.MIN_SAFE_INTEGER))
+      throw new TypeError(`unsafe_integer: ${v} is outside the safe integer range`);
+    room(9);
+    buf[at++] = 0xd3;
+    view.setBigInt64(at, v);
+    at += 8;
+  } else {
+    const what = typeof v === 'object' ? (Object.getPrototypeOf(v)?.constructor?.name ?? 'object') : typeof v;
+    throw new TypeError(`extension_refused: a ${what} has no plain msgpack form`);
+  }
 }
 
 const ascii = (...parts: string[]): Uint8Array => {
@@ -214,6 +241,11 @@ export function writeFrame<M>(items: readonly (M | TokensEntry)[], isTokens: (x:
     if (isTokens(x)) writeTokens(x as TokensEntry);
     else writeValue(x, 1);
   }
+  return takeBytes();
+}
+
+/** Copies the work buffer's `at` bytes out (the socket may hold them after this returns; the buffer is reused). */
+function takeBytes(): Buffer {
   const out = Buffer.allocUnsafe(at);
   out.set(buf.subarray(0, at));
   // A rare huge frame does not keep its buffer.
@@ -222,6 +254,22 @@ export function writeFrame<M>(items: readonly (M | TokensEntry)[], isTokens: (x:
     view = new DataView(buf.buffer);
   }
   return out;
+}
+
+/**
+ * Any plain value (objects with Object's or no prototype, arrays, strings, numbers, booleans, null, undefined,
+ * Uint8Array) as the bytes msgpackr writes for it with codec.ts's options: undefined properties omitted, undefined
+ * items nil. Throws a TypeError on anything else (a class instance, a Map, a bigint...) or a forbidden key.
+ */
+export function writeMessage(value: unknown): Buffer {
+  at = 0;
+  maxDepth = 10_000;
+  try {
+    writeValue(value, 0);
+  } finally {
+    maxDepth = 32;
+  }
+  return takeBytes();
 }
 
 /** The message a tokens entry stands for (the JSON format, and tests). */

@@ -151,7 +151,8 @@ describe('codec round trip', () => {
   it('refuses at encode time values with no plain msgpack form', () => {
     expect(() => encode(new Date(0))).toThrow(/extension_refused/);
     expect(() => encode({ when: new Date(0) })).toThrow(/extension_refused/);
-    expect(() => encode(new Map([[1, 'a']]))).toThrow(/forbidden_key/);
+    expect(() => encode(new Map([[1, 'a']]))).toThrow(/extension_refused/);
+    expect(() => encode({ v: new (class Point {})() })).toThrow(/extension_refused: a Point/);
     expect(() => encode(JSON.parse('{"__proto__":1}'))).toThrow(/forbidden_key/);
     expect(() => encode(2n ** 63n)).toThrow(/unsafe_integer/);
   });
