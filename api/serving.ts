@@ -94,6 +94,22 @@ const enum Text {
 const text = (delivery: Delivery, engine: unknown): Text =>
   !delivery.text ? Text.None : engine ? Text.Engine : Text.Words;
 
+/** An accepted request, held by its client API while it lives: a class, so a request makes no closure for its
+ * cancel (under tsx each closure would also get a `name` property of its own). */
+class Admitted implements Accepted {
+  readonly ok = true;
+  constructor(
+    private readonly cp: ControlPlane,
+    readonly request: string,
+    readonly model: string,
+    readonly version: string,
+    readonly promptTokens: number,
+  ) {}
+  cancel(): void {
+    this.cp.cancel(this.request);
+  }
+}
+
 /**
  * What the control plane tells one request's client API, relayed to its sink: a class rather than closures, so a
  * request makes no functions and a token reaches the sink through this one object. Every outcome feeds the metrics.
@@ -182,14 +198,7 @@ export function createServing(
       relay,
     );
     if (!res.ok) return { ok: false, failure: res.failure };
-    return {
-      ok: true,
-      request: res.id,
-      model: req.model,
-      version: res.version,
-      promptTokens,
-      cancel: () => void cp.cancel(res.id),
-    };
+    return new Admitted(cp, res.id, req.model, res.version, promptTokens);
   };
 
   return {
