@@ -5,6 +5,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { unixTimeMs, type Clock, type TimerId } from '../../runtime/clock.ts';
 import { failure, type Failure } from '../../machines/outcomes.ts';
 import type { ClientRequest } from '../../transport/client-protocol.ts';
+import type { TerminalOutcome } from '../../actors/control-plane.ts';
 import type { DoneInfo, Serving, StreamSink } from '../serving.ts';
 import { estimateTokens } from '../pseudo-text.ts';
 import { errorBody, readJson, sendFailure, sendJson } from './io.ts';
@@ -151,36 +152,171 @@ const usageOf = (d: DoneInfo): { prompt_tokens: number; completion_tokens: numbe
 });
 
 /**
- * A streaming response's status line and headers: written with its first event (one write to the socket where there
- * were two), or once SSE_HEAD_WAIT_MS pass without one, so a client whose request waits in a queue still hears soon
- * that it was accepted. Without a clock they leave at once. Answers the function every write calls first.
+ * One completion request's answer, and the sink serving talks to. A class, so a request makes no closures (under tsx
+ * each named closure also gets a `name` property of its own: a property array per function, on every request).
+ *
+ * A streaming response's status line and headers are written with its first event (one write to the socket where
+ * there were two), or once SSE_HEAD_WAIT_MS pass without one, so a client whose request waits in a queue still hears
+ * soon that it was accepted. Without a clock they leave at once.
  */
-function sseHead(res: ServerResponse, headers: Record<string, string>, clock: Clock | undefined): () => void {
-  let open = false;
-  let timer: TimerId | null = null;
-  const head = (): void => {
-    if (open) return;
-    open = true;
-    if (timer !== null) clock?.clearTimeout(timer);
-    timer = null;
-    if (!res.destroyed && !res.writableEnded) res.writeHead(200, headers);
-  };
-  const flush = (): void => {
-    timer = null;
-    head();
+class Completion implements StreamSink {
+  /** The response's id, known once the request is admitted. */
+  id = '';
+  private text = '';
+  private first = true;
+  private finished = false;
+  private streaming = false;
+  private headers: Record<string, string> | null = null;
+  private headSent = false;
+  private headTimer: TimerId | null = null;
+  // A token chunk's constant parts, encoded once per request at its first token (the id is known by then).
+  private tokenHead = '';
+  private tokenTail = '';
+  private readonly created = Math.floor(unixTimeMs() / 1000);
+
+  constructor(
+    private readonly res: ServerResponse,
+    private readonly chat: boolean,
+    private readonly p: Parsed,
+    private readonly clock: Clock | undefined,
+  ) {}
+
+  /** The response streams from now on: its head leaves with the first event, or when the wait is over. */
+  startStream(headers: Record<string, string>): void {
+    this.headers = headers;
+    this.streaming = true;
+    if (this.clock) this.headTimer = this.clock.setTimeout(() => this.flushHead(), SSE_HEAD_WAIT_MS);
+    else this.flushHead();
+  }
+
+  /** The connection closed: a request still running is cancelled. */
+  closed(request: { cancel(): void }): void {
+    this.clearHeadTimer();
+    if (!this.finished) request.cancel();
+  }
+
+  tokens(_seq: number, _n: number, t: string | undefined): void {
+    if (!this.p.stream) {
+      this.text += t ?? '';
+      return;
+    }
+    const role =
+      this.chat && this.first
+        ? event(this.chunk({ delta: { role: 'assistant', content: '' }, finish_reason: null, logprobs: null }))
+        : '';
+    this.first = false;
+    this.send(role + this.tokenEvent(t ?? ''));
+  }
+
+  done(d: DoneInfo): void {
+    this.finished = true;
+    const { chat, p, res } = this;
+    if (!p.stream) {
+      const choice = chat
+        ? {
+            index: 0,
+            message: { role: 'assistant', content: this.text, refusal: null },
+            finish_reason: d.finishReason,
+            logprobs: null,
+          }
+        : { index: 0, text: this.text, finish_reason: d.finishReason, logprobs: null };
+      return sendJson(res, 200, {
+        id: this.id,
+        object: chat ? 'chat.completion' : 'text_completion',
+        created: this.created,
+        model: p.model,
+        choices: [choice],
+        usage: usageOf(d),
+        switchyard: { timings: d.timings },
+      });
+    }
+    let last = event(
+      chat
+        ? this.chunk({ delta: {}, finish_reason: d.finishReason, logprobs: null })
+        : this.chunk({ text: '', finish_reason: d.finishReason, logprobs: null }),
+    );
+    if (p.includeUsage)
+      last += event({
+        id: this.id,
+        object: chat ? 'chat.completion.chunk' : 'text_completion',
+        created: this.created,
+        model: p.model,
+        choices: [],
+        usage: usageOf(d),
+      });
+    this.send(`${last}data: [DONE]\n\n`, true);
+  }
+
+  failed(f: Failure & { outcome: TerminalOutcome['outcome'] }): void {
+    this.finished = true;
+    // Once the stream is accepted its status is 200 (sent or not yet): the failure is an event of the stream.
+    if (!this.p.stream || !this.streaming) return sendFailure(this.res, f);
+    this.send(event(errorBody(f)), true);
+  }
+
+  private chunk(choice: Record<string, unknown>): Record<string, unknown> {
+    return {
+      id: this.id,
+      object: this.chat ? 'chat.completion.chunk' : 'text_completion',
+      created: this.created,
+      model: this.p.model,
+      choices: [{ index: 0, ...choice }],
+    };
+  }
+
+  private tokenEvent(t: string): string {
+    if (this.tokenHead === '') {
+      const mark = JSON.stringify(TOKEN_MARK);
+      const tpl = event(
+        this.chat
+          ? this.chunk({ delta: { content: TOKEN_MARK }, finish_reason: null, logprobs: null })
+          : this.chunk({ text: TOKEN_MARK, finish_reason: null, logprobs: null }),
+      );
+      // The text is the last string of the chunk (the model name, earlier, may be anything).
+      const at = tpl.lastIndexOf(mark);
+      this.tokenHead = tpl.slice(0, at);
+      this.tokenTail = tpl.slice(at + mark.length);
+    }
+    return this.tokenHead + JSON.stringify(t) + this.tokenTail;
+  }
+
+  /** What one sink call says leaves in one write (the chat role chunk with the first token; the last chunk, usage and
+   * [DONE] in the end). */
+  private send(sse: string, end = false): void {
+    const { res } = this;
+    if (res.writableEnded || res.destroyed) return;
+    this.head();
+    if (end) return void res.end(sse);
+    res.write(sse);
+    // A reader that stopped reading must not grow the buffer without bound: cut it off (its request is cancelled on close).
+    if (res.writableLength > MAX_SSE_BUFFERED) res.destroy();
+  }
+
+  private head(): void {
+    if (this.headers === null || this.headSent) return;
+    this.headSent = true;
+    this.clearHeadTimer();
+    const { res } = this;
+    if (!res.destroyed && !res.writableEnded) res.writeHead(200, this.headers);
+  }
+
+  private flushHead(): void {
+    this.headTimer = null;
+    this.head();
+    const { res } = this;
     if (!res.destroyed && !res.writableEnded) res.flushHeaders();
-  };
-  if (clock) timer = clock.setTimeout(flush, SSE_HEAD_WAIT_MS);
-  else flush();
-  res.once('close', () => {
-    if (timer !== null) clock?.clearTimeout(timer);
-    timer = null;
-  });
-  return head;
+  }
+
+  private clearHeadTimer(): void {
+    if (this.headTimer !== null) this.clock?.clearTimeout(this.headTimer);
+    this.headTimer = null;
+  }
 }
 
+const event = (data: unknown): string => `data: ${JSON.stringify(data)}\n\n`;
+
 /** Handles POST /v1/completions (`chat` false) or /v1/chat/completions (`chat` true). `clock` times how long a
- * streaming response's headers may wait for its first event (see sseHead). */
+ * streaming response's headers may wait for its first event (see Completion). */
 export async function handleCompletion(
   serving: Serving,
   req: IncomingMessage,
@@ -193,126 +329,19 @@ export async function handleCompletion(
   if (!body.ok) return sendFailure(res, body.failure, body.status);
   const p = chat ? parseChat(body.value) : parseCompletion(body.value);
   if ('code' in p) return sendFailure(res, p);
-  const created = Math.floor(unixTimeMs() / 1000);
-  const object = chat ? 'chat.completion' : 'text_completion';
-  let text = '';
-  let id = '';
-  let first = true;
-  let finished = false;
-  const chunk = (choice: Record<string, unknown>, extra: Record<string, unknown> = {}): Record<string, unknown> => ({
-    id,
-    object: chat ? 'chat.completion.chunk' : 'text_completion',
-    created,
-    model: p.model,
-    choices: [{ index: 0, ...choice }],
-    ...extra,
-  });
-  const event = (data: unknown): string => `data: ${JSON.stringify(data)}\n\n`;
-  // What one sink call says leaves in one write (the chat role chunk with the first token; the last chunk, usage and
-  // [DONE] in the end).
-  let head = (): void => {};
-  let streaming = false;
-  const send = (sse: string, end = false): void => {
-    if (res.writableEnded || res.destroyed) return;
-    head();
-    if (end) return void res.end(sse);
-    res.write(sse);
-    // A reader that stopped reading must not grow the buffer without bound: cut it off (its request is cancelled on close).
-    if (res.writableLength > MAX_SSE_BUFFERED) res.destroy();
-  };
-  // A token chunk's constant parts, encoded once per request at its first token (the id is known by then).
-  let tokenHead = '';
-  let tokenTail = '';
-  const tokenEvent = (t: string): string => {
-    if (tokenHead === '') {
-      const mark = JSON.stringify(TOKEN_MARK);
-      const tpl = event(
-        chat
-          ? chunk({ delta: { content: TOKEN_MARK }, finish_reason: null, logprobs: null })
-          : chunk({ text: TOKEN_MARK, finish_reason: null, logprobs: null }),
-      );
-      // The text is the last string of the chunk (the model name, earlier, may be anything).
-      const at = tpl.lastIndexOf(mark);
-      tokenHead = tpl.slice(0, at);
-      tokenTail = tpl.slice(at + mark.length);
-    }
-    return tokenHead + JSON.stringify(t) + tokenTail;
-  };
-
-  const sink: StreamSink = {
-    tokens: (_seq, _n, t) => {
-      if (!p.stream) {
-        text += t ?? '';
-        return;
-      }
-      const role =
-        chat && first
-          ? event(chunk({ delta: { role: 'assistant', content: '' }, finish_reason: null, logprobs: null }))
-          : '';
-      first = false;
-      send(role + tokenEvent(t ?? ''));
-    },
-    done: (d) => {
-      finished = true;
-      if (!p.stream) {
-        const choice = chat
-          ? {
-              index: 0,
-              message: { role: 'assistant', content: text, refusal: null },
-              finish_reason: d.finishReason,
-              logprobs: null,
-            }
-          : { index: 0, text, finish_reason: d.finishReason, logprobs: null };
-        return sendJson(res, 200, {
-          id,
-          object,
-          created,
-          model: p.model,
-          choices: [choice],
-          usage: usageOf(d),
-          switchyard: { timings: d.timings },
-        });
-      }
-      let last = event(
-        chat
-          ? chunk({ delta: {}, finish_reason: d.finishReason, logprobs: null })
-          : chunk({ text: '', finish_reason: d.finishReason, logprobs: null }),
-      );
-      if (p.includeUsage)
-        last += event({
-          id,
-          object: chat ? 'chat.completion.chunk' : 'text_completion',
-          created,
-          model: p.model,
-          choices: [],
-          usage: usageOf(d),
-        });
-      send(`${last}data: [DONE]\n\n`, true);
-    },
-    failed: (f) => {
-      finished = true;
-      // Once the stream is accepted its status is 200 (sent or not yet): the failure is an event of the stream.
-      if (!p.stream || !streaming) return sendFailure(res, f);
-      send(event(errorBody(f)), true);
-    },
-  };
+  const c = new Completion(res, chat, p, clock);
   const { stream: _stream, includeUsage: _usage, ...request } = p;
-  const r = serving.submit(request, sink, { text: true, ...(tenant !== undefined ? { tenant } : {}) });
+  const r = serving.submit(request, c, { text: true, ...(tenant !== undefined ? { tenant } : {}) });
   if (!r.ok) return sendFailure(res, r.failure);
-  id = `${chat ? 'chatcmpl' : 'cmpl'}-${r.request}`;
-  res.on('close', () => {
-    if (!finished) r.cancel();
-  });
-  if (p.stream) {
-    const headers = {
+  c.id = `${chat ? 'chatcmpl' : 'cmpl'}-${r.request}`;
+  res.on('close', () => c.closed(r));
+  if (p.stream)
+    c.startStream({
       'Content-Type': 'text/event-stream',
       'Cache-Control': 'no-cache',
       Connection: 'keep-alive',
       'X-Request-Id': r.request,
-    };
-    head = sseHead(res, headers, clock);
-    streaming = true;
-  }
+    });
 }
 
 /** Handles GET /v1/models: every configured model, marked as served by the simulated backend. */
