@@ -235,13 +235,40 @@ function writeTokens(e: TokensEntry): void {
  * Returns a copy of the bytes (the socket may still hold it after this returns; the work buffer is reused).
  */
 export function writeFrame<M>(items: readonly (M | TokensEntry)[], isTokens: (x: M | TokensEntry) => boolean): Buffer {
-  at = 0;
-  header(items.length, 0x90, 0xdc, 0xdd);
-  for (const x of items) {
-    if (isTokens(x)) writeTokens(x as TokensEntry);
-    else writeValue(x, 1);
+  const saved = enter();
+  try {
+    at = 0;
+    header(items.length, 0x90, 0xdc, 0xdd);
+    for (const x of items) {
+      if (isTokens(x)) writeTokens(x as TokensEntry);
+      else writeValue(x, 1);
+    }
+    return takeBytes();
+  } finally {
+    leave(saved);
   }
-  return takeBytes();
+}
+
+/** Writes in progress: a getter read while writing may itself encode (a write inside a write gets a buffer of its
+ * own, and the outer one resumes where it was). */
+let writing = 0;
+interface Saved {
+  buf: typeof buf;
+  view: typeof view;
+  at: number;
+  maxDepth: number;
+}
+function enter(): Saved | null {
+  if (writing++ === 0) return null;
+  const saved = { buf, view, at, maxDepth };
+  buf = new Uint8Array(1024);
+  view = new DataView(buf.buffer);
+  at = 0;
+  return saved;
+}
+function leave(saved: Saved | null): void {
+  writing--;
+  if (saved) ({ buf, view, at, maxDepth } = saved);
 }
 
 /** Copies the work buffer's `at` bytes out (the socket may hold them after this returns; the buffer is reused). */
@@ -262,14 +289,16 @@ function takeBytes(): Buffer {
  * items nil. Throws a TypeError on anything else (a class instance, a Map, a bigint...) or a forbidden key.
  */
 export function writeMessage(value: unknown): Buffer {
-  at = 0;
-  maxDepth = 10_000;
+  const saved = enter();
   try {
+    at = 0;
+    maxDepth = 10_000;
     writeValue(value, 0);
+    return takeBytes();
   } finally {
     maxDepth = 32;
+    leave(saved);
   }
-  return takeBytes();
 }
 
 /** The message a tokens entry stands for (the JSON format, and tests). */

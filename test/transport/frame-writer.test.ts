@@ -90,6 +90,28 @@ describe('frame writer', () => {
     for (const n of [0x100, 0xffff, 0x10000]) same(encode(new Uint8Array(n)), packrEncode(new Uint8Array(n)));
   });
 
+  it('an encode inside an encode (a getter that encodes) leaves both whole', () => {
+    let inner: Uint8Array | null = null;
+    const v = {
+      a: 'x'.repeat(40),
+      get b(): number {
+        inner = encode({ deep: ['y'.repeat(50), 7] });
+        return 2 ** 40;
+      },
+      c: [1, 2, 3],
+    };
+    const outer = encode(v);
+    expect(inner).not.toBeNull();
+    same(inner!, packrEncode({ deep: ['y'.repeat(50), 7] }));
+    same(outer, packrEncode({ a: 'x'.repeat(40), b: 2 ** 40, c: [1, 2, 3] }));
+    // And inside a frame.
+    const frame = writeFrame([v, new Entry('r', 1, 1, 'z')], isEntry);
+    same(
+      frame,
+      packrEncode([{ a: 'x'.repeat(40), b: 2 ** 40, c: [1, 2, 3] }, tokensMessage(new Entry('r', 1, 1, 'z'))]),
+    );
+  });
+
   it('encode refuses, at the sender, what no receiver accepts', () => {
     for (const bad of [new Date(0), new Map(), 2n ** 63n, Symbol('s'), () => 1, new (class X {})()])
       expect(() => encode({ v: bad })).toThrow(TypeError);
