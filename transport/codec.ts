@@ -317,7 +317,7 @@ function scan(b: Uint8Array, limits: CodecLimits): Refusal | null {
 
 // Encodes a value as plain msgpack (no records, structured clone or extensions). Object properties
 // that are undefined are omitted and undefined array items become nil, as in JSON. A value with no
-// plain form (a class instance, Date, Map, bigint, symbol, function, a forbidden key) throws a
+// plain form (a class instance, Date, Map, an unsafe bigint, symbol, function, a forbidden key) throws a
 // TypeError at its sender instead of being refused by its receiver; so does a cycle.
 // The bytes are msgpackr's for the same value with `packrOptions` (a test compares them), written by
 // frame-writer.ts into one reused buffer: no scan of our own output, no 8 KiB blocks per few frames.
