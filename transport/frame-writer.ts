@@ -78,24 +78,30 @@ function writeString(s: string): void {
   at = start + need + n;
 }
 
+/** A marker then `n` (below 2^32) in the fewest of 1, 2 or 4 big-endian bytes: a uint, or a bin's length. The caller
+ * made room. */
+function sized(n: number, m8: number, m16: number, m32: number): void {
+  if (n < 0x100) {
+    buf[at++] = m8;
+    buf[at++] = n;
+  } else if (n < 0x10000) {
+    buf[at++] = m16;
+    view.setUint16(at, n);
+    at += 2;
+  } else {
+    buf[at++] = m32;
+    view.setUint32(at, n);
+    at += 4;
+  }
+}
+
 /** A number as msgpackr writes it (so `encode` stays byte for byte what it was): integers of up to 32 bits in
  * their smallest form, every other number as a float64. */
 function writeNumber(x: number): void {
   room(9);
   if (x >>> 0 === x) {
     if (x < 0x80) buf[at++] = x;
-    else if (x < 0x100) {
-      buf[at++] = 0xcc;
-      buf[at++] = x;
-    } else if (x < 0x10000) {
-      buf[at++] = 0xcd;
-      view.setUint16(at, x);
-      at += 2;
-    } else {
-      buf[at++] = 0xce;
-      view.setUint32(at, x);
-      at += 4;
-    }
+    else sized(x, 0xcc, 0xcd, 0xce);
     return;
   }
   if (x >> 0 === x) {
@@ -124,6 +130,9 @@ function isPlain(v: object): boolean {
   return p === Object.prototype || p === null;
 }
 
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+const MIN_SAFE = BigInt(Number.MIN_SAFE_INTEGER);
+
 /** How deep `writeValue` may nest: the receivers' limit for frames, far more for `writeMessage`. */
 let maxDepth = 32;
 
@@ -143,18 +152,7 @@ function writeValue(v: unknown, depth: number): void {
   } else if (v instanceof Uint8Array) {
     const n = v.byteLength;
     room(n + 5);
-    if (n < 0x100) {
-      buf[at++] = 0xc4;
-      buf[at++] = n;
-    } else if (n < 0x10000) {
-      buf[at++] = 0xc5;
-      view.setUint16(at, n);
-      at += 2;
-    } else {
-      buf[at++] = 0xc6;
-      view.setUint32(at, n);
-      at += 4;
-    }
+    sized(n, 0xc4, 0xc5, 0xc6);
     buf.set(v, at);
     at += n;
   } else if (typeof v === 'object' && isPlain(v)) {
@@ -172,8 +170,7 @@ function writeValue(v: unknown, depth: number): void {
     }
   } else if (typeof v === 'bigint') {
     // As msgpackr writes one (int64); a peer refuses any outside the safe range, so it is refused here.
-    if (v > BigInt(Number.MAX_SAFE_INTEGER) || v < BigInt(Number.MIN_SAFE_INTEGER))
-      throw new TypeError(`unsafe_integer: ${v} is outside the safe integer range`);
+    if (v > MAX_SAFE || v < MIN_SAFE) throw new TypeError(`unsafe_integer: ${v} is outside the safe integer range`);
     room(9);
     buf[at++] = 0xd3;
     view.setBigInt64(at, v);
