@@ -15,7 +15,7 @@ import {
 import { CLOSE, DEFAULT_MAX_BUFFERED, type WsPeer } from '../transport/ws.ts';
 import { tokensMessage, writeFrame, type TokensEntry } from '../transport/frame-writer.ts';
 import type { ServerMetrics } from './metrics.ts';
-import type { DoneInfo, Serving, StreamSink } from './serving.ts';
+import { TOKEN_FLUSH_MS, type DoneInfo, type Serving, type StreamSink } from './serving.ts';
 import type { Failure } from '../machines/outcomes.ts';
 import type { TerminalOutcome } from '../actors/control-plane.ts';
 
@@ -37,6 +37,9 @@ export interface StreamApiOptions {
   maxQueuedBytes?: number;
   /** Bytes of incoming frames waiting to be handled, across every connection; a frame past it is refused. 64 MiB. */
   maxInboundBytes?: number;
+  /** Least time between two frames to one client that carry only later tokens and ends (ms; TOKEN_FLUSH_MS; 0: every
+   * turn of the loop). */
+  tokenFlushMs?: number;
 }
 
 /** Default budget of incoming frames waiting across connections. */
@@ -90,6 +93,7 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
       perFrame,
       maxQueuedBytes,
       congestionRetryMs: opts.congestionRetryMs ?? 5,
+      tokenFlushMs: opts.tokenFlushMs ?? TOKEN_FLUSH_MS,
       answering,
     });
     const push = outbox.push;
@@ -317,18 +321,33 @@ function createOutbox(
   peer: WsPeer,
   format: ReturnType<typeof formatOf>,
   metrics: ServerMetrics,
-  o: { clock: Clock; perFrame: number; maxQueuedBytes: number; congestionRetryMs: number; answering: Set<() => void> },
+  o: {
+    clock: Clock;
+    perFrame: number;
+    maxQueuedBytes: number;
+    congestionRetryMs: number;
+    tokenFlushMs: number;
+    answering: Set<() => void>;
+  },
 ): Outbox {
   let out: (ServerMessage | TokensSlot)[] = [];
   // Which batch `out` holds: a request's slot merges tokens only into a message of the current batch.
   let gen = 0;
+  // A flush at the end of the loop's turn is scheduled (something in `out` may not wait), or a deferred one is armed
+  // for `lastSentAt + tokenFlushMs` (only later tokens and ends wait).
   let scheduled = false;
+  let deferred: TimerId | null = null;
+  let lastSentAt = -Infinity;
   let retry: TimerId | null = null;
   // Rough size of what waits in `out` (merged token text included): a client that never reads is bounded by it.
   let waitingBytes = 0;
 
   const flush = (): void => {
     scheduled = false;
+    if (deferred !== null) {
+      o.clock.clearTimeout(deferred);
+      deferred = null;
+    }
     if (out.length === 0 || !peer.isOpen()) return;
     if (peer.congested()) {
       if (peer.bufferedAmount() + waitingBytes > o.maxQueuedBytes) {
@@ -349,6 +368,7 @@ function createOutbox(
     out = [];
     gen++;
     waitingBytes = 0;
+    lastSentAt = o.clock.now();
     for (let i = 0; i < msgs.length; i += o.perFrame) {
       const part = i === 0 && msgs.length <= o.perFrame ? msgs : msgs.slice(i, i + o.perFrame);
       // msgpack frames are written directly (tokens from their slots); JSON ones from the messages.
@@ -362,17 +382,27 @@ function createOutbox(
       );
     }
   };
-  const schedule = (): void => {
-    if (!scheduled && retry === null) {
+  const flushDeferred = (): void => {
+    deferred = null;
+    flush();
+  };
+  /** Schedules the flush of what was just queued: at the end of the loop's turn (tokens from every step applied in
+   * this turn share one frame per client) when it may not wait (`urgent`) or the client's last frame is older than
+   * tokenFlushMs; otherwise when it is that old. */
+  const schedule = (urgent: boolean): void => {
+    if (scheduled || retry !== null) return;
+    const wait = urgent ? 0 : lastSentAt + o.tokenFlushMs - o.clock.now();
+    if (wait <= 0) {
       scheduled = true;
-      // At the end of the loop's turn: tokens from every step applied in this turn share one frame per client.
       o.clock.setTimeout(flush, 0);
+    } else if (deferred === null) {
+      deferred = o.clock.setTimeout(flushDeferred, wait);
     }
   };
   const push = (m: ServerMessage): void => {
     waitingBytes += m.type === 'tokens' ? 24 + (m.text?.length ?? 0) : 128;
     out.push(m);
-    schedule();
+    schedule(m.type !== 'done');
   };
   const pushTokens = (slot: TokensSlot, seq: number, n: number, text: string | undefined): void => {
     waitingBytes += 24 + (text?.length ?? 0);
@@ -384,7 +414,7 @@ function createOutbox(
       }
       // Not contiguous with what waits (never, as sequence numbers are): a message of its own.
       out.push(tokensMessage({ id: slot.id, seq, n, text }));
-      schedule();
+      schedule(seq === 0);
       return;
     }
     slot.gen = gen;
@@ -392,7 +422,8 @@ function createOutbox(
     slot.n = n;
     slot.text = text;
     out.push(slot);
-    schedule();
+    // A request's first tokens leave at the end of this turn (its time to first token); later ones may wait.
+    schedule(seq === 0);
   };
   let soonPending = false;
   const answerNow = (): void => {
@@ -416,6 +447,8 @@ function createOutbox(
     // `retry` is left set on purpose, as before the split: nothing pushed after the close schedules a flush.
     stopRetry: () => {
       if (retry !== null) o.clock.clearTimeout(retry);
+      if (deferred !== null) o.clock.clearTimeout(deferred);
+      deferred = null;
     },
     drop: () => {
       out = [];

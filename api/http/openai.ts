@@ -6,7 +6,7 @@ import { unixTimeMs, type Clock, type TimerId } from '../../runtime/clock.ts';
 import { failure, type Failure } from '../../machines/outcomes.ts';
 import type { ClientRequest } from '../../transport/client-protocol.ts';
 import type { TerminalOutcome } from '../../actors/control-plane.ts';
-import type { DoneInfo, Serving, StreamSink } from '../serving.ts';
+import { TOKEN_FLUSH_MS, type DoneInfo, type Serving, type StreamSink } from '../serving.ts';
 import { estimateTokens } from '../pseudo-text.ts';
 import { errorBody, readJson, sendFailure, sendJson } from './io.ts';
 import {
@@ -158,6 +158,10 @@ const usageOf = (d: DoneInfo): { prompt_tokens: number; completion_tokens: numbe
  * A streaming response's status line and headers are written with its first event (one write to the socket where
  * there were two), or once SSE_HEAD_WAIT_MS pass without one, so a client whose request waits in a queue still hears
  * soon that it was accepted. Without a clock they leave at once.
+ *
+ * Its first tokens are written at once; later ones wait until TOKEN_FLUSH_MS after the response's previous write, and
+ * the events that waited leave together, in order (the stream's events are the same, in fewer writes). Its end takes
+ * whatever waits with it.
  */
 class Completion implements StreamSink {
   /** The response's id, known once the request is admitted. */
@@ -169,6 +173,10 @@ class Completion implements StreamSink {
   private headers: Record<string, string> | null = null;
   private headSent = false;
   private headTimer: TimerId | null = null;
+  // Later token events waiting for the next write, its timer, and when the response last wrote.
+  private pending = '';
+  private flushTimer: TimerId | null = null;
+  private lastWriteAt = -Infinity;
   // A token chunk's constant parts, encoded once per request at its first token (the id is known by then).
   private tokenHead = '';
   private tokenTail = '';
@@ -192,6 +200,7 @@ class Completion implements StreamSink {
   /** The connection closed: a request still running is cancelled. */
   closed(request: { cancel(): void }): void {
     this.clearHeadTimer();
+    this.clearFlushTimer();
     if (!this.finished) request.cancel();
   }
 
@@ -205,7 +214,13 @@ class Completion implements StreamSink {
         ? event(this.chunk({ delta: { role: 'assistant', content: '' }, finish_reason: null, logprobs: null }))
         : '';
     this.first = false;
-    this.send(role + this.tokenEvent(t ?? ''));
+    const sse = role + this.tokenEvent(t ?? '');
+    const { clock } = this;
+    // The first tokens never wait: nothing was written before them (the head alone does not count).
+    const wait = clock ? this.lastWriteAt + TOKEN_FLUSH_MS - clock.now() : 0;
+    if (wait <= 0 && this.flushTimer === null) return this.send(sse);
+    this.pending += sse;
+    if (this.flushTimer === null) this.flushTimer = clock!.setTimeout(() => this.flushPending(), wait);
   }
 
   done(d: DoneInfo): void {
@@ -284,7 +299,13 @@ class Completion implements StreamSink {
    * [DONE] in the end). */
   private send(sse: string, end = false): void {
     const { res } = this;
+    if (this.pending !== '') {
+      sse = this.pending + sse;
+      this.pending = '';
+      this.clearFlushTimer();
+    }
     if (res.writableEnded || res.destroyed) return;
+    this.lastWriteAt = this.clock?.now() ?? 0;
     this.head();
     if (end) return void res.end(sse);
     res.write(sse);
@@ -305,6 +326,17 @@ class Completion implements StreamSink {
     this.head();
     const { res } = this;
     if (!res.destroyed && !res.writableEnded) res.flushHeaders();
+  }
+
+  /** Writes the token events that waited. */
+  private flushPending(): void {
+    this.flushTimer = null;
+    if (this.pending !== '') this.send('');
+  }
+
+  private clearFlushTimer(): void {
+    if (this.flushTimer !== null) this.clock?.clearTimeout(this.flushTimer);
+    this.flushTimer = null;
   }
 
   private clearHeadTimer(): void {

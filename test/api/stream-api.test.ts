@@ -1,7 +1,7 @@
 // The /v1/ws session with a fake socket and a fake serving facade: frame order, one terminal frame per request,
 // merging while congested, refused frames, limits, and cancellation when the socket closes.
 import { describe, expect, it } from 'vitest';
-import { createWallClock } from '../../runtime/clock.ts';
+import { createVirtualClock, createWallClock } from '../../runtime/clock.ts';
 import { failure } from '../../machines/outcomes.ts';
 import { SUBPROTOCOL_JSON, type ClientRequest, type ServerMessage } from '../../transport/client-protocol.ts';
 import type { ServerMetrics } from '../../api/metrics.ts';
@@ -109,7 +109,8 @@ describe('stream api', () => {
   it('greets, accepts, streams contiguous tokens and ends with one done frame', async () => {
     const clock = createWallClock();
     const s = fakeServing();
-    const api = createStreamApi(s.serving, metrics, { clock, maxStreamsPerConnection: 10 });
+    // Every turn's tokens leave at its end (the flush interval is the next describe's).
+    const api = createStreamApi(s.serving, metrics, { clock, maxStreamsPerConnection: 10, tokenFlushMs: 0 });
     const p = fakePeer();
     api.onConnection(p.peer);
     p.send({ type: 'submit', id: 'a', model: 'm', prompt: 'hi', maxTokens: 3 });
@@ -249,5 +250,104 @@ describe('stream api', () => {
     p.peer.close();
     expect(s.cancelled).toEqual(['req.1', 'req.1', 'req.2', 'req.3']);
     expect(api.sessions()).toBe(0);
+  });
+});
+
+describe('stream api: the token flush interval', () => {
+  // A virtual clock: turns and flushes are its events; microtasks (answers to a frame) run at each await.
+  const setup = (tokenFlushMs?: number) => {
+    const clock = createVirtualClock();
+    const s = fakeServing();
+    const api = createStreamApi(s.serving, metrics, {
+      clock,
+      maxStreamsPerConnection: 10,
+      ...(tokenFlushMs !== undefined ? { tokenFlushMs } : {}),
+    });
+    const p = fakePeer();
+    api.onConnection(p.peer);
+    const at = async (t: number): Promise<void> => {
+      clock.run(t);
+      await Promise.resolve();
+      clock.run(t);
+    };
+    return { clock, s, p, at };
+  };
+  const kinds = (f: ServerMessage[]): string[] =>
+    f.map((m) => (m.type === 'tokens' ? `${m.id}:${m.seq}+${m.n}` : `${m.type}${'id' in m ? `:${m.id}` : ''}`));
+
+  it('sends first tokens at the end of the turn and holds later ones until 2 ms after the last frame', async () => {
+    const { s, p, at } = setup();
+    p.send({ type: 'submit', id: 'a', model: 'm', maxTokens: 9 });
+    await at(0);
+    expect(p.frames.map(kinds)).toEqual([['hello'], ['accepted:a']]);
+    await at(10);
+    const a = s.sinks.get('req.1')!;
+    a.tokens(0, 1, ' x');
+    await at(10);
+    expect(p.frames.map(kinds).at(-1)).toEqual(['a:0+1']);
+    // Later tokens: the last frame left at 10, so they wait until 12, merged.
+    a.tokens(1, 1, ' y');
+    await at(11);
+    a.tokens(2, 1, ' z');
+    await at(11.99);
+    expect(p.frames).toHaveLength(3);
+    await at(12);
+    expect(p.frames).toHaveLength(4);
+    expect(p.frames.at(-1)).toEqual([{ type: 'tokens', id: 'a', seq: 1, n: 2, text: ' y z' }]);
+    // Long after the last frame, a later token leaves at the end of its turn, and the end waits like a token.
+    await at(30);
+    a.tokens(3, 1, ' w');
+    await at(30);
+    expect(p.frames.map(kinds).at(-1)).toEqual(['a:3+1']);
+    a.done(done);
+    await at(31);
+    expect(p.frames).toHaveLength(5);
+    await at(32);
+    expect(p.frames.map(kinds).at(-1)).toEqual(['done:a']);
+  });
+
+  it('lets waiting tokens ride with an answer or a first token that may not wait', async () => {
+    const { s, p, at } = setup();
+    p.send({ type: 'submit', id: 'a', model: 'm', maxTokens: 9 });
+    await at(0);
+    const a = s.sinks.get('req.1')!;
+    a.tokens(0, 1, ' x');
+    await at(0);
+    const before = p.frames.length;
+    a.tokens(1, 1, ' y');
+    await at(1);
+    expect(p.frames).toHaveLength(before);
+    // A new request's accepted answer, then its first token: each leaves at once, with what waited.
+    p.send({ type: 'submit', id: 'b', model: 'm', maxTokens: 9 });
+    await at(1);
+    expect(p.frames.map(kinds).at(-1)).toEqual(['a:1+1', 'accepted:b']);
+    a.tokens(2, 1, ' z');
+    s.sinks.get('req.2')!.tokens(0, 1, ' q');
+    await at(1.5);
+    expect(p.frames.map(kinds).at(-1)).toEqual(['a:2+1', 'b:0+1']);
+  });
+
+  it('sends every turn at an interval of 0', async () => {
+    const { s, p, at } = setup(0);
+    p.send({ type: 'submit', id: 'a', model: 'm', maxTokens: 9 });
+    await at(0);
+    const a = s.sinks.get('req.1')!;
+    for (let k = 0; k < 3; k++) {
+      a.tokens(k, 1, ' t');
+      await at(0.1 * (k + 1));
+    }
+    expect(p.frames.map(kinds).slice(2)).toEqual([['a:0+1'], ['a:1+1'], ['a:2+1']]);
+  });
+
+  it('forgets a waiting flush when the socket closes', async () => {
+    const { clock, s, p, at } = setup();
+    p.send({ type: 'submit', id: 'a', model: 'm', maxTokens: 9 });
+    await at(0);
+    const a = s.sinks.get('req.1')!;
+    a.tokens(0, 1, ' x');
+    await at(0);
+    a.tokens(1, 1, ' y');
+    p.peer.close();
+    expect(clock.pending()).toBe(0);
   });
 });
