@@ -54,6 +54,9 @@ export interface ServerOptions {
   nodeGraceMs?: number;
   heartbeatMs?: number;
   maxStreamsPerConnection?: number;
+  /** Least time between two writes to a client that carry only later tokens and ends (ms); default TOKEN_FLUSH_MS,
+   * 0 writes every turn of the loop (`--token-flush-ms`). */
+  tokenFlushMs?: number;
   maxConnections?: number;
   /** Most concurrent WebSocket connections (clients, workers, inspectors); more get HTTP 503 at the upgrade. Default 4096. */
   maxWsConnections?: number;
@@ -168,6 +171,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     clock,
     maxStreamsPerConnection: opts.maxStreamsPerConnection ?? 16_384,
     maxQueuedBytes: maxBufferedBytes,
+    ...(opts.tokenFlushMs !== undefined ? { tokenFlushMs: opts.tokenFlushMs } : {}),
     afterTurn: () => node.flush(),
   });
   const clientSet: TokenSet | null = opts.tenants ?? (clientTokens.length > 0 ? tokenSet(clientTokens) : null);
@@ -191,6 +195,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     edge,
     draining: gate.draining,
     tenantOf,
+    ...(opts.tokenFlushMs !== undefined ? { tokenFlushMs: opts.tokenFlushMs } : {}),
     ...(opts.status ? { status: opts.status } : {}),
     ...(opts.admin ? { adminHooks: opts.admin(cp, node) } : {}),
   });

@@ -84,12 +84,13 @@ export interface Serving {
 
 /**
  * Least time between two writes to one client that carry only a stream's later tokens and end (ms), on the streaming
- * WebSocket API and on the OpenAI endpoints' SSE streams. Each write is a system call, and on loopback it costs the
- * writer tens of microseconds (the receiver's TCP work runs in it): with a write per client per turn of the event loop,
- * bench:live's 1,000 req/s made about 13,500 writes a second, half of serve's event loop. A request's later tokens and
- * its end may instead wait this long for the next write to that client; its first tokens, and every answer or error,
- * never wait. A stream's tokens are at least one model step apart (milliseconds on a GPU), so on a real engine they
- * seldom wait; when steps cost nothing, several steps, and every stream of a WebSocket connection, share one write.
+ * WebSocket API and on the OpenAI endpoints' SSE streams (`--token-flush-ms`). Each write is a system call, and on
+ * loopback it costs the writer tens of microseconds (the receiver's TCP work runs in it): with a write per client per
+ * turn of the event loop, bench:live's 1,000 req/s made about 13,500 writes a second, half of serve's event loop. A
+ * request's later tokens and its end may instead wait up to this long for the next write to that client; its first
+ * tokens, and every answer or error, never wait. On a GPU a stream's tokens are a model step apart (tens of
+ * milliseconds), so a token waits at most this fraction of that; when steps cost nothing, several steps, and every
+ * stream of a WebSocket connection, share one write.
  */
 export const TOKEN_FLUSH_MS = 2;
 

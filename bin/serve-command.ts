@@ -6,9 +6,9 @@ import { fileURLToPath } from 'node:url';
 import { ConfigError, loadScenario, type Scenario } from '../actors/config.ts';
 import type { PromptTokenizer } from '../api/serving.ts';
 import { createWallClock } from '../runtime/clock.ts';
-import { MIN_TOKEN_LENGTH, ServeError, startServer, type RunningServer } from '../api/server.ts';
+import { MIN_TOKEN_LENGTH, ServeError, startServer, type RunningServer, type ServerOptions } from '../api/server.ts';
 import { superviseWorker, type WorkerSupervisor } from '../actors/worker-supervisor.ts';
-import { flag, parseOrUsage } from './args.ts';
+import { flag, parseOrUsage, type FlagValues } from './args.ts';
 import { writeSecrets } from './secrets.ts';
 import { createTenants, parseTenantsFile, type Tenants } from '../api/tenants.ts';
 import { attachStatelyInspector } from '../inspector/stately.ts';
@@ -30,6 +30,7 @@ const USAGE = `usage: switchyard serve [--config file.yaml] [--host 127.0.0.1] [
                        [--no-worker] [--node-grace-ms 2000] [--repair-ms 60000] [--drain-ms 30000] [--json]
                        [--state-file F]  (operator state, restored at start; put it next to the config)
                        [--max-connections 8192] [--headers-timeout-ms 10000] [--request-timeout-ms 30000]
+                       [--token-flush-ms 2]  (later tokens wait up to this long to share a write; 0: every turn)
                        [--stately-inspect ws://host:port]  (also send inspection events to Stately's inspector)
 tokens may also come from SWITCHYARD_CLIENT_TOKENS (comma-separated), SWITCHYARD_ADMIN_TOKEN, SWITCHYARD_WORKER_TOKEN;
 a supplied token is never printed; generated ones are printed once, or written to --secrets-file (mode 0600)
@@ -61,6 +62,7 @@ export const FLAGS = {
   'repair-ms': flag.int({ min: 0, max: 3_600_000 }),
   'heartbeat-ms': flag.int({ min: 0, max: 3_600_000 }),
   'max-streams': flag.int({ min: 1, max: 16_384 }),
+  'token-flush-ms': flag.int({ min: 0, max: 1_000 }),
   'max-connections': flag.int({ min: 1, max: 1_000_000 }),
   'headers-timeout-ms': flag.int({ min: 1_000, max: 3_600_000 }),
   'request-timeout-ms': flag.int({ min: 1_000, max: 3_600_000 }),
@@ -179,6 +181,19 @@ function refuse(message: string): number {
   return 2;
 }
 
+/** The server's optional limits and intervals the flags set (unset ones keep the server's defaults). */
+function limitsOf(f: FlagValues<typeof FLAGS>): Partial<ServerOptions> {
+  const pick = <K extends keyof ServerOptions>(k: K, v: ServerOptions[K] | undefined): Partial<ServerOptions> =>
+    v !== undefined ? { [k]: v } : {};
+  return {
+    ...pick('heartbeatMs', f['heartbeat-ms']),
+    ...pick('maxStreamsPerConnection', f['max-streams']),
+    ...pick('tokenFlushMs', f['token-flush-ms']),
+    ...pick('maxConnections', f['max-connections']),
+    ...pick('headersTimeoutMs', f['headers-timeout-ms']),
+    ...pick('requestTimeoutMs', f['request-timeout-ms']),
+  };
+}
 /** Runs `serve` until SIGINT/SIGTERM; resolves with the exit code. */
 export async function runServeCommand(argv: string[]): Promise<number> {
   const args = parseOrUsage('serve', USAGE, argv, FLAGS, { maxPositionals: 0 });
@@ -239,11 +254,7 @@ export async function runServeCommand(argv: string[]): Promise<number> {
       minTokenLength: MIN_TOKEN_LENGTH,
       allowedOrigins: f['allowed-origin'],
       ...(f['allowed-host'].length > 0 ? { allowedHosts: f['allowed-host'] } : {}),
-      ...(f['heartbeat-ms'] !== undefined ? { heartbeatMs: f['heartbeat-ms'] } : {}),
-      ...(f['max-streams'] !== undefined ? { maxStreamsPerConnection: f['max-streams'] } : {}),
-      ...(f['max-connections'] !== undefined ? { maxConnections: f['max-connections'] } : {}),
-      ...(f['headers-timeout-ms'] !== undefined ? { headersTimeoutMs: f['headers-timeout-ms'] } : {}),
-      ...(f['request-timeout-ms'] !== undefined ? { requestTimeoutMs: f['request-timeout-ms'] } : {}),
+      ...limitsOf(f),
       clock,
       log,
       tokenizers: tokenizers.map,

@@ -31,6 +31,8 @@ export interface HttpDeps {
   draining?(): boolean;
   /** The tenant a request's token belongs to, when tenants are configured. */
   tenantOf?(req: IncomingMessage): string | undefined;
+  /** Least time between an SSE stream's writes of later tokens (ms; default TOKEN_FLUSH_MS). */
+  tokenFlushMs?: number;
 }
 
 /** The policies in force now (the admin API may have changed them since start). */
@@ -109,9 +111,9 @@ export function createHttpHandler(deps: HttpDeps): (req: IncomingMessage, res: S
       if (path === '/v1/models' && method === 'GET') return handleModels(deps.serving, res);
       const tenant = deps.tenantOf?.(req);
       if (path === '/v1/completions' && method === 'POST')
-        return handleCompletion(deps.serving, req, res, false, tenant, deps.cp.runtime.clock);
+        return handleCompletion(deps.serving, req, res, false, tenant, deps.cp.runtime.clock, deps.tokenFlushMs);
       if (path === '/v1/chat/completions' && method === 'POST')
-        return handleCompletion(deps.serving, req, res, true, tenant, deps.cp.runtime.clock);
+        return handleCompletion(deps.serving, req, res, true, tenant, deps.cp.runtime.clock, deps.tokenFlushMs);
     }
     return sendFailure(res, failure('invalid_request', `no route ${method} ${path}`), 404);
   };

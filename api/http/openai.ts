@@ -159,7 +159,8 @@ const usageOf = (d: DoneInfo): { prompt_tokens: number; completion_tokens: numbe
  * there were two), or once SSE_HEAD_WAIT_MS pass without one, so a client whose request waits in a queue still hears
  * soon that it was accepted. Without a clock they leave at once.
  *
- * Its first tokens are written at once; later ones wait until TOKEN_FLUSH_MS after the response's previous write, and
+ * Its first tokens are written at once; later ones wait until `flushMs` (TOKEN_FLUSH_MS unless the server says
+ * otherwise) after the response's previous write, and
  * the events that waited leave together, in order (the stream's events are the same, in fewer writes). Its end takes
  * whatever waits with it.
  */
@@ -187,6 +188,7 @@ class Completion implements StreamSink {
     private readonly chat: boolean,
     private readonly p: Parsed,
     private readonly clock: Clock | undefined,
+    private readonly flushMs: number,
   ) {}
 
   /** The response streams from now on: its head leaves with the first event, or when the wait is over. */
@@ -217,7 +219,7 @@ class Completion implements StreamSink {
     const sse = role + this.tokenEvent(t ?? '');
     const { clock } = this;
     // The first tokens never wait: nothing was written before them (the head alone does not count).
-    const wait = clock ? this.lastWriteAt + TOKEN_FLUSH_MS - clock.now() : 0;
+    const wait = clock ? this.lastWriteAt + this.flushMs - clock.now() : 0;
     if (wait <= 0 && this.flushTimer === null) return this.send(sse);
     this.pending += sse;
     if (this.flushTimer === null) this.flushTimer = clock!.setTimeout(() => this.flushPending(), wait);
@@ -348,7 +350,8 @@ class Completion implements StreamSink {
 const event = (data: unknown): string => `data: ${JSON.stringify(data)}\n\n`;
 
 /** Handles POST /v1/completions (`chat` false) or /v1/chat/completions (`chat` true). `clock` times how long a
- * streaming response's headers may wait for its first event (see Completion). */
+ * streaming response's headers may wait for its first event, and its later tokens for the next write (`flushMs`;
+ * see Completion). */
 export async function handleCompletion(
   serving: Serving,
   req: IncomingMessage,
@@ -356,12 +359,13 @@ export async function handleCompletion(
   chat: boolean,
   tenant?: string,
   clock?: Clock,
+  flushMs = TOKEN_FLUSH_MS,
 ): Promise<void> {
   const body = await readJson(req);
   if (!body.ok) return sendFailure(res, body.failure, body.status);
   const p = chat ? parseChat(body.value) : parseCompletion(body.value);
   if ('code' in p) return sendFailure(res, p);
-  const c = new Completion(res, chat, p, clock);
+  const c = new Completion(res, chat, p, clock, flushMs);
   const { stream: _stream, includeUsage: _usage, ...request } = p;
   const r = serving.submit(request, c, { text: true, ...(tenant !== undefined ? { tenant } : {}) });
   if (!r.ok) return sendFailure(res, r.failure);

@@ -48,34 +48,34 @@ afterEach(() => {
   server = null;
 });
 
+/** Starts a server answering one streaming completion with `flushMs`; the writes its response makes, counted in
+ * events (`write n` / `end n`), the sinks serving was handed, and the response. */
+async function start(clock: Clock, flushMs?: number) {
+  const sinks: StreamSink[] = [];
+  const writes: string[] = [];
+  const events = (chunk: unknown): number => String(chunk ?? '').split('data: ').length - 1;
+  server = createServer((req, res) => {
+    const write = res.write.bind(res) as (chunk: string) => boolean;
+    const end = res.end.bind(res) as (chunk?: string) => typeof res;
+    res.write = ((chunk: string) => (writes.push(`write ${events(chunk)}`), write(chunk))) as typeof res.write;
+    res.end = ((chunk?: string) => (writes.push(`end ${events(chunk)}`), end(chunk))) as typeof res.end;
+    void handleCompletion(servingTo(sinks), req, res, false, undefined, clock, flushMs);
+  });
+  await new Promise<void>((r) => server!.listen(0, '127.0.0.1', r));
+  const url = `http://127.0.0.1:${(server!.address() as AddressInfo).port}/v1/completions`;
+  const pending = fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', prompt: 'hi', stream: true }),
+  });
+  while (sinks.length === 0) await tick();
+  return { sink: sinks[0]!, writes, pending };
+}
+
 describe('SSE token writes', () => {
   it('write first tokens at once and merge later ones into one write per interval', async () => {
     const clock = manualClock();
-    const sinks: StreamSink[] = [];
-    // What each write and the end of the response carried, counted in token events.
-    const writes: string[] = [];
-    server = createServer((req, res) => {
-      const write = res.write.bind(res) as (chunk: string) => boolean;
-      const end = res.end.bind(res) as (chunk?: string) => typeof res;
-      res.write = ((chunk: string) => (
-        writes.push(`write ${String(chunk).split('data: ').length - 1}`),
-        write(chunk)
-      )) as typeof res.write;
-      res.end = ((chunk?: string) => (
-        writes.push(`end ${String(chunk ?? '').split('data: ').length - 1}`),
-        end(chunk)
-      )) as typeof res.end;
-      void handleCompletion(servingTo(sinks), req, res, false, undefined, clock);
-    });
-    await new Promise<void>((r) => server!.listen(0, '127.0.0.1', r));
-    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/completions`;
-    const pending = fetch(url, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'm', prompt: 'hi', stream: true }),
-    });
-    while (sinks.length === 0) await tick();
-    const sink = sinks[0]!;
+    const { sink, writes, pending } = await start(clock);
     clock.fire(); // the head's timer: status and headers leave on their own, so every write below is the body's
     sink.tokens(0, 1, 'a');
     expect(writes).toEqual(['write 1']);
@@ -104,5 +104,19 @@ describe('SSE token writes', () => {
       .map((e) => (JSON.parse(e.slice(6)) as { choices: { text: string }[] }).choices[0]!.text);
     expect(events).toEqual(['a', 'b', 'c', 'd', 'e', '']);
     expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true);
+  });
+
+  it('write every token at once at an interval of 0', async () => {
+    const clock = manualClock();
+    const { sink, writes, pending } = await start(clock, 0);
+    clock.fire();
+    for (let k = 0; k < 3; k++) {
+      clock.t = 0.1 * k;
+      sink.tokens(k, 1, 't');
+    }
+    expect(writes).toEqual(['write 1', 'write 1', 'write 1']);
+    expect(clock.waits()).toEqual([]);
+    sink.done(done);
+    expect(await (await pending).text()).toContain('data: [DONE]');
   });
 });
