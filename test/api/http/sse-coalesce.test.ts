@@ -4,36 +4,9 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { handleCompletion } from '../../../api/http/openai.ts';
-import { TOKEN_FLUSH_MS, type Serving, type StreamSink } from '../../../api/serving.ts';
-import type { Clock, TimerId } from '../../../runtime/clock.ts';
-
-/** A clock whose time the test sets and whose timers it fires. */
-function manualClock(): Clock & { t: number; waits(): number[]; fire(): void } {
-  const timers = new Map<number, { fn: () => void; ms: number }>();
-  let n = 0;
-  const c = {
-    t: 0,
-    now: () => c.t,
-    setTimeout: (fn: () => void, ms: number) => (timers.set(++n, { fn, ms }), n as TimerId),
-    clearTimeout: (id: TimerId) => void timers.delete(id as number),
-    waits: () => [...timers.values()].map((x) => x.ms),
-    fire: () => {
-      const all = [...timers.values()];
-      timers.clear();
-      for (const x of all) x.fn();
-    },
-  };
-  return c;
-}
-
-function servingTo(sinks: StreamSink[]): Serving {
-  return {
-    submit: (_req: unknown, sink: StreamSink) => {
-      sinks.push(sink);
-      return { ok: true, request: 'r1', model: 'm', version: 'v1', promptTokens: 2, cancel: () => {} };
-    },
-  } as unknown as Serving;
-}
+import { TOKEN_FLUSH_MS, type StreamSink } from '../../../api/serving.ts';
+import type { Clock } from '../../../runtime/clock.ts';
+import { manualClock, servingTo } from './sse-fakes.ts';
 
 const done = {
   finishReason: 'length' as const,
@@ -84,7 +57,7 @@ describe('SSE token writes', () => {
     sink.tokens(2, 1, 'c');
     // Both wait for one timer, due TOKEN_FLUSH_MS after the first write.
     expect(writes).toEqual(['write 1']);
-    expect(clock.waits()).toEqual([TOKEN_FLUSH_MS - 1]);
+    expect(clock.waits).toEqual([TOKEN_FLUSH_MS - 1]);
     clock.t = TOKEN_FLUSH_MS;
     clock.fire();
     expect(writes).toEqual(['write 1', 'write 2']);
@@ -96,7 +69,7 @@ describe('SSE token writes', () => {
     sink.done(done);
     // The end: token e, the last chunk and [DONE].
     expect(writes).toEqual(['write 1', 'write 2', 'write 1', 'end 3']);
-    expect(clock.waits()).toEqual([]);
+    expect(clock.waits).toEqual([]);
     const text = await (await pending).text();
     const events = text
       .split('\n\n')
@@ -115,7 +88,7 @@ describe('SSE token writes', () => {
       sink.tokens(k, 1, 't');
     }
     expect(writes).toEqual(['write 1', 'write 1', 'write 1']);
-    expect(clock.waits()).toEqual([]);
+    expect(clock.waits).toEqual([]);
     sink.done(done);
     expect(await (await pending).text()).toContain('data: [DONE]');
   });

@@ -4,37 +4,9 @@ import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { SSE_HEAD_WAIT_MS, handleCompletion } from '../../../api/http/openai.ts';
-import type { Serving, StreamSink } from '../../../api/serving.ts';
-import type { Clock, TimerId } from '../../../runtime/clock.ts';
-
-/** A clock whose timers the test fires. */
-function heldClock(): Clock & { waits: number[]; fire(): void } {
-  const timers = new Map<number, { fn: () => void; ms: number }>();
-  let n = 0;
-  return {
-    now: () => 0,
-    setTimeout: (fn, ms) => (timers.set(++n, { fn, ms }), n as TimerId),
-    clearTimeout: (id) => void timers.delete(id as number),
-    get waits() {
-      return [...timers.values()].map((t) => t.ms);
-    },
-    fire: () => {
-      const all = [...timers.values()];
-      timers.clear();
-      for (const t of all) t.fn();
-    },
-  };
-}
-
-/** A serving facade that hands the test each accepted request's sink. */
-function servingTo(sinks: StreamSink[]): Serving {
-  return {
-    submit: (_req: unknown, sink: StreamSink) => {
-      sinks.push(sink);
-      return { ok: true, request: 'r1', model: 'm', version: 'v1', promptTokens: 2, cancel: () => {} };
-    },
-  } as unknown as Serving;
-}
+import type { StreamSink } from '../../../api/serving.ts';
+import type { Clock } from '../../../runtime/clock.ts';
+import { manualClock, servingTo } from './sse-fakes.ts';
 
 const done = { finishReason: 'length' as const, usage: { promptTokens: 2, completionTokens: 1 } };
 const timings = { queueMs: 0, ttftMs: 0, e2eMs: 0 };
@@ -65,7 +37,7 @@ const post = (url: string): Promise<Response> =>
 
 describe('SSE status and headers', () => {
   it('leave with the first event when it comes before the wait is over', async () => {
-    const clock = heldClock();
+    const clock = manualClock();
     const sinks: StreamSink[] = [];
     const flushed: ServerResponse[] = [];
     const url = await start(clock, sinks, flushed);
@@ -85,7 +57,7 @@ describe('SSE status and headers', () => {
   });
 
   it('leave on their own once the wait is over without an event', async () => {
-    const clock = heldClock();
+    const clock = manualClock();
     const sinks: StreamSink[] = [];
     const flushed: ServerResponse[] = [];
     const url = await start(clock, sinks, flushed);
