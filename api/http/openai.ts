@@ -160,9 +160,8 @@ const usageOf = (d: DoneInfo): { prompt_tokens: number; completion_tokens: numbe
  * soon that it was accepted. Without a clock they leave at once.
  *
  * Its first tokens are written at once; later ones wait until `flushMs` (TOKEN_FLUSH_MS unless the server says
- * otherwise) after the response's previous write, and
- * the events that waited leave together, in order (the stream's events are the same, in fewer writes). Its end takes
- * whatever waits with it.
+ * otherwise) after the response's previous write, and the events that waited leave together, in order (the stream's
+ * events are the same, in fewer writes). Its end takes whatever waits with it.
  */
 class Completion implements StreamSink {
   /** The response's id, known once the request is admitted. */
