@@ -28,18 +28,24 @@ function room(n: number): void {
   view = new DataView(buf.buffer);
 }
 
-function header(n: number, fix: number, b16: number, b32: number): void {
-  room(5);
-  if (n < 16) buf[at++] = fix | n;
-  else if (n < 0x10000) {
-    buf[at++] = b16;
+/** A marker then `n` (below 2^32) in 2 or 4 big-endian bytes, whichever holds it. The caller made room. */
+function wide(n: number, m16: number, m32: number): void {
+  if (n < 0x10000) {
+    buf[at++] = m16;
     view.setUint16(at, n);
     at += 2;
   } else {
-    buf[at++] = b32;
+    buf[at++] = m32;
     view.setUint32(at, n);
     at += 4;
   }
+}
+
+/** An array's or a map's header: its fixed form below 16 entries, else a marker and a 2- or 4-byte count. */
+function header(n: number, fix: number, b16: number, b32: number): void {
+  room(5);
+  if (n < 16) buf[at++] = fix | n;
+  else wide(n, b16, b32);
 }
 
 function writeString(s: string): void {
@@ -64,18 +70,10 @@ function writeString(s: string): void {
   const n = written;
   const need = n < 32 ? 1 : n < 0x100 ? 2 : n < 0x10000 ? 3 : 5;
   if (need !== head) buf.copyWithin(start + need, start + head, start + head + n);
-  if (need === 1) buf[start] = 0xa0 | n;
-  else if (need === 2) {
-    buf[start] = 0xd9;
-    buf[start + 1] = n;
-  } else if (need === 3) {
-    buf[start] = 0xda;
-    view.setUint16(start + 1, n);
-  } else {
-    buf[start] = 0xdb;
-    view.setUint32(start + 1, n);
-  }
-  at = start + need + n;
+  at = start;
+  if (need === 1) buf[at++] = 0xa0 | n;
+  else sized(n, 0xd9, 0xda, 0xdb);
+  at += n;
 }
 
 /** A marker then `n` (below 2^32) in the fewest of 1, 2 or 4 big-endian bytes: a uint, or a bin's length. The caller
@@ -84,15 +82,7 @@ function sized(n: number, m8: number, m16: number, m32: number): void {
   if (n < 0x100) {
     buf[at++] = m8;
     buf[at++] = n;
-  } else if (n < 0x10000) {
-    buf[at++] = m16;
-    view.setUint16(at, n);
-    at += 2;
-  } else {
-    buf[at++] = m32;
-    view.setUint32(at, n);
-    at += 4;
-  }
+  } else wide(n, m16, m32);
 }
 
 /** A number as msgpackr writes it (so `encode` stays byte for byte what it was): integers of up to 32 bits in
