@@ -198,6 +198,17 @@ async function metric(url: string, name: string): Promise<number> {
   return m ? Number(m[1]) : NaN;
 }
 
+/** serve's garbage collections so far (prom-client's default nodejs_gc_duration_seconds): young (scavenge) count and
+ * total pause, and full collections (mark-compact). */
+async function gcTotals(url: string): Promise<{ young: number; youngS: number; full: number }> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const read = (series: string, kind: string): number => {
+    const m = new RegExp(`^nodejs_gc_duration_seconds_${series}\\{kind="${kind}"\\} ([0-9.e+-]+)`, 'm').exec(text);
+    return m ? Number(m[1]) : 0;
+  };
+  return { young: read('count', 'minor'), youngS: read('sum', 'minor'), full: read('count', 'major') };
+}
+
 // Live memory: the minimum of samples over a few seconds, which approximates the heap right after a collection
 // (streaming tokens makes garbage, so one reading mostly measures how long ago the last collection was).
 async function memory(
@@ -267,6 +278,8 @@ async function main(): Promise<void> {
   );
   const relayRounds: Record<string, unknown>[] = [];
   const syRounds: Record<string, unknown>[] = [];
+  // serve's collections over the latency rounds (the relay's rounds add almost none: serve is idle then).
+  const gcBefore = await gcTotals(info.url);
   for (let i = 0; i < LATENCY_ROUNDS; i++) {
     const relayRound = (): Promise<void> =>
       loadgen({ ...latencySpec(relayWs, 'relay'), samples: true }).then((r) => void relayRounds.push(r));
@@ -280,6 +293,13 @@ async function main(): Promise<void> {
       await relayRound();
     }
   }
+  const gcAfter = await gcTotals(info.url);
+  const youngGcs = gcAfter.young - gcBefore.young;
+  const gc = {
+    youngGcs,
+    youngGcPauseMs: r3(((gcAfter.youngS - gcBefore.youngS) * 1000) / Math.max(1, youngGcs)),
+    fullGcs: gcAfter.full - gcBefore.full,
+  };
   await relayWorker.stop();
   await relay.stop();
   const relayLat = pooled(relayRounds);
@@ -360,6 +380,9 @@ async function main(): Promise<void> {
     requestRate: syLat['achievedRate']!,
     relayP99TtftMs: relayLat['ttftP99Ms']!,
     relayP99TbtMs: relayLat['tbtP99Ms']!,
+    serveYoungGcs: gc.youngGcs,
+    serveYoungGcPauseMs: gc.youngGcPauseMs,
+    serveFullGcs: gc.fullGcs,
     meetsRelayRatio: syTp['tokensPerS']! >= 0.5 * relayTp['tokensPerS']!,
     meetsHttpRatio: syRps >= 0.5 * bareRps && httpFailed === 0,
     meetsTtft: addedTtft <= 5,
@@ -391,6 +414,9 @@ async function main(): Promise<void> {
   );
   out.push(
     `  ${LATENCY_ROUNDS} alternating rounds pooled; each round's p99: switchyard ${roundP99s(syRounds)}; relay ${roundP99s(relayRounds)}`,
+  );
+  out.push(
+    `  serve's collections over the latency rounds: ${gc.youngGcs} young (mean pause ${gc.youngGcPauseMs} ms), ${gc.fullGcs} full`,
   );
   out.push(
     row(

@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import { startNodeProcess, type ExecutorKind } from '../actors/worker/process.ts';
 import { EXIT_UNAUTHORIZED } from '../actors/worker-supervisor.ts';
 import { flag, parseOrUsage } from './args.ts';
+import { tuneHeapForServing } from '../runtime/heap-tuning.ts';
 
 const USAGE = `usage: switchyard node-agent --url ws://127.0.0.1:8080/v1/node [--token T | SWITCHYARD_WORKER_TOKEN=T]
                             [--gpus 8] [--node name] [--executor cost-model|zero-cost|fixed] [--step-ms 1]
@@ -49,6 +50,7 @@ export function runNodeAgentCommand(argv: string[]): Promise<number> {
   }
   const repairMs = args.values['repair-ms'];
   const heartbeatMs = args.values['heartbeat-ms'];
+  tuneHeapForServing();
   return new Promise((resolve) => {
     const worker = startNodeProcess({
       url,

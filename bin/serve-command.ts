@@ -17,6 +17,7 @@ import { createOperator } from '../actors/placement/operator.ts';
 import type { ControlPlane } from '../actors/control-plane.ts';
 import type { NodeLink } from '../actors/node-link.ts';
 import type { AdminHooks } from '../api/http/admin.ts';
+import { tuneHeapForServing } from '../runtime/heap-tuning.ts';
 
 /** The embedded default config (`npm start`). */
 export const DEFAULT_CONFIG = fileURLToPath(new URL('./default-config.yaml', import.meta.url));
@@ -202,6 +203,7 @@ export async function runServeCommand(argv: string[]): Promise<number> {
     process.stdout.write(USAGE);
     return 0;
   }
+  tuneHeapForServing();
   const f = args.values;
   const file = f.config ?? DEFAULT_CONFIG;
   let scenario: Scenario;
