@@ -192,20 +192,22 @@ const httpSpec = (url: string, model: string): HttpLoadSpec => ({
   windowMs: WINDOWS.httpWindowMs,
 });
 
-async function metric(url: string, name: string): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const m = new RegExp(`^${name} ([0-9.e+]+)`, 'm').exec(text);
+/** The value of one series (its name with any labels, as /metrics prints it) in a /metrics text, or NaN. */
+function seriesValue(text: string, series: string): number {
+  const m = new RegExp(`^${series.replace(/[{}"]/g, '\\$&')} ([0-9.e+-]+)`, 'm').exec(text);
   return m ? Number(m[1]) : NaN;
 }
 
+async function metric(url: string, name: string): Promise<number> {
+  return seriesValue(await (await fetch(`${url}/metrics`)).text(), name);
+}
+
 /** serve's garbage collections so far (prom-client's default nodejs_gc_duration_seconds): young (scavenge) count and
- * total pause, and full collections (mark-compact). */
+ * total pause, and full collections (mark-compact); a kind with no collection yet has no series. */
 async function gcTotals(url: string): Promise<{ young: number; youngS: number; full: number }> {
   const text = await (await fetch(`${url}/metrics`)).text();
-  const read = (series: string, kind: string): number => {
-    const m = new RegExp(`^nodejs_gc_duration_seconds_${series}\\{kind="${kind}"\\} ([0-9.e+-]+)`, 'm').exec(text);
-    return m ? Number(m[1]) : 0;
-  };
+  const read = (series: string, kind: string): number =>
+    seriesValue(text, `nodejs_gc_duration_seconds_${series}{kind="${kind}"}`) || 0;
   return { young: read('count', 'minor'), youngS: read('sum', 'minor'), full: read('count', 'major') };
 }
 
