@@ -210,7 +210,16 @@ export function createServing(
     // A name the control plane does not know is refused here, before the prompt is counted or anything admitted.
     const unknown = cp.router.check(req);
     if (unknown) {
-      metrics.refused(unknown.code);
+      // Counted as the control plane's rejection of it would be.
+      const t = cp.runtime.clock.now();
+      const timings = { receivedAt: t, firstTokenAt: -1, finishedAt: t };
+      metrics.outcome(req.model, {
+        outcome: 'rejected',
+        code: unknown.code,
+        message: unknown.message,
+        tokens: 0,
+        timings,
+      });
       return { ok: false, failure: unknown };
     }
     // A real engine's prompt is counted by its own tokenizer (routing, admission, usage); else it is estimated.
