@@ -5,7 +5,8 @@
 // request alone with `internal` and releases it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { normalizeScenario } from '../../actors/config.ts';
-import { startNodeProcess, type NodeProcess } from '../../actors/worker/process.ts';
+import type { NodeProcess } from '../../actors/worker/process.ts';
+import { startFastWorker } from './harness.ts';
 import type { ReplicaHandle } from '../../actors/replica.ts';
 import { createWallClock } from '../../runtime/clock.ts';
 import {
@@ -53,14 +54,7 @@ beforeAll(async () => {
     adminTokens: ['admin-token-for-tests'],
     log: (line) => logged.push(line),
   });
-  worker = startNodeProcess({
-    url: server.nodeUrl,
-    token: WORKER_TOKEN,
-    gpus: [0, 1, 2, 3, 4, 5, 6, 7],
-    executor: 'fixed',
-    fixedStepMs: 2,
-    timeScale: 0.01,
-  });
+  worker = startFastWorker(server.nodeUrl, WORKER_TOKEN);
   await until(() => server.serving.readiness()[MODEL]!.ready, 20_000, 'model ready');
 }, 30_000);
 
