@@ -1,6 +1,7 @@
 // Generates small llama-architecture GGUF models with seeded random weights and a byte-level vocabulary, for tests.
 import { createHash } from 'node:crypto';
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { mkdir, readFile } from 'node:fs/promises';
+import { writeFileAtomic } from '../../runtime/atomic-file.ts';
 import { dirname } from 'node:path';
 import { writeGguf, type GgufKv, type GgufTensor } from './gguf-writer.ts';
 
@@ -194,8 +195,6 @@ export async function ensureTinyModel(path: string, opts: TinyModelOptions = {})
     return { path, written: false, sha256: digest, bytes: image.length };
   }
   await mkdir(dirname(path), { recursive: true });
-  const tmp = `${path}.${process.pid}.tmp`;
-  await writeFile(tmp, image);
-  await rename(tmp, path);
+  writeFileAtomic(path, image, { mode: 0o644 });
   return { path, written: true, sha256: digest, bytes: image.length };
 }
