@@ -1,7 +1,7 @@
 // The inspector page: live over /v1/inspect, or replaying a recorded simulation with a time slider.
 import { apply, createModel, framesOfRecording, gpuActor, placementActor, VERSION } from './model.js';
 import { renderStatechart } from './statechart.js';
-import { html } from './html.js';
+import { markup } from './html.js';
 import {
   ctxHtml,
   gb,
@@ -30,8 +30,8 @@ const invalidate = () => {
 };
 
 /** Replaces an element's content only when it changed, so rows under the pointer are not swapped mid-click. */
-const setHtml = (el, markup) => {
-  const text = String(markup);
+const setHtml = (el, content) => {
+  const text = String(content);
   if (el.dataset.html === text) return;
   el.innerHTML = text;
   el.dataset.html = text;
@@ -212,7 +212,7 @@ const renderHeader = () => {
   d.textContent = `${model.dropped} frames dropped`;
 };
 
-const renderGpus = () => setHtml($('gpu-grid'), html`${model.gpus.map((g) => gpuTile(g, selected))}`);
+const renderGpus = () => setHtml($('gpu-grid'), markup`${model.gpus.map((g) => gpuTile(g, selected))}`);
 
 const renderReplicas = () => {
   const live = [...model.replicas.values()].sort((a, b) => a.id.localeCompare(b.id));
@@ -220,7 +220,7 @@ const renderReplicas = () => {
     ...live.map((r) => replicaCard(r, false, selected)),
     ...model.pastReplicas.map((r) => replicaCard(r, true, selected)),
   ];
-  setHtml($('replica-list'), html`${cards}`);
+  setHtml($('replica-list'), markup`${cards}`);
 };
 
 const renderRequests = () => {
@@ -231,11 +231,11 @@ const renderRequests = () => {
     .map((id) => model.actors.get(id))
     .filter(Boolean);
   const rows = [...inFlight.slice(-150).reverse(), ...finished].map((a) => requestRow(a, selected));
-  setHtml($('request-rows'), html`${rows}`);
+  setHtml($('request-rows'), markup`${rows}`);
   $('req-count').textContent = `${model.inFlight.size} in flight · ${model.finished.length} recently finished`;
 };
 
-const renderTimeline = () => setHtml($('timeline'), html`${model.timeline.slice(-200).reverse().map(timelineItem)}`);
+const renderTimeline = () => setHtml($('timeline'), markup`${model.timeline.slice(-200).reverse().map(timelineItem)}`);
 
 const renderDetail = () => {
   const title = $('detail-title');
@@ -296,7 +296,7 @@ const renderDetail = () => {
     chart.innerHTML = renderStatechart(def, actor.state);
     chart.dataset.key = key;
   }
-  setHtml(body, html`${extra}${actor.m === 'request' ? requestDetailHtml(actor) : ''}${historyHtml(actor)}`);
+  setHtml(body, markup`${extra}${actor.m === 'request' ? requestDetailHtml(actor) : ''}${historyHtml(actor)}`);
 };
 
 function render() {

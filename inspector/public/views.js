@@ -1,6 +1,6 @@
 // The page's HTML views, pure functions of the model (no DOM): GPU tiles, replica cards, request rows, the
-// timeline, and the detail panel's decision trace, story, history and context. Every value goes through html``.
-import { html } from './html.js';
+// timeline, and the detail panel's decision trace, story, history and context. Every value goes through markup``.
+import { markup } from './html.js';
 
 /** Bytes as GB, with the unit. */
 export const gb = (bytes) => `${gbn(bytes)} GB`;
@@ -25,21 +25,12 @@ export const gpuTile = (g, selected) => {
   const sel = selected?.kind === 'gpu' && selected.index === g.index ? ' selected' : '';
   const mem =
     g.state === 'failed' ? 'memory unavailable' : `w ${gbn(g.weightsBytes)} · KV ${gbn(g.kvBytes)} · free ${gb(free)}`;
-  return html`<div
-    class="gpu st-${g.state}${sel}"
-    data-testid="gpu-tile"
-    data-gpu="${g.index}"
-    data-state="${g.state}"
-    data-model="${g.model ?? ''}"
-  >
-    <div class="top"><span class="name">GPU ${g.index}</span><span class="state">${g.state}</span></div>
-    <div class="who" title="${g.replica ?? ''}">${who}</div>
-    <div class="mem" title="weights ${gb(g.weightsBytes)}, KV ${gb(g.kvBytes)}, free ${gb(free)}">
-      <span class="weights" style="width:${w.toFixed(2)}%"></span
-      ><span class="kv" style="width:${kv.toFixed(2)}%"></span>
-    </div>
-    <div class="memtext">${mem}</div>
-  </div>`;
+  return markup`<div class="gpu st-${g.state}${sel}" data-testid="gpu-tile" data-gpu="${g.index}" data-state="${g.state}" data-model="${g.model ?? ''}">
+        <div class="top"><span class="name">GPU ${g.index}</span><span class="state">${g.state}</span></div>
+        <div class="who" title="${g.replica ?? ''}">${who}</div>
+        <div class="mem" title="weights ${gb(g.weightsBytes)}, KV ${gb(g.kvBytes)}, free ${gb(free)}"><span class="weights" style="width:${w.toFixed(2)}%"></span><span class="kv" style="width:${kv.toFixed(2)}%"></span></div>
+        <div class="memtext">${mem}</div>
+      </div>`;
 };
 
 /** One replica card; `gone` for a replica that no longer exists. */
@@ -49,13 +40,7 @@ export const replicaCard = (r, gone, selected) => {
   const sel = selected?.kind === 'actor' && selected.id === r.id ? ' selected' : '';
   const shown = gone && r.wasFailed && r.state !== 'failed' ? `${r.state} (failed)` : r.state;
   const flags = `${r.wasFailed ? ' was-failed' : ''}${gone ? ' gone' : ''}${sel}`;
-  return html`<div
-    class="replica rs-${head}${flags}"
-    data-testid="replica"
-    data-id="${r.id}"
-    data-state="${r.state}"
-    data-failed="${r.wasFailed ? 'true' : 'false'}"
-  >
+  return markup`<div class="replica rs-${head}${flags}" data-testid="replica" data-id="${r.id}" data-state="${r.state}" data-failed="${r.wasFailed ? 'true' : 'false'}">
     <div class="id">${r.id}</div>
     <div class="row"><span class="state">${shown}</span><span>epoch ${r.epoch}</span></div>
     <div class="row"><span>gpus ${r.gpus.join(',')}</span><span>step ${r.step}</span></div>
@@ -67,17 +52,15 @@ export const replicaCard = (r, gone, selected) => {
 
 /** One row of the requests table. */
 export const requestRow = (a, selected) => {
-  const sel = selected?.kind === 'actor' && selected.id === a.id ? html` class="selected"` : '';
+  const sel = selected?.kind === 'actor' && selected.id === a.id ? markup` class="selected"` : '';
   const code = a.ctx.code ? ` · ${a.ctx.code}` : '';
   const tokens = a.done || a.ctx.tokens ? (a.ctx.tokens ?? 0) : '';
-  return html`<tr${sel} data-testid="request-row" data-id="${a.id}" data-state="${a.state}"><td>${a.id}</td><td>${a.ctx.model}</td><td class="rq-${a.state}">${a.state}${code}</td><td>${a.ctx.replica ?? ''}</td><td>${tokens}</td></tr>`;
+  return markup`<tr${sel} data-testid="request-row" data-id="${a.id}" data-state="${a.state}"><td>${a.id}</td><td>${a.ctx.model}</td><td class="rq-${a.state}">${a.state}${code}</td><td>${a.ctx.replica ?? ''}</td><td>${tokens}</td></tr>`;
 };
 
 /** One timeline entry. */
 export const timelineItem = (e) =>
-  html`<li class="${e.tone}" ${e.ref ? html` data-ref="${e.ref}"` : ''}>
-    <span class="t">${ms(e.t)}</span><span>${e.text}</span>
-  </li>`;
+  markup`<li class="${e.tone}"${e.ref ? markup` data-ref="${e.ref}"` : ''}><span class="t">${ms(e.t)}</span><span>${e.text}</span></li>`;
 
 /** One routing decision: its outcome, reason, candidates and exclusions. */
 export const decisionHtml = (d) => {
@@ -85,36 +68,14 @@ export const decisionHtml = (d) => {
   const excluded = Array.isArray(d.excluded) ? d.excluded : [];
   const rows = cands.map(
     (c) =>
-      html`<tr>
-        <td class="${c.replica === d.chosen ? 'chosen' : ''}">${c.replica}</td>
-        <td>${Math.round(c.waitMs)} ms</td>
-        <td>${Math.round(c.ttftMs)} ms</td>
-        <td>${c.queued}/${c.running}</td>
-        <td>${c.freeBlocks}/${c.needBlocks}${c.headroom ? '' : ' ✗'}</td>
-      </tr>`,
+      markup`<tr><td class="${c.replica === d.chosen ? 'chosen' : ''}">${c.replica}</td><td>${Math.round(c.waitMs)} ms</td><td>${Math.round(c.ttftMs)} ms</td><td>${c.queued}/${c.running}</td><td>${c.freeBlocks}/${c.needBlocks}${c.headroom ? '' : ' ✗'}</td></tr>`,
   );
-  const head = html`<tr>
-    <th>candidate</th>
-    <th>wait</th>
-    <th>ttft</th>
-    <th>queued/running</th>
-    <th>KV free/need</th>
-  </tr>`;
-  return html`<div class="decision ${d.outcome}" data-testid="decision">
-    <div class="why">
-      ${d.kind ? `${d.kind} · ` : ''}${d.outcome}${d.chosen ? ` to ${d.chosen}` : ''} at ${ms(d.t)}: ${d.reason}
-    </div>
-    <div class="meta">
-      ${d.model}@${d.version ?? '?'} · ${d.priority} · policy ${d.policy} · queue budget ${Math.round(d.budgetMs)} ms
-    </div>
-    ${
-      rows.length > 0
-        ? html`<table>
-            ${head}${rows}
-          </table>`
-        : ''
-    }
-    ${excluded.map((x) => html`<div class="meta">excluded ${x.replica}: ${x.why}</div>`)}
+  const head = markup`<tr><th>candidate</th><th>wait</th><th>ttft</th><th>queued/running</th><th>KV free/need</th></tr>`;
+  return markup`<div class="decision ${d.outcome}" data-testid="decision">
+    <div class="why">${d.kind ? `${d.kind} · ` : ''}${d.outcome}${d.chosen ? ` to ${d.chosen}` : ''} at ${ms(d.t)}: ${d.reason}</div>
+    <div class="meta">${d.model}@${d.version ?? '?'} · ${d.priority} · policy ${d.policy} · queue budget ${Math.round(d.budgetMs)} ms</div>
+    ${rows.length > 0 ? markup`<table>${head}${rows}</table>` : ''}
+    ${excluded.map((x) => markup`<div class="meta">excluded ${x.replica}: ${x.why}</div>`)}
   </div>`;
 };
 
@@ -127,32 +88,21 @@ export const historyHtml = (a) => {
     .map((h) => {
       const e = h.ev;
       const what = `${e.type}${e.code ? ` · ${e.code}` : ''}${e.replica ? ` → ${e.replica}` : ''}${e.message ? ` — ${e.message}` : ''}`;
-      return html`<tr>
-        <td>${ms(h.t)}</td>
-        <td>${h.s}</td>
-        <td>${what}</td>
-      </tr>`;
+      return markup`<tr><td>${ms(h.t)}</td><td>${h.s}</td><td>${what}</td></tr>`;
     });
-  return html`<h3>history</h3>
-    <table data-testid="history">
-      ${rows}
-    </table>`;
+  return markup`<h3>history</h3><table data-testid="history">${rows}</table>`;
 };
 
 /** A context as a definition list (empty values left out). */
 export const ctxHtml = (ctx) => {
   const items = Object.entries(ctx)
     .filter(([, v]) => v !== null && v !== undefined && v !== '')
-    .map(
-      ([k, v]) =>
-        html`<dt>${k}</dt>
-          <dd>${Array.isArray(v) ? v.join(', ') : v}</dd>`,
-    );
-  return html`<dl class="kv-list">${items}</dl>`;
+    .map(([k, v]) => markup`<dt>${k}</dt><dd>${Array.isArray(v) ? v.join(', ') : v}</dd>`);
+  return markup`<dl class="kv-list">${items}</dl>`;
 };
 
-/** A request's story: why it went where it went, and what happened to it since. */
-export const storyHtml = (a) => {
+/** The lines of a request's story: why it went where it went, and what happened to it since. */
+const storyLines = (a) => {
   const lines = [];
   for (const h of a.history) {
     const e = h.ev;
@@ -167,19 +117,20 @@ export const storyHtml = (a) => {
     } else if (e.type === 'request.deadline' && h.s !== 'queued' && h.s !== 'requeued')
       lines.push(`${h.s} at ${ms(h.t)}: ${a.ctx.message ?? 'its budget ran out'}`);
   }
+  return lines;
+};
+
+/** A request's story as a list, or nothing when there is none. */
+export const storyHtml = (a) => {
+  const lines = storyLines(a);
   return lines.length > 0
-    ? html`<h3>what happened</h3>
-        <ul data-testid="story">
-          ${lines.map((l) => html`<li>${l}</li>`)}
-        </ul>`
+    ? markup`<h3>what happened</h3><ul data-testid="story">${lines.map((l) => markup`<li>${l}</li>`)}</ul>`
     : '';
 };
 
 /** The detail panel's body for a request: its context, decision trace, story and history. */
 export const requestDetailHtml = (actor) => {
   const trace = actor.trace.map(decisionHtml);
-  const none = html`<div class="meta">no routing decision recorded</div>`;
-  return html`${ctxHtml(actor.ctx)}
-    <h3>decision trace</h3>
-    <div data-testid="decision-trace">${trace.length > 0 ? trace : none}${storyHtml(actor)}</div>`;
+  const none = markup`<div class="meta">no routing decision recorded</div>`;
+  return markup`${ctxHtml(actor.ctx)}<h3>decision trace</h3><div data-testid="decision-trace">${trace.length > 0 ? trace : none}${storyHtml(actor)}</div>`;
 };

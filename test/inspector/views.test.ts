@@ -12,11 +12,11 @@ const EVIL = '<img src=x onerror="alert(1)">';
 const ESCAPED = '&lt;img src=x onerror=&quot;alert(1)&quot;&gt;';
 
 describe('the inspector page', () => {
-  it('escapes a value in html`` and keeps the markup the tag made itself', async () => {
-    const { html, esc } = await load('html.js');
+  it('escapes a value in markup`` and keeps the markup the tag made itself', async () => {
+    const { markup, esc } = await load('html.js');
     expect(esc!(`&<>"'`).toString()).toBe('&amp;&lt;&gt;&quot;&#39;');
     const cell = (v: unknown): { toString(): string } =>
-      (html as unknown as (s: string[], ...v: unknown[]) => never)(['<td>', '</td>'], v);
+      (markup as unknown as (s: string[], ...v: unknown[]) => never)(['<td>', '</td>'], v);
     expect(String(cell(EVIL))).toBe(`<td>${ESCAPED}</td>`);
     expect(String(cell([cell(1), cell('<b>')]))).toBe('<td><td>1</td><td>&lt;b&gt;</td></td>');
     expect(String(cell(null))).toBe('<td></td>');
