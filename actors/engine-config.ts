@@ -4,9 +4,10 @@
 //
 // Routing and admission still price work with the model's named `profile` (the roofline): a conservative default
 // (a real GPU profile is slower per token than the tiny model on a CPU) until a calibrated profile replaces it.
-import { closeSync, mkdirSync, openSync, readSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readSync, statSync } from 'node:fs';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { buildTinyModel, type GeneratedSize } from './engine/tiny-model.ts';
+import { writeFileAtomic } from '../runtime/atomic-file.ts';
 import type { WireEngineSpec } from '../machines/messages.ts';
 import { dflt, int, oneOf, optional, str, type Refuse } from '../transport/schema.ts';
 
@@ -122,9 +123,7 @@ export function prepareModelFiles(
       try {
         mkdirSync(dirname(e.file), { recursive: true });
         // Written aside and renamed: a concurrent reader never sees half a file.
-        const tmp = `${e.file}.${process.pid}.tmp`;
-        writeFileSync(tmp, buildTinyModel({ size: generate }));
-        renameSync(tmp, e.file);
+        writeFileAtomic(e.file, buildTinyModel({ size: generate }), { mode: 0o644 });
       } catch (err) {
         return [`models[${i}].file`, `cannot write the ${generate} model to ${e.file}: ${(err as Error).message}`];
       }

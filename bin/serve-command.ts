@@ -8,6 +8,7 @@ import type { PromptTokenizer } from '../api/serving.ts';
 import { createWallClock } from '../runtime/clock.ts';
 import { MIN_TOKEN_LENGTH, ServeError, startServer, type RunningServer, type ServerOptions } from '../api/server.ts';
 import { superviseWorker, type WorkerSupervisor } from '../actors/worker-supervisor.ts';
+import { servedModelRoots } from '../actors/worker/model-roots.ts';
 import { flag, parseOrUsage, type FlagValues } from './args.ts';
 import { writeSecrets } from './secrets.ts';
 import { createTenants, parseTenantsFile, type Tenants } from '../api/tenants.ts';
@@ -322,6 +323,8 @@ export async function runServeCommand(argv: string[]): Promise<number> {
     if (f['repair-ms'] !== undefined) workerArgs.push('--repair-ms', String(f['repair-ms']));
     if (f['heartbeat-ms'] !== undefined) workerArgs.push('--heartbeat-ms', String(f['heartbeat-ms']));
     if (tls?.ok) workerArgs.push('--tls-ca', tls.caFile);
+    const modelFiles = scenario.models.flatMap((m) => (m.engine ? [m.engine.file] : []));
+    for (const root of servedModelRoots(file, modelFiles)) workerArgs.push('--model-root', root);
     // The worker's environment holds its own token only: the others were removed from process.env above.
     supervisor = superviseWorker({
       clock,

@@ -70,14 +70,17 @@ export function renderFleet(fleet: Fleet, source: string): RenderedFile[] {
   files.push(
     file(
       m('network-policies.yaml'),
-      'Ingress to node pods and endpoint pickers: gateway, EPP, Prometheus only',
+      'Node pods and endpoint pickers: ingress from the gateway, EPPs and Prometheus only; egress to what each needs',
       source,
       [nodeNetworkPolicy(fleet), eppNetworkPolicy(fleet)],
     ),
     file(m('pod-monitor.yaml'), 'Prometheus Operator PodMonitor scraping every node pod', source, [podMonitor(fleet)]),
-    file(m('http-route.yaml'), 'Gateway API HTTPRoute sending each model to its InferencePool', source, [
-      httpRoute(fleet),
-    ]),
+    file(
+      m('http-route.yaml'),
+      'Gateway API HTTPRoute sending the client paths of each model to its InferencePool',
+      source,
+      [httpRoute(fleet)],
+    ),
   );
   files.push(
     kustomization(

@@ -19,8 +19,9 @@ const TYPES: Readonly<Record<string, string>> = {
 /** The directory holding the page. */
 export const PUBLIC_DIR = fileURLToPath(new URL('./public/', import.meta.url));
 
+// connect-src 'self' also covers ws:/wss: to this same host (CSP level 3): the page's socket, and nothing else.
 const CSP =
-  "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; style-src 'self'; style-src-attr 'unsafe-inline'; script-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'";
+  "default-src 'self'; connect-src 'self'; img-src 'self' data:; style-src 'self'; style-src-attr 'unsafe-inline'; script-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'";
 
 let assets: Map<string, Asset> | null = null;
 

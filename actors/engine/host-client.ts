@@ -18,6 +18,7 @@ import {
 } from './engine.ts';
 import { parseHostMessage, type HostCommand, type HostMessage, type HostReplyValue } from './host-protocol.ts';
 import { cpuProfileArgs } from '../../runtime/cpu-profile.ts';
+import { hostEnvironment } from './host-env.ts';
 
 /** Where an engine host is in its life. */
 export type HostState = 'loading' | 'ready' | 'draining' | 'failed' | 'stopped';
@@ -57,7 +58,8 @@ export interface EngineHostOptions {
   probeTimeoutMs?: number;
   /** Host entry script; defaults to host.ts next to this file. */
   entry?: string;
-  /** Extra environment variables for the child (CUDA_VISIBLE_DEVICES is always set from gpus). */
+  /** Extra environment variables for the child, besides the allow-listed part of the worker's (host-env.ts);
+   * CUDA_VISIBLE_DEVICES is always set from gpus. */
   env?: Readonly<Record<string, string>>;
 }
 
@@ -159,7 +161,13 @@ function forkHost(opts: EngineHostOptions): { child: ChildProcess; stderrTail: (
     execArgv: [...cpuProfileArgs(), '--import', tsxLoader()],
     // One libuv pool thread: node-llama-cpp queues a step's decode and then each sequence's sampling there, and one
     // thread runs them back to back instead of waking idle threads for each (a wake-up per item, on both sides).
-    env: { ...process.env, UV_THREADPOOL_SIZE: '1', ...opts.env, CUDA_VISIBLE_DEVICES: opts.gpus.join(',') },
+    // An allow-list of the worker's environment: the worker token and any other secret stay with the worker.
+    env: {
+      ...hostEnvironment(process.env),
+      UV_THREADPOOL_SIZE: '1',
+      ...opts.env,
+      CUDA_VISIBLE_DEVICES: opts.gpus.join(','),
+    },
     stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
     serialization: 'json',
   });

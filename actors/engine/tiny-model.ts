@@ -1,7 +1,8 @@
 // Generates llama-architecture GGUF models with seeded random weights and a byte-level vocabulary: tiny ones for
 // tests, and larger ones of a requested shape for measuring speed where no weights can be downloaded.
 import { createHash } from 'node:crypto';
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { mkdir, readFile } from 'node:fs/promises';
+import { writeFileAtomic } from '../../runtime/atomic-file.ts';
 import { dirname } from 'node:path';
 import { writeGguf, type GgufKv, type GgufTensor, type GgufTensorType } from './gguf-writer.ts';
 
@@ -280,8 +281,6 @@ export async function ensureTinyModel(path: string, opts: TinyModelOptions = {})
     return { path, written: false, sha256: digest, bytes: image.length };
   }
   await mkdir(dirname(path), { recursive: true });
-  const tmp = `${path}.${process.pid}.tmp`;
-  await writeFile(tmp, image);
-  await rename(tmp, path);
+  writeFileAtomic(path, image, { mode: 0o644 });
   return { path, written: true, sha256: digest, bytes: image.length };
 }

@@ -3,8 +3,8 @@
 // directory) and restored at start, so a restarted control plane keeps the operator's decisions. A file that cannot be
 // read, does not parse, fails its schema, or belongs to another config is refused with a typed error naming the file:
 // never silently reset.
-import { closeSync, fsyncSync, openSync, readFileSync, renameSync, statSync, writeSync } from 'node:fs';
-import { basename, dirname, join } from 'node:path';
+import { readFileSync, statSync } from 'node:fs';
+import { writeFileAtomic } from '../../runtime/atomic-file.ts';
 import { arr, int, obj, oneOf, optional, record, str, validate, type Infer } from '../../transport/schema.ts';
 
 /** The format name every state file carries (a JSON file of something else is foreign). */
@@ -96,23 +96,9 @@ export function loadState(path: string, config: string): OperatorState | null {
   return { placement, routing, failedGpus, rollouts, counts };
 }
 
-/** Writes the state atomically: a temporary file beside it, fsync, rename over it, fsync of the directory. */
+/** Writes the state atomically: an exclusively created temporary file beside it under an unpredictable name (a
+ * symlink planted in the directory is never followed), fsync, rename over it, fsync of the directory. */
 export function saveState(path: string, config: string, state: OperatorState): void {
   const body = `${JSON.stringify({ format: STATE_FORMAT, version: STATE_VERSION, config, ...state }, null, 2)}\n`;
-  const tmp = join(dirname(path), `.${basename(path)}.${process.pid}.tmp`);
-  const fd = openSync(tmp, 'w', 0o600);
-  try {
-    writeSync(fd, body);
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-  renameSync(tmp, path);
-  // The rename is durable only once the directory entry is.
-  const dir = openSync(dirname(path), 'r');
-  try {
-    fsyncSync(dir);
-  } finally {
-    closeSync(dir);
-  }
+  writeFileAtomic(path, body, { mode: 0o600, durable: true });
 }

@@ -8,6 +8,7 @@
 import type { EngineFailure, SamplingParams, StepItem } from '../engine/engine.ts';
 import { nodeHostTimers, spawnEngineHost, type EngineHost, type EngineHostOptions } from '../engine/host-client.ts';
 import type { NodeMessage } from '../../transport/protocol.ts';
+import { defaultModelRoots, modelFileRefusal } from './model-roots.ts';
 
 type Assign = Extract<NodeMessage, { type: 'gpu.assign' }>;
 type Execute = Extract<NodeMessage, { type: 'step.execute' }>;
@@ -34,6 +35,8 @@ export interface EngineManagerOptions extends EngineEvents {
   host?: Pick<EngineHostOptions, 'loadTimeoutMs' | 'stepTimeoutMs' | 'probeTimeoutMs' | 'timers'>;
   /** Time a host gets to unload before it is killed (ms). */
   unloadGraceMs?: number;
+  /** Folders model files must be under (real paths compared); default defaultModelRoots(). */
+  modelRoots?: readonly string[];
 }
 
 /** A step's outcome for the agent to report: the sampled tokens and the engine's cache, or nothing (failed). */
@@ -156,8 +159,16 @@ export function createEngineManager(opts: EngineManagerOptions): EngineManager {
   const hosts = new Map<string, Hosted>();
   const gathering = new Map<string, { epoch: number; gpus: Set<number> }>();
 
+  const roots = opts.modelRoots ?? defaultModelRoots();
+
   const start = (m: Assign & { engine: EngineSpec }, gpus: number[]): void => {
     const e = m.engine;
+    // The control plane names the file; nothing outside the worker's model roots is opened: the load fails, typed.
+    const refused = modelFileRefusal(e.file, roots);
+    if (refused) {
+      log(`engine host ${m.replica}@${m.epoch} not started: ${refused.message}`);
+      return opts.failed(m.replica, m.epoch, gpus, refused);
+    }
     const host = spawn({
       ...opts.host,
       id: m.replica,
@@ -237,6 +248,14 @@ export function createEngineManager(opts: EngineManagerOptions): EngineManager {
     h.tail = h.tail.then(work).catch((err: unknown) => log(`engine work of ${h.replica} failed: ${String(err)}`));
   };
 
+  const freeInOrder = (h: Hosted, seqs: readonly string[]): void =>
+    queue(h, async () => {
+      for (const s of seqs) {
+        h.seqs.delete(s);
+        await h.host.free(s);
+      }
+    });
+
   return {
     assign: (m) => {
       const live = hosts.get(m.replica);
@@ -265,12 +284,7 @@ export function createEngineManager(opts: EngineManagerOptions): EngineManager {
       const h = hosts.get(replica);
       if (!h || h.epoch !== epoch) return;
       // In order with the steps: a step sent before the free still finds the sequence's tokens.
-      queue(h, async () => {
-        for (const s of seqs) {
-          h.seqs.delete(s);
-          await h.host.free(s);
-        }
-      });
+      freeInOrder(h, seqs);
     },
     release: (replica, epoch) => {
       gathering.delete(replica);
@@ -288,13 +302,7 @@ export function createEngineManager(opts: EngineManagerOptions): EngineManager {
         const seqs = [...h.seqs.keys()];
         n += seqs.length;
         // In order with the steps already queued: a step in flight still finds its sequences.
-        if (seqs.length > 0)
-          queue(h, async () => {
-            for (const s of seqs) {
-              h.seqs.delete(s);
-              await h.host.free(s);
-            }
-          });
+        if (seqs.length > 0) freeInOrder(h, seqs);
       }
       return n;
     },

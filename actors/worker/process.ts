@@ -42,6 +42,8 @@ export interface NodeProcessOptions {
   baseBackoffMs?: number;
   maxBackoffMs?: number;
   heartbeatMs?: number;
+  /** Folders the engine hosts' model files must be under (default: defaultModelRoots() in model-roots.ts). */
+  modelRoots?: readonly string[];
   /** How long work in flight (engine sequences, steps) is kept while no control plane is connected (default 10 s). */
   orphanGraceMs?: number;
   clock?: Clock;
@@ -179,6 +181,7 @@ export function startNodeProcess(opts: NodeProcessOptions): NodeProcess {
           ...(settings.heartbeatMs ? { heartbeatMs: settings.heartbeatMs } : {}),
           ...(settings.lanes ? { lanes: settings.lanes } : {}),
           ...(opts.probeMs !== undefined ? { probeMs: opts.probeMs } : {}),
+          ...(opts.modelRoots !== undefined ? { engines: { modelRoots: opts.modelRoots } } : {}),
         });
         agent.announce();
         log(`registered as ${nodeName} with GPUs ${opts.gpus.join(',')} at epoch ${context.epoch}`);

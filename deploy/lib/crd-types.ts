@@ -26,6 +26,7 @@ export interface HTTPRoute {
   metadata: { name: string; namespace: string; labels: Record<string, string> };
   spec: {
     parentRefs: { group: string; kind: string; name: string; namespace: string }[];
+    hostnames?: string[];
     rules: {
       matches: {
         path: { type: 'PathPrefix' | 'Exact'; value: string };

@@ -43,8 +43,13 @@ export interface Fleet {
   name: string;
   namespace: string;
   image: string;
-  gateway: { name: string; namespace: string; podLabels: Record<string, string> };
+  /** The Gateway, its proxy pods, and the host names clients use (the HTTPRoute's and the Host allow-list). */
+  gateway: { name: string; namespace: string; podLabels: Record<string, string>; hostnames: string[] };
   prometheus: { namespace: string; podLabels: Record<string, string> };
+  /** The cluster DNS pods, the one egress every pod of the fleet has. */
+  dns: { namespace: string; podLabels: Record<string, string> };
+  /** Where the Kubernetes API answers (the endpoint pickers watch pods and pools): CIDR blocks and ports. */
+  apiServer: { cidrs: string[]; ports: number[] };
   epp: { image: string };
   shutdown: ShutdownTimings;
   pools: Pool[];
@@ -66,6 +71,8 @@ const MODEL_NAME = /^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/;
 const GPU_TYPES = ['H100-SXM', 'H200', 'A100-80GB'];
 const PROFILES = ['llama-3-8b', 'llama-3-70b', 'llama-3-70b-fp8'];
 const QUANTITY = /^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$/;
+const HOSTNAME = /^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const CIDR = /^(\d{1,3}\.){3}\d{1,3}\/\d{1,2}$|^[0-9a-f:]+\/\d{1,3}$/i;
 
 type Raw = Record<string, unknown>;
 
@@ -93,6 +100,11 @@ function labels(v: unknown, path: string): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, val] of Object.entries(record(v, path))) out[k] = text(val, `${path}.${k}`, undefined, 63);
   return out;
+}
+
+function list<T>(v: unknown, path: string, item: (x: unknown, p: string) => T, max = 64): T[] {
+  if (!Array.isArray(v) || v.length > max) throw new FleetError(path, `must be a list of at most ${max} entries`);
+  return v.map((x, i) => item(x, `${path}[${i}]`));
 }
 
 function optional<T>(raw: Raw, key: string, path: string, read: (v: unknown, p: string) => T, fallback: T): T {
@@ -192,6 +204,8 @@ export function parseFleet(source: string): Fleet {
   const gw = optional(raw, 'gateway', '(root)', record, {});
   const prom = optional(raw, 'prometheus', '(root)', record, {});
   const gatewayName = optional(gw, 'name', 'gateway', (x, p) => text(x, p, DNS_LABEL), 'inference-gateway');
+  const dns = optional(raw, 'dns', '(root)', record, {});
+  const api = optional(raw, 'apiServer', '(root)', record, {});
   return {
     name: text(raw['name'], 'name', DNS_LABEL, 30),
     namespace: optional(raw, 'namespace', '(root)', (x, p) => text(x, p, DNS_LABEL, 63), 'switchyard'),
@@ -202,10 +216,20 @@ export function parseFleet(source: string): Fleet {
       podLabels: optional(gw, 'podLabels', 'gateway', labels, {
         'gateway.networking.k8s.io/gateway-name': gatewayName,
       }),
+      hostnames: optional(gw, 'hostnames', 'gateway', (x, p) => list(x, p, (h, q) => text(h, q, HOSTNAME)), []),
     },
     prometheus: {
       namespace: optional(prom, 'namespace', 'prometheus', (x, p) => text(x, p, DNS_LABEL, 63), 'monitoring'),
       podLabels: optional(prom, 'podLabels', 'prometheus', labels, { 'app.kubernetes.io/name': 'prometheus' }),
+    },
+    dns: {
+      namespace: optional(dns, 'namespace', 'dns', (x, p) => text(x, p, DNS_LABEL, 63), 'kube-system'),
+      podLabels: optional(dns, 'podLabels', 'dns', labels, { 'k8s-app': 'kube-dns' }),
+    },
+    apiServer: {
+      // Narrow this to the API server's addresses: the default lets the endpoint pickers reach any host on these ports.
+      cidrs: optional(api, 'cidrs', 'apiServer', (x, p) => list(x, p, (c, q) => text(c, q, CIDR)), ['0.0.0.0/0']),
+      ports: optional(api, 'ports', 'apiServer', (x, p) => list(x, p, (n, q) => integer(n, q, 1, 65_535)), [443, 6443]),
     },
     epp: {
       image: optional(optional(raw, 'epp', '(root)', record, {}), 'image', 'epp', text, EPP_IMAGE),

@@ -8,7 +8,16 @@ import { stringify } from 'yaml';
 import { GPUS_PER_NODE, type Fleet, type Pool } from './fleet.ts';
 import { fleetLabels, names, poolPodLabels, poolSelectorLabels } from './names.ts';
 import { poolConfig } from './switchyard-config.ts';
-import { CONFIG_DIR, CONFIG_KEY, HTTP_PORT, nodeAgentArgs, serveArgs, TOKEN_KEYS } from './switchyard-cli.ts';
+import {
+  CONFIG_DIR,
+  CONFIG_KEY,
+  HTTP_PORT,
+  MODELS_DIR,
+  nodeAgentArgs,
+  POD_IP_ENV,
+  serveArgs,
+  TOKEN_KEYS,
+} from './switchyard-cli.ts';
 
 /** Non-root, read-only root filesystem, no capabilities, no privilege escalation: every container here. */
 export const RESTRICTED: ISecurityContext = {
@@ -45,7 +54,13 @@ function controlPlane(fleet: Fleet, pool: Pool): IContainer {
     image: pool.image,
     args: serveArgs(fleet),
     ports: [{ name: 'http', containerPort: HTTP_PORT, protocol: 'TCP' }],
-    env: [secretEnv(fleet, 'client'), secretEnv(fleet, 'admin'), secretEnv(fleet, 'worker')],
+    env: [
+      // The pod's address, allowed as a Host: the kubelet's probes and the scrapers name the pod by it.
+      { name: POD_IP_ENV, valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } },
+      secretEnv(fleet, 'client'),
+      secretEnv(fleet, 'admin'),
+      secretEnv(fleet, 'worker'),
+    ],
     // Liveness waits for startup, which waits (generously) for the worker to load the models.
     startupProbe: httpProbe('/readyz', STARTUP_PERIOD_SECONDS, Math.ceil(pool.startupSeconds / STARTUP_PERIOD_SECONDS)),
     livenessProbe: httpProbe('/healthz', 10, 3),
@@ -76,7 +91,7 @@ function worker(fleet: Fleet, pool: Pool): IContainer {
     },
     securityContext: RESTRICTED,
     volumeMounts: [
-      { name: 'models', mountPath: '/models' },
+      { name: 'models', mountPath: MODELS_DIR },
       { name: 'tmp', mountPath: '/tmp', subPath: 'worker' },
       { name: 'dshm', mountPath: '/dev/shm' },
     ],

@@ -25,8 +25,37 @@ export const TOKEN_KEYS = {
   worker: { key: 'worker-token', env: 'SWITCHYARD_WORKER_TOKEN' },
 } as const;
 
+/** The paths a client uses, the only ones the gateway's HTTPRoute sends to a pod (never /v1/node, /v1/inspect, /admin). */
+export const CLIENT_PATHS = ['/v1/chat/completions', '/v1/completions', '/v1/models', '/v1/ws'] as const;
+
+/** The worker link's path: reached over the pod's loopback only. */
+export const WORKER_PATH = '/v1/node';
+
+/** Where the worker finds model files: the `models` volume, its only model root. */
+export const MODELS_DIR = '/models';
+
+/** The addresses the worker dials the control plane from: the pod's loopback (both containers share the network). */
+export const WORKER_SOURCES = ['127.0.0.1/32', '::1/128'] as const;
+
+/** The env var the pod's IP is given in (downward API), named in args as $(POD_IP). */
+export const POD_IP_ENV = 'POD_IP';
+
+/**
+ * `serve` flags the manifests use that restrict where requests may come from; renamed here only:
+ * workerAllow: the addresses /v1/node accepts (comma-separated addresses and CIDR blocks);
+ * allowedHost: the Host names requests may name (comma-separated).
+ */
+export const SOURCE_FLAGS = { workerAllow: '--worker-allow', allowedHost: '--allowed-host' } as const;
+
+/** The Host names the control plane accepts: the gateway's host names, and the pod's IP for the kubelet's probes and
+ * the scrapers (they name the pod by address). Empty when the fleet names no host (the Host is then not checked). */
+export function allowedHosts(fleet: Fleet): string[] {
+  return fleet.gateway.hostnames.length > 0 ? [...fleet.gateway.hostnames, `$(${POD_IP_ENV})`] : [];
+}
+
 /** The control plane's command line: the worker runs in its own container (`--no-worker`). */
 export function serveArgs(fleet: Fleet): string[] {
+  const hosts = allowedHosts(fleet);
   return [
     'serve',
     '--config',
@@ -40,18 +69,24 @@ export function serveArgs(fleet: Fleet): string[] {
     String(fleet.shutdown.drainDeadlineSeconds * 1000),
     // TLS ends at the gateway; the pod port is plain HTTP that only the NetworkPolicy's peers can reach.
     '--insecure',
+    SOURCE_FLAGS.workerAllow,
+    WORKER_SOURCES.join(','),
+    ...(hosts.length > 0 ? [SOURCE_FLAGS.allowedHost, hosts.join(',')] : []),
   ];
 }
 
-/** The worker's command line: dials the control plane over the pod's loopback, named after the pod. */
+/** The worker's command line: dials the control plane over the pod's loopback, named after the pod, opening model
+ * files from the models volume only. */
 export function nodeAgentArgs(): string[] {
   return [
     'node-agent',
     '--url',
-    `ws://127.0.0.1:${HTTP_PORT}/v1/node`,
+    `ws://127.0.0.1:${HTTP_PORT}${WORKER_PATH}`,
     '--gpus',
     String(GPUS_PER_NODE),
     '--node',
     '$(POD_NAME)',
+    '--model-root',
+    MODELS_DIR,
   ];
 }

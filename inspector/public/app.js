@@ -1,17 +1,20 @@
 // The inspector page: live over /v1/inspect, or replaying a recorded simulation with a time slider.
 import { apply, createModel, framesOfRecording, gpuActor, placementActor, VERSION } from './model.js';
 import { renderStatechart } from './statechart.js';
+import { markup } from './html.js';
+import {
+  ctxHtml,
+  gb,
+  gpuTile,
+  historyHtml,
+  ms,
+  replicaCard,
+  requestDetailHtml,
+  requestRow,
+  timelineItem,
+} from './views.js';
 
 const $ = (id) => document.getElementById(id);
-const esc = (s) =>
-  String(s ?? '').replace(
-    /[&<>"']/g,
-    (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c],
-  );
-const gb = (bytes) => `${(bytes / 1e9).toFixed(bytes >= 1e10 || bytes === 0 ? 0 : 1)} GB`;
-const gbn = (bytes) => (bytes / 1e9).toFixed(bytes >= 1e10 || bytes === 0 ? 0 : 1);
-const ms = (t) => (t >= 10_000 ? `${(t / 1000).toFixed(1)} s` : `${Math.round(t)} ms`);
-
 let model = createModel();
 let selected = null;
 let dirty = true;
@@ -27,10 +30,11 @@ const invalidate = () => {
 };
 
 /** Replaces an element's content only when it changed, so rows under the pointer are not swapped mid-click. */
-const setHtml = (el, html) => {
-  if (el.dataset.html === html) return;
-  el.innerHTML = html;
-  el.dataset.html = html;
+const setHtml = (el, content) => {
+  const text = String(content);
+  if (el.dataset.html === text) return;
+  el.innerHTML = text;
+  el.dataset.html = text;
 };
 
 const select = (sel) => {
@@ -208,145 +212,30 @@ const renderHeader = () => {
   d.textContent = `${model.dropped} frames dropped`;
 };
 
-const renderGpus = () => {
-  const html = model.gpus
-    .map((g) => {
-      const w = g.memoryBytes > 0 ? (100 * g.weightsBytes) / g.memoryBytes : 0;
-      const kv = g.memoryBytes > 0 ? (100 * g.kvBytes) / g.memoryBytes : 0;
-      const free = Math.max(0, g.memoryBytes - g.weightsBytes - g.kvBytes);
-      const who =
-        g.state === 'failed'
-          ? 'unhealthy'
-          : g.model
-            ? `${g.model} · ${g.replica ?? ''}${g.guest ? ` + ${g.guest}` : ''}`
-            : g.state === 'reserved'
-              ? 'held for the gang'
-              : '';
-      const sel = selected?.kind === 'gpu' && selected.index === g.index ? ' selected' : '';
-      return `<div class="gpu st-${esc(g.state)}${sel}" data-testid="gpu-tile" data-gpu="${g.index}" data-state="${esc(g.state)}" data-model="${esc(g.model ?? '')}">
-        <div class="top"><span class="name">GPU ${g.index}</span><span class="state">${esc(g.state)}</span></div>
-        <div class="who" title="${esc(g.replica ?? '')}">${esc(who)}</div>
-        <div class="mem" title="weights ${gb(g.weightsBytes)}, KV ${gb(g.kvBytes)}, free ${gb(free)}"><span class="weights" style="width:${w.toFixed(2)}%"></span><span class="kv" style="width:${kv.toFixed(2)}%"></span></div>
-        <div class="memtext">${g.state === 'failed' ? 'memory unavailable' : `w ${gbn(g.weightsBytes)} · KV ${gbn(g.kvBytes)} · free ${gb(free)}`}</div>
-      </div>`;
-    })
-    .join('');
-  setHtml($('gpu-grid'), html);
-};
-
-const replicaCard = (r, gone) => {
-  const pct = r.blocksTotal > 0 ? (100 * r.blocksUsed) / r.blocksTotal : 0;
-  const head = r.state.split('.')[0];
-  const sel = selected?.kind === 'actor' && selected.id === r.id ? ' selected' : '';
-  const shown = gone && r.wasFailed && r.state !== 'failed' ? `${r.state} (failed)` : r.state;
-  return `<div class="replica rs-${esc(head)}${r.wasFailed ? ' was-failed' : ''}${gone ? ' gone' : ''}${sel}" data-testid="replica" data-id="${esc(r.id)}" data-state="${esc(r.state)}" data-failed="${r.wasFailed ? 'true' : 'false'}">
-    <div class="id">${esc(r.id)}</div>
-    <div class="row"><span class="state">${esc(shown)}</span><span>epoch ${r.epoch}</span></div>
-    <div class="row"><span>gpus ${esc(r.gpus.join(','))}</span><span>step ${r.step}</span></div>
-    <div class="row"><span>queue ${r.waiting} · running ${r.running}</span><span>${r.steps} steps</span></div>
-    <div class="row"><span>KV ${r.blocksUsed}/${r.blocksTotal} blocks</span></div>
-    <div class="bar"><span style="width:${pct.toFixed(1)}%"></span></div>
-  </div>`;
-};
+const renderGpus = () => setHtml($('gpu-grid'), markup`${model.gpus.map((g) => gpuTile(g, selected))}`);
 
 const renderReplicas = () => {
   const live = [...model.replicas.values()].sort((a, b) => a.id.localeCompare(b.id));
-  setHtml(
-    $('replica-list'),
-    live.map((r) => replicaCard(r, false)).join('') + model.pastReplicas.map((r) => replicaCard(r, true)).join(''),
-  );
+  const cards = [
+    ...live.map((r) => replicaCard(r, false, selected)),
+    ...model.pastReplicas.map((r) => replicaCard(r, true, selected)),
+  ];
+  setHtml($('replica-list'), markup`${cards}`);
 };
 
 const renderRequests = () => {
-  const rows = [];
   const inFlight = [...model.inFlight.values()];
   const finished = model.finished
     .slice(-50)
     .reverse()
     .map((id) => model.actors.get(id))
     .filter(Boolean);
-  for (const a of [...inFlight.slice(-150).reverse(), ...finished]) {
-    const sel = selected?.kind === 'actor' && selected.id === a.id ? ' class="selected"' : '';
-    rows.push(
-      `<tr${sel} data-testid="request-row" data-id="${esc(a.id)}" data-state="${esc(a.state)}"><td>${esc(a.id)}</td><td>${esc(a.ctx.model)}</td><td class="rq-${esc(a.state)}">${esc(a.state)}${a.ctx.code ? ` · ${esc(a.ctx.code)}` : ''}</td><td>${esc(a.ctx.replica ?? '')}</td><td>${a.done || a.ctx.tokens ? (a.ctx.tokens ?? 0) : ''}</td></tr>`,
-    );
-  }
-  setHtml($('request-rows'), rows.join(''));
+  const rows = [...inFlight.slice(-150).reverse(), ...finished].map((a) => requestRow(a, selected));
+  setHtml($('request-rows'), markup`${rows}`);
   $('req-count').textContent = `${model.inFlight.size} in flight · ${model.finished.length} recently finished`;
 };
 
-const renderTimeline = () => {
-  setHtml(
-    $('timeline'),
-    model.timeline
-      .slice(-200)
-      .reverse()
-      .map(
-        (e) =>
-          `<li class="${esc(e.tone)}"${e.ref ? ` data-ref="${esc(e.ref)}"` : ''}><span class="t">${ms(e.t)}</span><span>${esc(e.text)}</span></li>`,
-      )
-      .join(''),
-  );
-};
-
-const decisionHtml = (d) => {
-  const cands = Array.isArray(d.candidates) ? d.candidates : [];
-  const excluded = Array.isArray(d.excluded) ? d.excluded : [];
-  const rows = cands
-    .map(
-      (c) =>
-        `<tr><td class="${c.replica === d.chosen ? 'chosen' : ''}">${esc(c.replica)}</td><td>${Math.round(c.waitMs)} ms</td><td>${Math.round(c.ttftMs)} ms</td><td>${c.queued}/${c.running}</td><td>${c.freeBlocks}/${c.needBlocks}${c.headroom ? '' : ' ✗'}</td></tr>`,
-    )
-    .join('');
-  return `<div class="decision ${esc(d.outcome)}" data-testid="decision">
-    <div class="why">${d.kind ? `${esc(d.kind)} · ` : ''}${esc(d.outcome)}${d.chosen ? ` to ${esc(d.chosen)}` : ''} at ${ms(d.t)}: ${esc(d.reason)}</div>
-    <div class="meta">${esc(d.model)}@${esc(d.version ?? '?')} · ${esc(d.priority)} · policy ${esc(d.policy)} · queue budget ${Math.round(d.budgetMs)} ms</div>
-    ${rows ? `<table><tr><th>candidate</th><th>wait</th><th>ttft</th><th>queued/running</th><th>KV free/need</th></tr>${rows}</table>` : ''}
-    ${excluded.map((x) => `<div class="meta">excluded ${esc(x.replica)}: ${esc(x.why)}</div>`).join('')}
-  </div>`;
-};
-
-const historyHtml = (a) =>
-  a.history.length === 0
-    ? ''
-    : `<h3>history</h3><table data-testid="history">${a.history
-        .slice()
-        .reverse()
-        .map(
-          (h) =>
-            `<tr><td>${ms(h.t)}</td><td>${esc(h.s)}</td><td>${esc(h.ev.type)}${h.ev.code ? ` · ${esc(h.ev.code)}` : ''}${h.ev.replica ? ` → ${esc(h.ev.replica)}` : ''}${h.ev.message ? ` — ${esc(h.ev.message)}` : ''}</td></tr>`,
-        )
-        .join('')}</table>`;
-
-const ctxHtml = (ctx) =>
-  `<dl class="kv-list">${Object.entries(ctx)
-    .filter(([, v]) => v !== null && v !== undefined && v !== '')
-    .map(([k, v]) => `<dt>${esc(k)}</dt><dd>${esc(Array.isArray(v) ? v.join(', ') : v)}</dd>`)
-    .join('')}</dl>`;
-
-/** A request's story: why it went where it went, and what happened to it since. */
-const storyHtml = (a) => {
-  const lines = [];
-  for (const h of a.history) {
-    const e = h.ev;
-    if (e.type === 'request.rejected') lines.push(`rejected at ${ms(h.t)}: ${esc(e.code)} — ${esc(e.message)}`);
-    else if (e.type === 'request.preempted')
-      lines.push(
-        `preempted at ${ms(h.t)} on ${esc(a.ctx.replica ?? 'its replica')} (KV blocks ran out; recomputed later)`,
-      );
-    else if (e.type === 'request.interrupted')
-      lines.push(`interrupted at ${ms(h.t)} after ${e.tokens ?? 0} tokens: ${esc(e.code)} — ${esc(e.message)}`);
-    else if (e.type === 'request.requeued')
-      lines.push(
-        `resumed at ${ms(h.t)} on ${esc(e.replica)}${a.history.some((x) => x.ev.type === 'request.interrupted') ? ' after the failure above' : ''}`,
-      );
-    else if (e.type === 'request.deadline' && h.s !== 'queued' && h.s !== 'requeued')
-      lines.push(`${esc(h.s)} at ${ms(h.t)}: ${esc(a.ctx.message ?? 'its budget ran out')}`);
-  }
-  return lines.length > 0
-    ? `<h3>what happened</h3><ul data-testid="story">${lines.map((l) => `<li>${l}</li>`).join('')}</ul>`
-    : '';
-};
+const renderTimeline = () => setHtml($('timeline'), markup`${model.timeline.slice(-200).reverse().map(timelineItem)}`);
 
 const renderDetail = () => {
   const title = $('detail-title');
@@ -407,11 +296,7 @@ const renderDetail = () => {
     chart.innerHTML = renderStatechart(def, actor.state);
     chart.dataset.key = key;
   }
-  const decisions =
-    actor.m === 'request'
-      ? `<h3>decision trace</h3><div data-testid="decision-trace">${actor.trace.map(decisionHtml).join('') || '<div class="meta">no routing decision recorded</div>'}${storyHtml(actor)}</div>`
-      : '';
-  setHtml(body, `${extra}${actor.m === 'request' ? ctxHtml(actor.ctx) : ''}${decisions}${historyHtml(actor)}`);
+  setHtml(body, markup`${extra}${actor.m === 'request' ? requestDetailHtml(actor) : ''}${historyHtml(actor)}`);
 };
 
 function render() {

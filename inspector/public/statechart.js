@@ -1,5 +1,6 @@
 // Draws a machine definition (from inspector/statechart.ts) as SVG: nested boxes laid out top to bottom in the
 // order states are reached from each initial state, transitions as labelled arrows, the current state highlighted.
+import { esc } from './html.js';
 
 const SVG = 'http://www.w3.org/2000/svg';
 const CHAR_W = 6.4;
@@ -8,9 +9,6 @@ const PAD = 10;
 const HEAD = 20;
 const COL_GAP = 28;
 const ROW_GAP = 34;
-
-const esc = (s) =>
-  String(s).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
 
 /** The child of `node` that is `path` or contains it, or null. */
 const childContaining = (node, path) => {

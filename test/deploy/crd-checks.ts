@@ -56,7 +56,8 @@ export function checkInferencePool(o: Obj): string[] {
   return errors;
 }
 
-/** Errors of a gateway.networking.k8s.io/v1 HTTPRoute (parents, path and header matches, backends, timeouts). */
+/** Errors of a gateway.networking.k8s.io/v1 HTTPRoute (parents, host names, path and header matches, backends,
+ * timeouts). */
 export function checkHTTPRoute(o: Obj): string[] {
   const errors: string[] = [];
   if (o['apiVersion'] !== 'gateway.networking.k8s.io/v1') errors.push('apiVersion');
@@ -64,6 +65,10 @@ export function checkHTTPRoute(o: Obj): string[] {
   const parents = at(o, 'spec.parentRefs');
   if (!Array.isArray(parents) || parents.length === 0) errors.push('spec.parentRefs');
   else if (!parents.every((p: unknown) => typeof at(p, 'name') === 'string')) errors.push('spec.parentRefs[].name');
+  const hostnames = at(o, 'spec.hostnames');
+  const okHost = (h: unknown): boolean => typeof h === 'string' && h.length <= 253 && /^(\*\.)?[a-z0-9.-]+$/.test(h);
+  if (hostnames !== undefined && !(Array.isArray(hostnames) && hostnames.length <= 16 && hostnames.every(okHost)))
+    errors.push('spec.hostnames');
   const rules = at(o, 'spec.rules');
   if (!Array.isArray(rules) || rules.length === 0 || rules.length > 16) return [...errors, 'spec.rules 1 to 16'];
   rules.forEach((r: unknown, i) => {

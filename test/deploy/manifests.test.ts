@@ -10,12 +10,13 @@ import { ConfigMap, Secret, Service, ServiceAccount } from 'kubernetes-models/v1
 import type { IContainer } from 'kubernetes-models/v1';
 import type { IDeployment } from 'kubernetes-models/apps/v1';
 import type { INetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
+import { BlockList, isIPv4 } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments } from 'yaml';
 import { driftFrom, MANIFESTS_DIR, renderFleetFile, REPO_ROOT } from '../../deploy/render.ts';
 import { fleetModels, FleetError, parseFleet } from '../../deploy/lib/fleet.ts';
 import { TOKEN_PLACEHOLDER } from '../../deploy/lib/fleet-wide.ts';
-import { METRICS, TOKEN_KEYS } from '../../deploy/lib/switchyard-cli.ts';
+import { CLIENT_PATHS, METRICS, SOURCE_FLAGS, TOKEN_KEYS, WORKER_SOURCES } from '../../deploy/lib/switchyard-cli.ts';
 import { parseCommand } from '../../bin/args.ts';
 import { FLAGS as SERVE_FLAGS } from '../../bin/serve-command.ts';
 import { FLAGS as NODE_AGENT_FLAGS } from '../../bin/node-agent-command.ts';
@@ -49,6 +50,20 @@ function docs(text: string): Obj[] {
 
 function matches(selector: Record<string, string>, labels: Record<string, string> = {}): boolean {
   return Object.entries(selector).every(([k, v]) => labels[k] === v);
+}
+
+/** True when an HTTPRoute match's path accepts `path` (Gateway API: Exact, or PathPrefix by whole segments). */
+function pathMatches(match: Obj, path: string): boolean {
+  const { type, value } = match.path as { type: string; value: string };
+  if (type === 'Exact') return path === value;
+  const prefix = value.endsWith('/') ? value.slice(0, -1) : value;
+  return path === prefix || path.startsWith(`${prefix}/`);
+}
+
+/** The value following `flag` in a command line, or undefined. */
+function flagValue(args: readonly string[], flag: string): string | undefined {
+  const i = args.indexOf(flag);
+  return i >= 0 ? args[i + 1] : undefined;
 }
 
 /** A fleet rendered afresh, its manifest objects, and accessors the tests share. */
@@ -238,7 +253,7 @@ describe.each(FLEETS)('the %s fleet in a cluster', (fleetName) => {
 
   it('admits only the gateway, the endpoint pickers and Prometheus to the node pods', () => {
     const policy = ofKind('NetworkPolicy').find((p) => p.metadata.name === `${fleet.name}-nodes`) as INetworkPolicy;
-    expect(policy.spec!.policyTypes).toEqual(['Ingress']);
+    expect(policy.spec!.policyTypes).toEqual(['Ingress', 'Egress']);
     for (const d of nodeDeployments)
       expect(matches(policy.spec!.podSelector.matchLabels!, d.spec.template.metadata.labels)).toBe(true);
     const peers = policy.spec!.ingress!.flatMap((r) => r.from ?? []);
@@ -253,6 +268,95 @@ describe.each(FLEETS)('the %s fleet in a cluster', (fleetName) => {
     for (const e of epps)
       expect(matches(eppPeer.podSelector!.matchLabels!, e.spec.template.metadata.labels)).toBe(true);
     expect(policy.spec!.ingress!.flatMap((r) => r.ports ?? [])).toEqual([{ protocol: 'TCP', port: 'http' }]);
+  });
+
+  it('lets node pods reach only the cluster DNS, and endpoint pickers only DNS, the node pods and the API server', () => {
+    const policy = (name: string): INetworkPolicy =>
+      ofKind('NetworkPolicy').find((p) => p.metadata.name === `${fleet.name}-${name}`) as INetworkPolicy;
+    const dns = {
+      to: [
+        {
+          namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'kube-system' } },
+          podSelector: { matchLabels: { 'k8s-app': 'kube-dns' } },
+        },
+      ],
+      ports: [
+        { protocol: 'UDP', port: 53 },
+        { protocol: 'TCP', port: 53 },
+      ],
+    };
+    const nodes = policy('nodes').spec!;
+    expect(nodes.policyTypes).toContain('Egress');
+    expect(nodes.egress).toEqual([dns]);
+    const epp = policy('epp').spec!;
+    expect(epp.policyTypes).toEqual(['Ingress', 'Egress']);
+    expect(epp.egress).toHaveLength(3);
+    expect(epp.egress![0]).toEqual(dns);
+    // The pickers scrape the node pods' HTTP port, and nothing else of theirs.
+    const scrape = epp.egress![1]!;
+    for (const d of nodeDeployments)
+      expect(matches(scrape.to![0]!.podSelector!.matchLabels!, d.spec.template.metadata.labels)).toBe(true);
+    expect(scrape.ports).toEqual([
+      { protocol: 'TCP', port: byName(nodeDeployments[0]!, 'control-plane').ports![0]!.containerPort },
+    ]);
+    // The API server: only its ports, on the addresses the fleet gives.
+    const api = epp.egress![2]!;
+    expect(api.to).toEqual(fleet.apiServer.cidrs.map((cidr) => ({ ipBlock: { cidr } })));
+    expect(api.ports).toEqual([443, 6443].map((port) => ({ protocol: 'TCP', port })));
+  });
+
+  it('routes through the gateway only the client paths: never the worker link, the inspector, /admin or the probes', () => {
+    const route = ofKind('HTTPRoute')[0]!;
+    const routed = (path: string): boolean =>
+      route.spec.rules.some((r: Obj) => r.matches.some((m: Obj) => pathMatches(m, path)));
+    for (const path of CLIENT_PATHS) expect(routed(path), path).toBe(true);
+    for (const path of ['/v1/node', '/v1/inspect', '/v1/node/', '/admin/status', '/metrics', '/healthz', '/inspector/'])
+      expect(routed(path), path).toBe(false);
+    expect(route.spec.hostnames ?? []).toEqual(fleet.gateway.hostnames);
+  });
+
+  it("accepts /v1/node only from where the worker dials: the pod's loopback", () => {
+    for (const d of nodeDeployments) {
+      const allow = flagValue(byName(d, 'control-plane').args!, SOURCE_FLAGS.workerAllow);
+      expect(allow?.split(',')).toEqual([...WORKER_SOURCES]);
+      const blocks = new BlockList();
+      for (const entry of allow!.split(',')) {
+        const [addr, bits] = entry.split('/');
+        blocks.addSubnet(addr!, Number(bits), isIPv4(addr!) ? 'ipv4' : 'ipv6');
+      }
+      const url = new URL(flagValue(byName(d, 'worker').args!, '--url')!);
+      expect(url.pathname).toBe('/v1/node');
+      expect(blocks.check(url.hostname, 'ipv4')).toBe(true);
+      // No address a peer of the NetworkPolicy could have (a pod or the gateway) is allowed.
+      for (const other of ['10.0.0.7', '192.168.1.1', '172.16.0.1']) expect(blocks.check(other, 'ipv4')).toBe(false);
+    }
+  });
+
+  it('allows as Host the gateway host names and the pod address the kubelet probes and scrapers use', () => {
+    for (const d of nodeDeployments) {
+      const cp = byName(d, 'control-plane');
+      const hosts = flagValue(cp.args!, SOURCE_FLAGS.allowedHost);
+      if (fleet.gateway.hostnames.length === 0) {
+        expect(hosts).toBeUndefined();
+        continue;
+      }
+      expect(hosts?.split(',')).toEqual([...fleet.gateway.hostnames, '$(POD_IP)']);
+      expect(cp.env?.find((e) => e.name === 'POD_IP')?.valueFrom?.fieldRef?.fieldPath).toBe('status.podIP');
+      // Probes that set no host name the pod by its IP, which the list allows.
+      for (const probe of [cp.startupProbe, cp.livenessProbe, cp.readinessProbe]) {
+        expect(probe?.httpGet?.host).toBeUndefined();
+        expect(probe?.httpGet?.httpHeaders).toBeUndefined();
+      }
+    }
+  });
+
+  it('lets the worker open model files from its models volume only', () => {
+    for (const d of nodeDeployments) {
+      const worker = byName(d, 'worker');
+      const models = worker.volumeMounts!.find((v) => v.name === 'models')!.mountPath;
+      expect(flagValue(worker.args!, '--model-root')).toBe(models);
+      expect(worker.args!.filter((a) => a === '--model-root')).toHaveLength(1);
+    }
   });
 
   it('keeps tokens out of the manifests: only a placeholder Secret template, which no kustomization applies', () => {
@@ -305,7 +409,7 @@ describe.each(FLEETS)('the %s fleet in a cluster', (fleetName) => {
     const routed = route.spec.rules.map((r: Obj) => [r.matches[0].headers[0].value, r.backendRefs[0].name]);
     expect(routed).toEqual(fleetModels(fleet).map((m) => [m, `${fleet.name}-${m.replace(/\./g, '-')}`]));
     expect(routed.every(([, p]: string[]) => pools.has(p!))).toBe(true);
-    expect(route.spec.rules.every((r: Obj) => r.matches[0].path.value === '/v1')).toBe(true);
+    expect(route.spec.rules.every((r: Obj) => r.matches.length === CLIENT_PATHS.length)).toBe(true);
   });
 });
 
@@ -326,10 +430,12 @@ describe('the kustomize overlays', () => {
     for (const s of k.secretGenerator) {
       expect(tokenRefs).toContain(s.name);
       expect(s.options.disableNameSuffixHash).toBe(true);
-      const keys = readFileSync(join(dir, 'tokens.env.example'), 'utf8')
-        .split('\n')
-        .filter((l) => /^[a-z]/.test(l));
+      const example = readFileSync(join(dir, 'tokens.env.example'), 'utf8');
+      const keys = example.split('\n').filter((l) => /^[a-z]/.test(l));
       expect(keys.map((l) => l.split('=')[0])).toEqual(Object.values(TOKEN_KEYS).map((t) => t.key));
+      // Examples only: every value is a placeholder, which serve refuses at start, and the file says so.
+      expect(keys.every((l) => l.split('=')[1]!.startsWith('REPLACE-ME'))).toBe(true);
+      expect(example).toMatch(/refuse/);
     }
   });
 });

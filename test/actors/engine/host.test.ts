@@ -140,6 +140,35 @@ describe('engine host', () => {
       await expect(probe.ready()).rejects.toThrow(/CUDA_VISIBLE_DEVICES=3,5;|CUDA_VISIBLE_DEVICES=3,5$/);
     });
 
+    it('starts the child without the worker token or any other secret of the worker', async () => {
+      const secrets = { SWITCHYARD_WORKER_TOKEN: 'worker-secret-value', AWS_SECRET_ACCESS_KEY: 'cloud-secret-value' };
+      Object.assign(process.env, secrets, { GGML_CUDA_NO_PINNED: '1' });
+      let probe: EngineHost;
+      try {
+        probe = spawnEngineHost({
+          id: 'replica.names#0',
+          file: 'unused',
+          gpus: [1],
+          load,
+          entry: FAKE_HOST,
+          env: { FAKE_HOST: 'names' },
+        });
+      } finally {
+        for (const k of [...Object.keys(secrets), 'GGML_CUDA_NO_PINNED']) delete process.env[k];
+      }
+      hosts.push(probe);
+      // The fake host refuses to load, naming every variable it was started with.
+      const names = await probe.ready().then(
+        () => '',
+        (e: Error) => e.message,
+      );
+      expect(names).toContain(' PATH ');
+      expect(names).toContain(' GGML_CUDA_NO_PINNED ');
+      expect(names).toContain(' CUDA_VISIBLE_DEVICES ');
+      expect(names).not.toContain('SWITCHYARD_WORKER_TOKEN');
+      expect(names).not.toContain('AWS_SECRET_ACCESS_KEY');
+    });
+
     it('fails a host whose model file is invalid, naming the file', async () => {
       const bad = spawn('replica.bad#0', `${fixture.dir}/missing.gguf`);
       await expect(bad.host.ready()).rejects.toMatchObject({ code: 'invalid_model_file' });

@@ -1,7 +1,7 @@
 // Operator state and rollouts users start: the state file round-trips, is written atomically and is refused with a
 // typed error naming it when corrupt or foreign; rollouts are checked before they start; the scenario's `rollout:`
 // runs in simulation, and a rollout goes on past a GPU that fails while its new replica loads.
-import { mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -39,6 +39,19 @@ describe('the operator state file', () => {
     saveState(path, 'node', { ...state, failedGpus: [] });
     expect(loadState(path, 'node')).toEqual({ ...state, failedGpus: [] });
     expect(readdirSync(dir)).toEqual(['node.state.json']);
+  });
+
+  it('never writes through a symlink planted where a temporary file could be predicted', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'state-'));
+    const path = join(dir, 'node.state.json');
+    const victim = join(mkdtempSync(join(tmpdir(), 'victim-')), 'precious');
+    writeFileSync(victim, 'untouched');
+    // The name a pid-based writer would use, planted by someone who may write the directory.
+    symlinkSync(victim, join(dir, `.node.state.json.${process.pid}.tmp`));
+    saveState(path, 'node', state);
+    expect(readFileSync(victim, 'utf8')).toBe('untouched');
+    expect(loadState(path, 'node')).toEqual(state);
+    expect(readdirSync(dir).sort()).toEqual([`.node.state.json.${process.pid}.tmp`, 'node.state.json']);
   });
 
   it('refuses a corrupt, a foreign, and another config’s file with a typed error naming it', () => {

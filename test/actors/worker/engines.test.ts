@@ -2,7 +2,10 @@
 // sequences' tokens, finishes by max tokens with the held text, and intended kills told apart from failures.
 import { describe, expect, it } from 'vitest';
 import type { EngineHost, EngineHostOptions, HostState, HostStateChanged } from '../../../actors/engine/host-client.ts';
-import type { StepPlan } from '../../../actors/engine/engine.ts';
+import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { EngineFailure, StepPlan } from '../../../actors/engine/engine.ts';
 import { createEngineManager } from '../../../actors/worker/engines.ts';
 import type { MessageOf } from '../../../machines/messages.ts';
 
@@ -70,7 +73,18 @@ function fakeHost(opts: EngineHostOptions): Fake {
   return host;
 }
 
-const engine = { kind: 'llama.cpp' as const, file: '/m.gguf', contextTokens: 256, sequences: 4, threads: 1 };
+// The worker opens model files only under its model roots: the tests' model lives in one.
+const ROOT = mkdtempSync(join(tmpdir(), 'switchyard-roots-'));
+const MODELS = join(ROOT, 'models');
+mkdirSync(MODELS);
+writeFileSync(join(MODELS, 'm.gguf'), 'GGUF');
+const engine = {
+  kind: 'llama.cpp' as const,
+  file: join(MODELS, 'm.gguf'),
+  contextTokens: 256,
+  sequences: 4,
+  threads: 1,
+};
 const assign = (gpu: number, tp: number, epoch = 1): MessageOf<'gpu.assign'> & { engine: typeof engine } => ({
   type: 'gpu.assign',
   gpu,
@@ -84,19 +98,24 @@ const assign = (gpu: number, tp: number, epoch = 1): MessageOf<'gpu.assign'> & {
   engine,
 });
 
-function setup() {
+function setup(modelRoots: readonly string[] = [MODELS]) {
   const hosts: Fake[] = [];
   const events: string[] = [];
+  const failures: (EngineFailure | undefined)[] = [];
   const m = createEngineManager({
     spawn: (o) => {
       const h = fakeHost(o);
       hosts.push(h);
       return h;
     },
+    modelRoots,
     ready: (r, e, g) => events.push(`ready ${r}@${e} ${g.join(',')}`),
-    failed: (r, e, g) => events.push(`failed ${r}@${e} ${g.join(',')}`),
+    failed: (r, e, g, f) => {
+      events.push(`failed ${r}@${e} ${g.join(',')}`);
+      failures.push(f);
+    },
   });
-  return { m, hosts, events };
+  return { m, hosts, events, failures };
 }
 
 describe('the worker engine manager', () => {
@@ -184,5 +203,38 @@ describe('the worker engine manager, freeing', () => {
     expect(done).toHaveLength(2);
     expect(hosts[0]!.killed).toBe(false);
     expect(hosts[0]!.freed).toEqual(['s']);
+  });
+
+  describe('opens model files only under its model roots', () => {
+    const outside = join(ROOT, 'elsewhere.gguf');
+    writeFileSync(outside, 'GGUF');
+    symlinkSync(outside, join(MODELS, 'link.gguf'));
+    const named = (file: string): ReturnType<typeof assign> => ({ ...assign(0, 1), engine: { ...engine, file } });
+
+    it.each([
+      ['a file outside every root', outside],
+      ['a path that climbs out of a root', join(MODELS, '..', 'elsewhere.gguf')],
+      ['a symlink inside a root to a file outside', join(MODELS, 'link.gguf')],
+      ['a relative path', 'models/m.gguf'],
+      ['a file that does not exist', join(MODELS, 'missing.gguf')],
+    ])('refuses %s: no host starts, and the load fails with invalid_model_file', (_what, file) => {
+      const { m, hosts, events, failures } = setup();
+      m.assign(named(file));
+      expect(hosts).toHaveLength(0);
+      expect(events).toEqual(['failed r@1 0']);
+      expect(failures[0]).toMatchObject({ code: 'invalid_model_file', retryable: false });
+      expect(failures[0]!.message).toContain(file);
+      expect(m.owns('r')).toBe(false);
+    });
+
+    it('starts a host for a file under a root, and refuses every file when the roots do not exist', () => {
+      const ok = setup();
+      ok.m.assign(named(engine.file));
+      expect(ok.hosts).toHaveLength(1);
+      const none = setup([join(ROOT, 'no-such-root')]);
+      none.m.assign(named(engine.file));
+      expect(none.hosts).toHaveLength(0);
+      expect(none.failures[0]?.message).toMatch(/outside the worker's model roots/);
+    });
   });
 });
