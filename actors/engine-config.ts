@@ -24,6 +24,11 @@ export const engineFields = {
   contextTokens: dflt(int({ min: 256, max: 1_048_576 }), 512),
   /** Concurrent sequences of each engine (its slots). */
   sequences: dflt(int({ min: 1, max: 256 }), 4),
+  /** Where the layers run: `cpu`, or a GPU backend of node-llama-cpp's prebuilt builds (`cuda`, `vulkan`, `metal`;
+   * `auto`: the first that loads, else the CPU). Each engine host sees exactly its replica's GPUs. */
+  gpu: dflt(oneOf('cpu', 'auto', 'cuda', 'vulkan', 'metal'), 'cpu'),
+  /** Layers offloaded to the GPU (default: all of them when `gpu` is not `cpu`). */
+  gpuLayers: optional(int({ min: 0, max: 100_000 })),
 } as const;
 
 /** An engine model's entry as written (the fields above plus what the ledger needs). */
@@ -34,6 +39,8 @@ interface EngineEntry {
   threads: number;
   contextTokens: number;
   sequences: number;
+  gpu: 'cpu' | 'auto' | 'cuda' | 'vulkan' | 'metal';
+  gpuLayers?: number | undefined;
   kind: string;
 }
 
@@ -69,6 +76,8 @@ export function engineOf(
       contextTokens: m.contextTokens,
       sequences: m.sequences,
       threads: m.threads,
+      ...(m.gpu !== 'cpu' ? { gpu: m.gpu } : {}),
+      ...(m.gpuLayers !== undefined ? { gpuLayers: m.gpuLayers } : {}),
     },
     limits: {
       maxRunning,

@@ -32,6 +32,11 @@ const engineSpec = obj({
   sequences: int({ min: 1, max: 4096 }),
   threads: int({ min: 1, max: 256 }),
   batchTokens: optional(int({ min: 1, max: 10_000_000 })),
+  /** Where the layers run: the CPU, or a GPU backend of node-llama-cpp's prebuilt builds (`auto`: the first that
+   * loads); absent: the CPU. */
+  gpu: optional(oneOf('auto', 'cuda', 'vulkan', 'metal', 'cpu')),
+  /** Layers offloaded to the GPU (absent: all of them when a GPU backend is used). */
+  gpuLayers: optional(int({ min: 0, max: 100_000 })),
 });
 
 /** A sequence opening on an engine (once per residency): its tokens so far, sampling, and tokens it may still make. */

@@ -29,6 +29,9 @@ export class EngineError extends Error {
   }
 }
 
+/** A model's offload setting: the CPU, or a GPU backend of node-llama-cpp. */
+export type EngineGpu = 'auto' | 'cuda' | 'vulkan' | 'metal' | 'cpu';
+
 /** How to load an engine: its cache (sequences x contextTokens), threads, and whether to use a GPU. */
 export interface EngineLoadOptions {
   /** KV cells requested per sequence; the engine may round up (see capacity()). */
@@ -37,8 +40,11 @@ export interface EngineLoadOptions {
   sequences: number;
   /** CPU threads for evaluation; 1 in tests. */
   threads?: number;
-  /** `false` (default) runs on the CPU; `'auto'` uses a GPU the binary supports, if any. */
-  gpu?: false | 'auto';
+  /** `false` or `'cpu'` (default) runs on the CPU; a backend name loads that prebuilt build of node-llama-cpp (it
+   * fails to load where the backend is missing); `'auto'` takes the first backend that loads, else the CPU. */
+  gpu?: false | EngineGpu;
+  /** Layers offloaded to the GPU; absent: every layer when a GPU backend runs. */
+  gpuLayers?: number;
   /** Most tokens one step may hold (the engine's batch size); defaults to contextTokens. */
   batchTokens?: number;
 }
@@ -56,6 +62,17 @@ export interface EngineCapacity {
   freeSequences: number;
   /** Cells held by each live sequence. */
   used: Record<string, number>;
+  /** Where the model's layers run, as node-llama-cpp reports it after loading. */
+  offload?: EngineOffload;
+}
+
+/** Where an engine's layers run: the backend of the loaded build, its devices, and layers on them out of all. */
+export interface EngineOffload {
+  /** `cpu`, or the GPU backend (`cuda`, `vulkan`, `metal`). */
+  backend: string;
+  devices: string[];
+  gpuLayers: number;
+  totalLayers: number;
 }
 
 /** OpenAI-style sampling parameters of one sequence; temperature 0 (the default) is greedy. */

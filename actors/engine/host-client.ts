@@ -5,6 +5,7 @@
 // not asked for, a crash, a load failure, an invalid message, or a step/probe/load that makes no progress within
 // its bound = `failed` (the child is killed so it frees everything); a requested unload that exits = `stopped`.
 import { fork, type ChildProcess } from 'node:child_process';
+import { statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { clearTimeout as clearNodeTimeout, setTimeout as setNodeTimeout } from 'node:timers';
@@ -90,7 +91,23 @@ export interface EngineHost {
 const STDERR_TAIL = 2048;
 /** How long a profiled host gets to write its CPU profile after a kill before it is killed outright (ms). */
 const PROFILE_EXIT_GRACE_MS = 2_000;
-const DEFAULTS = { loadTimeoutMs: 120_000, stepTimeoutMs: 30_000, probeTimeoutMs: 10_000 };
+const DEFAULTS = { stepTimeoutMs: 30_000, probeTimeoutMs: 10_000 };
+
+/** How long loading a model file of `bytes` may take before the host counts as failed: two minutes for starting
+ * node and llama.cpp, plus 30 s per GiB (a 40 GB file read at ~35 MB/s and copied to the GPUs); the file's size
+ * when it cannot be read is taken as 0 (the host then fails fast on the file itself). */
+export function loadBoundMs(bytes: number): number {
+  return 120_000 + Math.ceil((Math.max(0, bytes) / 2 ** 30) * 30_000);
+}
+
+/** The load bound of the model file at `file` (loadBoundMs of its size). */
+export function loadBoundOfFile(file: string): number {
+  try {
+    return loadBoundMs(statSync(file).size);
+  } catch {
+    return loadBoundMs(0);
+  }
+}
 
 const tsxLoader = (): string => pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
 const defaultEntry = (): string => fileURLToPath(new URL('./host.ts', import.meta.url));
@@ -154,6 +171,13 @@ function createHostLife(id: string, timers: HostTimers): HostLife {
   };
 }
 
+/** The variables that show a host exactly its replica's devices, for each GPU runtime llama.cpp's builds use
+ * (CUDA, Vulkan, ROCm/HIP); they override whatever the worker's environment said. */
+export function visibleDevices(gpus: readonly number[]): Record<string, string> {
+  const list = gpus.join(',');
+  return { CUDA_VISIBLE_DEVICES: list, GGML_VK_VISIBLE_DEVICES: list, HIP_VISIBLE_DEVICES: list };
+}
+
 /** Forks the host script on exactly the given GPUs; `stderrTail()` is the last bytes it wrote to stderr. */
 function forkHost(opts: EngineHostOptions): { child: ChildProcess; stderrTail: () => string } {
   let tail = '';
@@ -166,7 +190,7 @@ function forkHost(opts: EngineHostOptions): { child: ChildProcess; stderrTail: (
       ...hostEnvironment(process.env),
       UV_THREADPOOL_SIZE: '1',
       ...opts.env,
-      CUDA_VISIBLE_DEVICES: opts.gpus.join(','),
+      ...visibleDevices(opts.gpus),
     },
     stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
     serialization: 'json',
@@ -181,7 +205,7 @@ function forkHost(opts: EngineHostOptions): { child: ChildProcess; stderrTail: (
 /** Spawns an engine host child process and starts loading its model; watch it with subscribe() or ready(). */
 export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
   const timers = opts.timers ?? nodeHostTimers;
-  const bounds = { ...DEFAULTS, ...opts };
+  const bounds = { ...DEFAULTS, ...opts, loadTimeoutMs: opts.loadTimeoutMs ?? loadBoundOfFile(opts.file) };
   const life = createHostLife(opts.id, timers);
   const { pending, moveTo } = life;
   let capacity: EngineCapacity | undefined;

@@ -88,6 +88,13 @@ const checkCapacity: Check = (x, p) => {
     str(HOST_BOUNDS.maxSeqId)(k, `${p}.used key`);
     nat(v, `${p}.used.${k}`);
   }
+  const offload = (x as { offload?: unknown }).offload;
+  if (offload === undefined) return;
+  obj(offload, `${p}.offload`);
+  field(offload, 'backend', str(16), `${p}.offload`);
+  field(offload, 'devices', arr(16, str(256)), `${p}.offload`);
+  field(offload, 'gpuLayers', nat, `${p}.offload`);
+  field(offload, 'totalLayers', nat, `${p}.offload`);
 };
 
 const checkSampled: Check = (x, p) => {

@@ -29,6 +29,7 @@ import {
   type Engine,
   type EngineCapacity,
   type EngineLoadOptions,
+  type EngineOffload,
   type SampledToken,
   type SamplingParams,
   type StepPlan,
@@ -141,21 +142,31 @@ export async function loadLlamaEngine(file: string, opts: EngineLoadOptions): Pr
   if (!Number.isInteger(opts.sequences) || opts.sequences < 1) refuse(`sequences must be a positive integer`);
   if (!Number.isInteger(opts.contextTokens) || opts.contextTokens < 2) refuse(`contextTokens must be an integer >= 2`);
   await checkModelFile(file);
-  let llama: Llama | undefined;
+  const gpu = opts.gpu === undefined || opts.gpu === false || opts.gpu === 'cpu' ? false : opts.gpu;
+  const llama = await getLlama({
+    gpu,
+    build: 'never',
+    skipDownload: true,
+    progressLogs: false,
+    maxThreads: threads,
+    logLevel: LlamaLogLevel.error,
+  }).catch((err: unknown) => {
+    // node-llama-cpp test-loads a backend's build before using it: no driver, or no device it may see, fails it.
+    throw new EngineError(
+      'engine_failed',
+      `no usable ${gpu || 'cpu'} build of llama.cpp here: ${String(err)}`,
+      false,
+      err,
+    );
+  });
   let model: LlamaModel | undefined;
   try {
-    llama = await getLlama({
-      gpu: opts.gpu ?? false,
-      build: 'never',
-      skipDownload: true,
-      progressLogs: false,
-      maxThreads: threads,
-      logLevel: LlamaLogLevel.error,
-    });
-    model = await llama.loadModel({ modelPath: file, gpuLayers: opts.gpu ? 'auto' : 0 });
+    // A GPU build offloads every layer unless told how many: `auto` would fit layers to free memory, which on a node
+    // shared with other replicas answers differently from one load to the next.
+    model = await llama.loadModel({ modelPath: file, gpuLayers: llama.gpu === false ? 0 : (opts.gpuLayers ?? 'max') });
   } catch (err) {
     await model?.dispose().catch(() => undefined);
-    await llama?.dispose().catch(() => undefined);
+    await llama.dispose().catch(() => undefined);
     if (err instanceof EngineError) throw err;
     throw new EngineError('invalid_model_file', `model file ${file} could not be loaded: ${String(err)}`, false, err);
   }
@@ -209,6 +220,12 @@ async function createLlamaEngine(file: string, llama: Llama, model: LlamaModel, 
     return run;
   };
 
+  const offload: EngineOffload = {
+    backend: llama.gpu === false ? 'cpu' : llama.gpu,
+    devices: llama.gpu === false ? [] : await llama.getGpuDeviceNames(),
+    gpuLayers: model.gpuLayers,
+    totalLayers: model.fileInsights.totalLayers,
+  };
   const capacity = (): EngineCapacity => {
     const used: Record<string, number> = {};
     for (const [id, s] of live) used[id] = s.sequence.nextTokenIndex;
@@ -220,6 +237,7 @@ async function createLlamaEngine(file: string, llama: Llama, model: LlamaModel, 
       batchTokens: context.batchSize,
       freeSequences: idle.length,
       used,
+      offload,
     };
   };
 

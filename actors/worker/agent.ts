@@ -8,6 +8,7 @@ import type { Msg, Runtime } from '../../runtime/system.ts';
 import type { InjectedFault, MessageOf, NodeInventoryDevice } from '../../machines/messages.ts';
 import type { TimerId } from '../../runtime/clock.ts';
 import { createEngineManager, type EngineManager, type EngineManagerOptions } from './engines.ts';
+import { loadBoundOfFile } from '../engine/host-client.ts';
 import type { LaneNode, LaneOpener, LinkShortcut } from '../../transport/sim-link.ts';
 
 /** Per-GPU execution state the node keeps beside the GPU actor. */
@@ -68,8 +69,9 @@ export interface NodeAgentOptions {
   gangs?: boolean;
 }
 
-/** A GPU of an engine replica stays `loading` until the host is ready; this only backs up the host's own bound. */
-const ENGINE_LOAD_BOUND_MS = 600_000;
+/** A GPU of an engine replica stays `loading` until the host is ready; this only backs up the host's own bound
+ * (which grows with the model file), a minute past it. */
+const engineLoadBoundMs = (file: string): number => loadBoundOfFile(file) + 60_000;
 
 const shapeOf = (m: MessageOf<'step.execute'>): StepShape => ({
   prefill: m.shape.prefill.map(([tokens, cached]) => ({ tokens: tokens ?? 0, cached: cached ?? 0 })),
@@ -80,7 +82,7 @@ const shapeOf = (m: MessageOf<'step.execute'>): StepShape => ({
 /** Hands an assignment to the GPU actor: a cost-model replica loads for its modelled time, an engine replica's GPU
  * stays loading until its host is ready. */
 function assignGpu(slot: GpuSlot, m: MessageOf<'gpu.assign'>, costs: Map<string, CostModel>, scale: number): void {
-  let loadMs = ENGINE_LOAD_BOUND_MS;
+  let loadMs = m.engine ? engineLoadBoundMs(m.engine.file) : 0;
   slot.cost = null;
   slot.slowdown = 1;
   if (!m.engine) {

@@ -179,6 +179,8 @@ export function createEngineManager(opts: EngineManagerOptions): EngineManager {
         sequences: e.sequences,
         threads: e.threads,
         ...(e.batchTokens !== undefined ? { batchTokens: e.batchTokens } : {}),
+        ...(e.gpu !== undefined ? { gpu: e.gpu } : {}),
+        ...(e.gpuLayers !== undefined ? { gpuLayers: e.gpuLayers } : {}),
       },
     });
     const h: Hosted = {

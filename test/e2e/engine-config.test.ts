@@ -48,4 +48,14 @@ describe('engine model files', () => {
       /contextTokens: must be a multiple of 256/,
     );
   });
+
+  it('carries the offload settings to the engine and refuses a backend it does not know', () => {
+    const target = join(dir, 'gen/tiny.gguf');
+    const gpu = loadScenario(config(target, '    generate: tiny\n    gpu: vulkan\n    gpuLayers: 2')).models[0]!;
+    expect(gpu.engine).toMatchObject({ gpu: 'vulkan', gpuLayers: 2 });
+    const cpu = loadScenario(config(target, '    generate: tiny')).models[0]!;
+    expect(cpu.engine).not.toHaveProperty('gpu');
+    for (const bad of ['constructor', 'rocm'])
+      expect(() => loadScenario(config(target, `    gpu: ${bad}`))).toThrow(/models\[0\]\.gpu/);
+  });
 });

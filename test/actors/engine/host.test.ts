@@ -127,17 +127,25 @@ describe('engine host', () => {
       }
     });
 
-    it('gives the child exactly the replica GPUs through CUDA_VISIBLE_DEVICES', async () => {
-      const probe = spawnEngineHost({
-        id: 'replica.env#0',
-        file: 'unused',
-        gpus: [3, 5],
-        load,
-        entry: FAKE_HOST,
-        env: { FAKE_HOST: 'env' },
-      });
+    it('gives the child exactly the replica GPUs for CUDA, Vulkan and HIP, whatever the worker had', async () => {
+      process.env.GGML_VK_VISIBLE_DEVICES = '0,1,2,3,4,5,6,7';
+      let probe: EngineHost;
+      try {
+        probe = spawnEngineHost({
+          id: 'replica.env#0',
+          file: 'unused',
+          gpus: [3, 5],
+          load,
+          entry: FAKE_HOST,
+          env: { FAKE_HOST: 'env' },
+        });
+      } finally {
+        delete process.env.GGML_VK_VISIBLE_DEVICES;
+      }
       hosts.push(probe);
-      await expect(probe.ready()).rejects.toThrow(/CUDA_VISIBLE_DEVICES=3,5;|CUDA_VISIBLE_DEVICES=3,5$/);
+      await expect(probe.ready()).rejects.toThrow(
+        /CUDA_VISIBLE_DEVICES=3,5 GGML_VK_VISIBLE_DEVICES=3,5 HIP_VISIBLE_DEVICES=3,5/,
+      );
     });
 
     it('starts the child without the worker token or any other secret of the worker', async () => {
