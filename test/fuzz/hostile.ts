@@ -137,10 +137,11 @@ export const HOSTILE: readonly unknown[] = [
   undefined,
 ];
 
-/** A hostile value for a field: mostly from the dictionary, sometimes one of the field's near values. */
+/** A hostile value for a field (a copy: a later change inside it must not reach the dictionary): mostly from the
+ * dictionary, sometimes one of the field's near values. */
 export function hostileFor(spec: FieldSpec, r: Rng): unknown {
-  if (spec.near.length > 0 && r.int(4) === 0) return spec.near[r.int(spec.near.length)];
-  return HOSTILE[r.int(HOSTILE.length)];
+  if (spec.near.length > 0 && r.int(4) === 0) return copy(spec.near[r.int(spec.near.length)]);
+  return copy(HOSTILE[r.int(HOSTILE.length)]);
 }
 
 /** A copy of plain data (arrays and plain objects copied, everything else shared), own keys kept as own keys. */
@@ -201,7 +202,7 @@ export function mutate(base: Record<string, unknown>, specs: readonly FieldSpec[
   for (let i = 0; i < n; i++) {
     if (r.int(12) === 0) {
       const key = PROTO_NAMES[r.int(PROTO_NAMES.length)]!;
-      const v = HOSTILE[r.int(HOSTILE.length)];
+      const v = copy(HOSTILE[r.int(HOSTILE.length)]);
       if (v === undefined) continue;
       withKey(key, v, value);
       changes.push(`+${key}=${brief(v)}`);
