@@ -63,10 +63,11 @@ const batchingSchema = obj({
   buckets: optional(arr(int({ min: 1, max: 1_000_000 }), { min: 1, max: 64 })),
 });
 
-const DEFAULT_CLASSES: Record<string, Omit<ClassConfig, 'name' | 'rank' | 'shedAt'>> = {
-  interactive: { ttftMs: 2000, tpotMs: 100, maxQueueMs: 10_000, maxQueued: 4096, maxQueuedTokens: 8_000_000 },
-  batch: { ttftMs: 60_000, tpotMs: 1000, maxQueueMs: 120_000, maxQueued: 2048, maxQueuedTokens: 4_000_000 },
-};
+// A Map: a configured class named like an Object.prototype property (`toString`) must not find a default here.
+const DEFAULT_CLASSES = new Map<string, Omit<ClassConfig, 'name' | 'rank' | 'shedAt'>>([
+  ['interactive', { ttftMs: 2000, tpotMs: 100, maxQueueMs: 10_000, maxQueued: 4096, maxQueuedTokens: 8_000_000 }],
+  ['batch', { ttftMs: 60_000, tpotMs: 1000, maxQueueMs: 120_000, maxQueued: 2048, maxQueuedTokens: 4_000_000 }],
+]);
 
 /** A model as written, defaults filled; modelSchema's rule turns it into a ModelConfig. */
 const modelFields = obj({
@@ -105,10 +106,11 @@ const modelSchema = refine(modelFields, (m, refuse) => {
       `must divide the query heads (${profile.qHeads}) and KV heads (${profile.kvHeads}) of ${m.profile}; got ${m.tp}`,
     );
   }
-  const names = Object.keys(m.classes ?? DEFAULT_CLASSES);
+  // Names from Object.keys are own keys of m.classes: reading them finds nothing inherited.
+  const names = m.classes ? Object.keys(m.classes) : [...DEFAULT_CLASSES.keys()];
   const classes: ClassConfig[] = names.map((name, rank) => {
     const given = m.classes?.[name] ?? {};
-    const base = DEFAULT_CLASSES[name] ?? DEFAULT_CLASSES['interactive']!;
+    const base = DEFAULT_CLASSES.get(name) ?? DEFAULT_CLASSES.get('interactive')!;
     return {
       name,
       rank,

@@ -41,6 +41,8 @@ export interface ControlPlane {
   /** Admits (and routes or holds) a request, answering the model version it resolved to, or refuses it. */
   submit(spec: SubmitSpec, listener?: ClientListener): SubmitResult;
   cancel(id: string): boolean;
+  /** Ends a live request whose handling threw with `internal`, releasing what it held (RequestTable.fail). */
+  fail(id: string, message: string): boolean;
   /** A live request's progress: tokens streamed to its client and when the first was produced (-1: none yet). */
   progress(id: string): { tokens: number; firstTokenAt: number } | null;
   /** Requests not yet terminal. */
@@ -84,6 +86,8 @@ export interface ControlPlaneOptions {
   realEngines?: boolean;
   /** Deliberate faults for mutation tests (never set outside tests and the DST). */
   mutations?: ControlPlaneMutations;
+  /** The operator's log: what failed while handling one request (that request alone ends, with `internal`). */
+  log?(line: string): void;
 }
 
 /** The runtime as the control plane's replicas use it, with a mutation's lost messages, if any. */
@@ -225,7 +229,7 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
   const limits = new Map(
     scenario.models.map((m) => [
       m.name,
-      { maxContext: m.batching.maxContext, classes: Object.fromEntries(m.classes.map((c) => [c.name, c])) },
+      { maxContext: m.batching.maxContext, classes: new Map(m.classes.map((c) => [c.name, c])) },
     ]),
   );
   const prospects = prospectsOf(scenario, () => placement.replicas.values());
@@ -253,6 +257,7 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
     replica,
     handTo,
     demand: (m, rejected, after) => placement.demand(m, rejected, after),
+    ...(opts.log ? { log: opts.log } : {}),
   });
   const cp: ControlPlane = {
     runtime,
@@ -262,6 +267,7 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
     collector,
     submit,
     cancel: table.cancel,
+    fail: table.fail,
     progress: table.progress,
     live: () => table.size,
     explain: table.explain,

@@ -6,7 +6,7 @@
 // (a real GPU profile is slower per token than the tiny model on a CPU) until a calibrated profile replaces it.
 import { closeSync, mkdirSync, openSync, readSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, isAbsolute, resolve } from 'node:path';
-import { buildTinyModel } from './engine/tiny-model.ts';
+import { buildTinyModel, type GeneratedSize } from './engine/tiny-model.ts';
 import type { WireEngineSpec } from '../machines/messages.ts';
 import { dflt, int, oneOf, optional, str, type Refuse } from '../transport/schema.ts';
 
@@ -16,7 +16,7 @@ export const engineFields = {
   /** The GGUF file, relative to the config file. */
   file: optional(str({ min: 1, max: 4096 })),
   /** Writes the seeded tiny model to `file` when it is missing (tests, CI, the quick start). */
-  generate: optional(oneOf('tiny', 'bench')),
+  generate: optional(oneOf('tiny', 'bench', 'm100')),
   /** CPU threads of each engine host. */
   threads: dflt(int({ min: 1, max: 256 }), 1),
   /** KV cells per sequence as llama.cpp allocates them: a multiple of 256; one cell stays free. */
@@ -29,7 +29,7 @@ export const engineFields = {
 interface EngineEntry {
   engine: 'cost-model' | 'llama.cpp';
   file?: string | undefined;
-  generate?: 'tiny' | 'bench' | undefined;
+  generate?: GeneratedSize | undefined;
   threads: number;
   contextTokens: number;
   sequences: number;
@@ -111,7 +111,7 @@ export function modelFileProblem(file: string): string | null {
  * missing, and checks every file; answers the first problem as [field, message], or null.
  */
 export function prepareModelFiles(
-  models: readonly { engine?: WireEngineSpec; generate?: 'tiny' | 'bench' }[],
+  models: readonly { engine?: WireEngineSpec; generate?: GeneratedSize }[],
   baseDir: string,
 ): [string, string] | null {
   for (let i = 0; i < models.length; i++) {

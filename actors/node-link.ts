@@ -3,6 +3,7 @@
 // messages over the link, and failing the node's GPUs, as one event, when it goes away for good.
 import type { Runtime } from '../runtime/system.ts';
 import type { TimerId } from '../runtime/clock.ts';
+import { contained } from '../runtime/contain.ts';
 import { PROTOCOL_VERSION, type NodeMessage } from '../transport/protocol.ts';
 import { createLink, type Link, type LinkStats } from '../transport/link.ts';
 import { CLOSE, type WsPeer } from '../transport/ws.ts';
@@ -112,22 +113,31 @@ export function startNodeLink(runtime: Runtime, opts: NodeLinkOptions): NodeLink
       const timeout = clock.setTimeout(() => {
         if (!registered) refuse(peer, CLOSE.registerTimeout, 'no node.register in time');
       }, opts.registerTimeoutMs ?? 5_000);
+      const deliverOne = (to: string, msg: NodeMessage): void => {
+        // A node speaks only for the GPUs it registered: a claim about any other is refused and the link closed.
+        if (registered && 'gpu' in msg && current?.peer === peer && !current.gpus.includes(msg.gpu)) {
+          return refuse(
+            peer,
+            CLOSE.policy,
+            `node ${current.node} sent ${msg.type} for gpu ${msg.gpu}, which it did not register`,
+          );
+        }
+        if (msg.type === 'node.heartbeat' || msg.type === 'node.inventory') loads = msg.loads ?? loads;
+        if (to !== 'control') return runtime.send(to, msg);
+        if (msg.type === 'node.register' && !registered) {
+          register(peer, link, msg);
+          registered = current?.peer === peer;
+        }
+      };
       const link = createLink(peer, {
         accepts: (to) => (registered ? controlAccepts(to) : to === 'control'),
         deliver: (to, msg) => {
-          // A node speaks only for the GPUs it registered: a claim about any other is refused and the link closed.
-          if (registered && 'gpu' in msg && current?.peer === peer && !current.gpus.includes(msg.gpu)) {
-            return refuse(
-              peer,
-              CLOSE.policy,
-              `node ${current.node} sent ${msg.type} for gpu ${msg.gpu}, which it did not register`,
-            );
-          }
-          if (msg.type === 'node.heartbeat' || msg.type === 'node.inventory') loads = msg.loads ?? loads;
-          if (to !== 'control') return runtime.send(to, msg);
-          if (msg.type === 'node.register' && !registered) {
-            register(peer, link, msg);
-            registered = current?.peer === peer;
+          try {
+            deliverOne(to, msg);
+          } catch (e) {
+            // One message's handling failed: it alone is dropped and the link serves on (the replica it was about
+            // meets it as a lost message: its step or heartbeat bound fails it as a whole).
+            log(`handling ${msg.type} for ${to} from the worker failed: ${contained(e)}`);
           }
         },
         onRefused: (reason) => log(`refused frame from worker: ${reason}`),

@@ -142,6 +142,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     checkInvariants: false,
     collector: createBoundedCollector(),
     realEngines: true,
+    log,
   });
   const node = startNodeLink(runtime, {
     gpus: opts.scenario.node.gpus,
@@ -156,7 +157,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   });
   const metrics = createServerMetrics(cp, node);
   cp.onStep = (r, plan) => metrics.step(r.model, plan.entries.length);
-  const base = createServing(cp, node, metrics, opts.tokenizers);
+  const base = createServing(cp, node, metrics, opts.tokenizers, log);
   const tenantGate = opts.tenants
     ? createTenantGate(base, {
         clock,
@@ -173,6 +174,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     maxQueuedBytes: maxBufferedBytes,
     ...(opts.tokenFlushMs !== undefined ? { tokenFlushMs: opts.tokenFlushMs } : {}),
     afterTurn: () => node.flush(),
+    log,
   });
   const clientSet: TokenSet | null = opts.tenants ?? (clientTokens.length > 0 ? tokenSet(clientTokens) : null);
   const tenantOf = (req: IncomingMessage): string | undefined => opts.tenants?.of(bearerToken(req))?.name;
@@ -195,6 +197,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     edge,
     draining: gate.draining,
     tenantOf,
+    log,
     ...(opts.tokenFlushMs !== undefined ? { tokenFlushMs: opts.tokenFlushMs } : {}),
     ...(opts.status ? { status: opts.status } : {}),
     ...(opts.admin ? { adminHooks: opts.admin(cp, node) } : {}),

@@ -6,6 +6,7 @@ import type { NodeLink } from '../actors/node-link.ts';
 import type { ClientRequest, Sampling } from '../transport/client-protocol.ts';
 import type { ServerMetrics } from './metrics.ts';
 import { estimateTokens, textRange, textSeed } from './pseudo-text.ts';
+import { contained } from '../runtime/contain.ts';
 
 /** How the edge hands an accepted request over, besides the request itself: how its tokens are delivered, and the
  * facts the edge assigned to it (not the client's to choose). */
@@ -136,20 +137,37 @@ class Relay implements ClientListener {
     private readonly promptTokens: number,
     private readonly text: Text,
     private readonly seed: number,
+    private readonly cp: ControlPlane,
+    private readonly log: (line: string) => void,
   ) {}
   accepted(): void {
     this.isAccepted = true;
   }
-  tokens(_id: string, seq: number, n: number, _t: number, text?: string): void {
+  tokens(id: string, seq: number, n: number, _t: number, text?: string): void {
     const t = this.text;
-    // The cost model's words are made only when asked for.
-    this.sink.tokens(
-      seq,
-      n,
-      t === Text.None ? undefined : t === Text.Engine ? (text ?? '') : textRange(this.seed, seq, n),
-    );
+    try {
+      // The cost model's words are made only when asked for.
+      this.sink.tokens(
+        seq,
+        n,
+        t === Text.None ? undefined : t === Text.Engine ? (text ?? '') : textRange(this.seed, seq, n),
+      );
+    } catch (e) {
+      // This request's client side failed: it alone ends (internal), once the step that is applying it is done.
+      this.log(`request ${id}: delivering its tokens failed: ${contained(e)}`);
+      const { cp } = this;
+      cp.runtime.clock.setTimeout(() => cp.fail(id, `the server failed while streaming request ${id}`), 0);
+    }
   }
-  terminal(_id: string, o: TerminalOutcome): void {
+  terminal(id: string, o: TerminalOutcome): void {
+    try {
+      this.relayEnd(o);
+    } catch (e) {
+      // The request has ended in the control plane (everything it held is released); only its answer failed.
+      this.log(`request ${id}: delivering its end failed: ${contained(e)}`);
+    }
+  }
+  private relayEnd(o: TerminalOutcome): void {
     this.metrics.outcome(this.model, o);
     // A rejection is answered by submit's return value; only accepted requests hear a terminal event.
     if (!this.isAccepted) return;
@@ -182,19 +200,35 @@ export function createServing(
   node: NodeLink,
   metrics: ServerMetrics,
   tokenizers: ReadonlyMap<string, PromptTokenizer> = new Map(),
+  log: (line: string) => void = () => {},
 ): Serving {
   const submit = (
     req: ClientRequest,
     sink: StreamSink,
     delivery: Delivery = { text: true },
   ): Accepted | { ok: false; failure: Failure } => {
+    // A name the control plane does not know is refused here, before the prompt is counted or anything admitted.
+    const unknown = cp.router.check(req);
+    if (unknown) {
+      // Counted as the control plane's rejection of it would be.
+      const t = cp.runtime.clock.now();
+      const timings = { receivedAt: t, firstTokenAt: -1, finishedAt: t };
+      metrics.outcome(req.model, {
+        outcome: 'rejected',
+        code: unknown.code,
+        message: unknown.message,
+        tokens: 0,
+        timings,
+      });
+      return { ok: false, failure: unknown };
+    }
     // A real engine's prompt is counted by its own tokenizer (routing, admission, usage); else it is estimated.
     const engine = engineInput(tokenizers.get(req.model), req);
     const promptTokens = engine ? engine.prompt.length : (req.promptTokens ?? estimateTokens(req.prompt ?? ''));
     const mode = text(delivery, engine);
     // The words' seed (a hash of the prompt) only when the cost model's words are streamed.
     const seed = mode === Text.Words ? textSeed(`${req.model}\u0000${req.prompt ?? String(promptTokens)}`) : 0;
-    const relay = new Relay(sink, metrics, req.model, req.maxTokens, promptTokens, mode, seed);
+    const relay = new Relay(sink, metrics, req.model, req.maxTokens, promptTokens, mode, seed, cp, log);
     const res = cp.submit(
       {
         ...(delivery.id !== undefined ? { id: delivery.id } : {}),
@@ -217,7 +251,8 @@ export function createServing(
     cp,
     submit,
     readiness: () => {
-      const out: Record<string, ModelReadiness> = {};
+      // Entries made into an object once: a model named `__proto__` is then a key like any other.
+      const out: [string, ModelReadiness][] = [];
       const all = [...cp.placement.replicas.values()];
       const serving = all.some((r) => r.accepting());
       for (const m of cp.scenario.models) {
@@ -230,9 +265,9 @@ export function createServing(
         const switchable = cp.scenario.placement.policy === 'switch' && serving;
         const ready = why === null && (anyReady || switchable);
         const reason = ready ? null : !node.connected() ? 'no worker registered' : (why ?? 'no replica is ready yet');
-        out[m.name] = { ready, replicas, reason };
+        out.push([m.name, { ready, replicas, reason }]);
       }
-      return out;
+      return Object.fromEntries(out);
     },
     models: () =>
       cp.scenario.models.map((m) => ({

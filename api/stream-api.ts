@@ -18,6 +18,7 @@ import type { ServerMetrics } from './metrics.ts';
 import { TOKEN_FLUSH_MS, type DoneInfo, type Serving, type StreamSink } from './serving.ts';
 import type { Failure } from '../machines/outcomes.ts';
 import type { TerminalOutcome } from '../actors/control-plane.ts';
+import { contained } from '../runtime/contain.ts';
 
 /** Options of the streaming API. */
 export interface StreamApiOptions {
@@ -40,6 +41,8 @@ export interface StreamApiOptions {
   /** Least time between two frames to one client that carry only later tokens and ends (ms; TOKEN_FLUSH_MS; 0: every
    * turn of the loop). */
   tokenFlushMs?: number;
+  /** The operator's log: what failed while handling one message, frame or connection (that alone fails). */
+  log?(line: string): void;
 }
 
 /** Default budget of incoming frames waiting across connections. */
@@ -72,6 +75,7 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
   let streams = 0;
   const perFrame = opts.maxMessagesPerFrame ?? 4096;
   const maxQueuedBytes = opts.maxQueuedBytes ?? DEFAULT_MAX_BUFFERED;
+  const log = opts.log ?? (() => {});
   // Outboxes holding answers to frames handled in the pacer's turn: a long turn sends them every budget, not at its end.
   const answering = new Set<() => void>();
   const pacer = createPacer(
@@ -81,6 +85,7 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
       for (const answer of [...answering]) answer();
     },
     opts.afterTurn ?? (() => {}),
+    log,
   );
   const maxInbound = opts.maxInboundBytes ?? DEFAULT_MAX_INBOUND_BYTES;
   let inboundBytes = 0;
@@ -95,6 +100,7 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
       congestionRetryMs: opts.congestionRetryMs ?? 5,
       tokenFlushMs: opts.tokenFlushMs ?? TOKEN_FLUSH_MS,
       answering,
+      log,
     });
     const push = outbox.push;
     const requests = createRequestTable(
@@ -114,8 +120,15 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
         return;
       }
       for (const m of frame.messages) {
-        if (m.type === 'submit') requests.submit(m);
-        else requests.cancel(m.id);
+        try {
+          if (m.type === 'submit') requests.submit(m);
+          else requests.cancel(m.id);
+        } catch (e) {
+          // This message alone fails: a submit the server failed on is refused (internal); the frame's others go on.
+          log(`${peer.remote}: handling ${m.type} ${m.id} failed: ${contained(e)}`);
+          metrics.refused('internal');
+          if (m.type === 'submit' && !requests.live(m.id)) push(internalRefusal(m.id));
+        }
       }
       // The answers to a frame (accepted, rejected) leave when this turn's work is done, not a loop iteration later.
       outbox.soon();
@@ -182,6 +195,12 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
   return { onConnection, sessions: () => sessions, streams: () => streams, inboundBytes: () => inboundBytes };
 }
 
+/** The refusal of a submit the server failed on while handling it. */
+const internalRefusal = (id: string): ServerMessage => {
+  const f = failure('internal', `the server failed while handling request ${id}`);
+  return { type: 'rejected', id, code: f.code, message: f.message, retryable: f.retryable };
+};
+
 /** A connection's waiting frames. */
 interface Inbox {
   frames: (Uint8Array | string)[];
@@ -203,6 +222,7 @@ function createPacer(
   budgetMs: number,
   answer: () => void,
   afterTurn: () => void,
+  log: (line: string) => void,
 ): { wake(inbox: Inbox): void } {
   const ready: Inbox[] = [];
   const queued = new Set<Inbox>();
@@ -225,7 +245,14 @@ function createPacer(
       const d = box.frames[box.head];
       if (d !== undefined && box.peer.isOpen()) {
         box.frames[box.head++] = '';
-        box.handle(d);
+        try {
+          box.handle(d);
+        } catch (e) {
+          // Handling the frame failed past its messages' own handling: its connection alone is closed (1011), which
+          // cancels its requests and releases what they held; the pacer serves the other connections on.
+          log(`${box.peer.remote}: handling a frame failed, closing the connection: ${contained(e)}`);
+          box.peer.close(CLOSE.internalError, 'internal error');
+        }
       }
       if (box.head < box.frames.length && box.peer.isOpen()) ready.push(box);
       else {
@@ -328,6 +355,7 @@ function createOutbox(
     congestionRetryMs: number;
     tokenFlushMs: number;
     answering: Set<() => void>;
+    log: (line: string) => void;
   },
 ): Outbox {
   let out: (ServerMessage | TokensSlot)[] = [];
@@ -369,17 +397,24 @@ function createOutbox(
     gen++;
     waitingBytes = 0;
     lastSentAt = o.clock.now();
-    for (let i = 0; i < msgs.length; i += o.perFrame) {
-      const part = i === 0 && msgs.length <= o.perFrame ? msgs : msgs.slice(i, i + o.perFrame);
-      // msgpack frames are written directly (tokens from their slots); JSON ones from the messages.
-      peer.send(
-        format === 'msgpack'
-          ? writeFrame(part, isSlot)
-          : encodeFrame(
-              part.map((x) => (x instanceof TokensSlot ? tokensMessage(x) : x)),
-              format,
-            ),
-      );
+    try {
+      for (let i = 0; i < msgs.length; i += o.perFrame) {
+        const part = i === 0 && msgs.length <= o.perFrame ? msgs : msgs.slice(i, i + o.perFrame);
+        // msgpack frames are written directly (tokens from their slots); JSON ones from the messages.
+        peer.send(
+          format === 'msgpack'
+            ? writeFrame(part, isSlot)
+            : encodeFrame(
+                part.map((x) => (x instanceof TokensSlot ? tokensMessage(x) : x)),
+                format,
+              ),
+        );
+      }
+    } catch (e) {
+      // A frame that cannot be written leaves this client's stream with a gap: its connection alone is closed (1011),
+      // which cancels its requests and releases what they held.
+      o.log(`${peer.remote}: writing a frame failed, closing the connection: ${contained(e)}`);
+      peer.close(CLOSE.internalError, 'internal error');
     }
   };
   const flushDeferred = (): void => {
@@ -460,6 +495,8 @@ function createOutbox(
 /** A connection's live requests. */
 interface RequestTable {
   submit(m: Extract<ClientMessage, { type: 'submit' }>): void;
+  /** True while the request of this client id is live on the connection. */
+  live(id: string): boolean;
   cancel(id: string): void;
   /** Cancels every live request (the connection closed). */
   cancelAll(): void;
@@ -532,6 +569,7 @@ function createRequestTable(
 
   return {
     submit,
+    live: (id) => live.has(id),
     cancel: (id) => live.get(id)?.cancel(),
     cancelAll: () => {
       for (const r of [...live.values()]) r.cancel();

@@ -32,7 +32,11 @@ export const OUTCOME_CODES = {
     meaning: 'the replica serving it failed and it could not be resumed elsewhere within its budget',
   },
   unauthorized: { retryable: false, http: 401, meaning: 'missing or wrong credentials' },
-  internal: { retryable: true, http: 500, meaning: 'a broken invariant inside switchyard' },
+  internal: {
+    retryable: true,
+    http: 500,
+    meaning: 'the server failed while handling this request; it alone ended, and what it held was released',
+  },
 } as const;
 
 /** A typed outcome code. */

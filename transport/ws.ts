@@ -24,6 +24,8 @@ export const CLOSE = {
   goingAway: 1001,
   policy: 1008,
   tooBig: 1009,
+  /** The server failed while handling this connection's frames (its requests are cancelled). */
+  internalError: 1011,
   tryAgainLater: 1013,
   /** The peer stopped answering pings. */
   heartbeat: 4000,

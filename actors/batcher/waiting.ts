@@ -53,6 +53,9 @@ export function createWaitingQueues(ledger: KvLedger): WaitingQueues {
     sums.final += sign * ledger.finalBlocks(s);
   };
   const queueOf = (p: number): Deque => {
+    // A class rank is an index: anything else (a class looked up by a name it does not have) is a broken invariant,
+    // refused before the queue or its sums change.
+    if (!(p >= 0 && Number.isInteger(p))) throw new RangeError(`queue of class rank ${String(p)}`);
     while (classes.length <= p) classes.push(createDeque());
     return classes[p]!;
   };

@@ -18,6 +18,8 @@ import type { DecisionTrace } from '../router/router.ts';
 import type { Runtime } from '../../runtime/system.ts';
 import type { DeadlineWheel } from '../../runtime/deadlines.ts';
 import { ChurnMap } from '../../runtime/churn-map.ts';
+import { BrokenInvariant } from '../../runtime/contain.ts';
+import { HELD_ADDRESS } from './held-queue.ts';
 import type { Live, RequestActor } from './types.ts';
 
 /** What the request table needs. */
@@ -56,6 +58,12 @@ export interface RequestTable {
   /** A new sequence for `l` that has `generated` tokens already (re-prefilled on a resume). */
   newSequence(l: Live, generated: number): Sequence;
   cancel(id: string): boolean;
+  /**
+   * Ends a live request whose handling threw with `internal`: it leaves the queue it waits in (its replica's, or the
+   * hold) and its actor fails, which releases the rest as any end does. False when it is not live. Throws a
+   * BrokenInvariant when even that throws: what it held is then unknown.
+   */
+  fail(id: string, message: string): boolean;
   /** A live request's tokens streamed and first token's time (-1: none yet), or null when it is not live. */
   progress(id: string): { tokens: number; firstTokenAt: number } | null;
   explain(id: string): DecisionTrace[] | undefined;
@@ -325,6 +333,20 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       const l = live.get(id);
       if (!l) return false;
       l.actor.send({ type: 'request.cancel', t: clock.now() });
+      return true;
+    },
+    fail: (id, message) => {
+      const l = live.get(id);
+      if (!l) return false;
+      try {
+        const t = clock.now();
+        const at = l.actor.getSnapshot().context.replica;
+        l.actor.send({ type: 'request.failed', code: 'internal', message, tokens: streamedOf(l), t });
+        // As a cancel withdraws it (the request machine's `withdraw`), from wherever it was handed (or the hold).
+        deps.runtime.send(at ?? HELD_ADDRESS, { type: 'request.withdraw', id });
+      } catch (e) {
+        throw new BrokenInvariant(`failing ${id} after its handling threw, threw again`, [id], e);
+      }
       return true;
     },
     progress: (id) => {

@@ -16,11 +16,15 @@ export type GgufKv =
   | { key: string; type: 'array'; itemType: 'string'; value: readonly string[] }
   | { key: string; type: 'array'; itemType: Exclude<GgufScalarType, 'string' | 'bool'>; value: ArrayLike<number> };
 
-/** One tensor: dims listed fastest-varying first (ggml's ne order); data is row-major in that order. */
+/** A tensor element type we write: float32, float16, or ggml's 8-bit blocks (q8_0: 32 values share a half scale). */
+export type GgufTensorType = 'f32' | 'f16' | 'q8_0';
+
+/** One tensor: dims listed fastest-varying first (ggml's ne order); data is row-major in that order. A q8_0 tensor's
+ * first dim is a multiple of its 32-value block. */
 export interface GgufTensor {
   name: string;
   dims: readonly number[];
-  type: 'f32' | 'f16';
+  type: GgufTensorType;
   data: Float32Array;
 }
 
@@ -54,8 +58,9 @@ const SCALAR_BYTES: Record<Exclude<GgufScalarType, 'string'>, number> = {
   f64: 8,
 };
 /** ggml_type ids of the tensor types we write. */
-const TENSOR_TYPE = { f32: 0, f16: 1 } as const;
-const TENSOR_ELEMENT_BYTES = { f32: 4, f16: 2 } as const;
+const TENSOR_TYPE = { f32: 0, f16: 1, q8_0: 8 } as const;
+/** Values per q8_0 block and its bytes (a half scale, then one signed byte per value): ggml's block_q8_0. */
+export const Q8_0_BLOCK = Object.freeze({ values: 32, bytes: 34 });
 const GGUF_MAGIC = 0x46554747; // "GGUF" read as a little-endian u32
 const GGUF_VERSION = 3;
 /** The alignment llama.cpp assumes when general.alignment is absent. */
@@ -179,14 +184,42 @@ export function f32ToF16Bits(value: number): number {
 }
 
 const tensorInfoBytes = (t: GgufTensor): number => stringBytes(t.name) + 4 + 8 * t.dims.length + 4 + 8;
-const tensorDataBytes = (t: GgufTensor): number => t.data.length * TENSOR_ELEMENT_BYTES[t.type];
+const tensorDataBytes = (t: GgufTensor): number =>
+  t.type === 'q8_0'
+    ? (t.data.length / Q8_0_BLOCK.values) * Q8_0_BLOCK.bytes
+    : t.data.length * (t.type === 'f32' ? 4 : 2);
 
 const checkTensor = (t: GgufTensor): void => {
   const count = t.dims.reduce((a, b) => a * b, 1);
   if (t.dims.length < 1 || t.dims.length > 4 || count !== t.data.length) {
     throw new RangeError(`tensor ${t.name}: dims ${t.dims.join('x')} do not match ${t.data.length} values`);
   }
+  if (t.type === 'q8_0' && t.dims[0]! % Q8_0_BLOCK.values !== 0)
+    throw new RangeError(
+      `tensor ${t.name}: a q8_0 row of ${t.dims[0]} values is not a whole number of 32-value blocks`,
+    );
 };
+
+/** Writes `data` as q8_0 blocks from byte `at`: each block's scale is its largest magnitude / 127 (as a half), and
+ * each value is rounded to the nearest multiple of it (ggml's reference quantisation). */
+function putQ8_0(view: DataView, at: number, data: Float32Array): void {
+  const { values, bytes } = Q8_0_BLOCK;
+  for (let b = 0; b < data.length; b += values, at += bytes) {
+    let amax = 0;
+    for (let i = 0; i < values; i++) amax = Math.max(amax, Math.abs(data[b + i]!));
+    const d = amax / 127;
+    const inv = d === 0 ? 0 : 1 / d;
+    view.setUint16(at, f32ToF16Bits(d), true);
+    for (let i = 0; i < values; i++) view.setInt8(at + 2 + i, Math.round(data[b + i]! * inv));
+  }
+}
+
+/** Writes one tensor's data from byte `at` in its element type. */
+function putTensorData(view: DataView, at: number, t: GgufTensor): void {
+  if (t.type === 'q8_0') return putQ8_0(view, at, t.data);
+  if (t.type === 'f32') for (let j = 0; j < t.data.length; j++, at += 4) view.setFloat32(at, t.data[j]!, true);
+  else for (let j = 0; j < t.data.length; j++, at += 2) view.setUint16(at, f32ToF16Bits(t.data[j]!), true);
+}
 
 /** Builds the complete GGUF v3 image of the given metadata and tensors; same inputs give the same bytes. */
 export function writeGguf(kvs: readonly GgufKv[], tensors: readonly GgufTensor[]): Uint8Array {
@@ -222,13 +255,6 @@ export function writeGguf(kvs: readonly GgufKv[], tensors: readonly GgufTensor[]
     c.view.setBigUint64(c.at + 4, BigInt(offsets[i]!), true);
     c.at += 12;
   });
-  tensors.forEach((t, i) => {
-    let at = dataStart + offsets[i]!;
-    if (t.type === 'f32') {
-      for (let j = 0; j < t.data.length; j++, at += 4) c.view.setFloat32(at, t.data[j]!, true);
-    } else {
-      for (let j = 0; j < t.data.length; j++, at += 2) c.view.setUint16(at, f32ToF16Bits(t.data[j]!), true);
-    }
-  });
+  tensors.forEach((t, i) => putTensorData(c.view, dataStart + offsets[i]!, t));
   return bytes;
 }

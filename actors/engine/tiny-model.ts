@@ -1,8 +1,9 @@
-// Generates small llama-architecture GGUF models with seeded random weights and a byte-level vocabulary, for tests.
+// Generates llama-architecture GGUF models with seeded random weights and a byte-level vocabulary: tiny ones for
+// tests, and larger ones of a requested shape for measuring speed where no weights can be downloaded.
 import { createHash } from 'node:crypto';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import { writeGguf, type GgufKv, type GgufTensor } from './gguf-writer.ts';
+import { writeGguf, type GgufKv, type GgufTensor, type GgufTensorType } from './gguf-writer.ts';
 
 /** The shape of a generated model. */
 export interface TinyModelSpec {
@@ -13,37 +14,93 @@ export interface TinyModelSpec {
   kvHeads: number;
   feedForward: number;
   contextLength: number;
-  dtype: 'f32' | 'f16';
+  /** Element type of the weight matrices (norms stay f32). */
+  dtype: GgufTensorType;
+  /** Tokens in the vocabulary: the 256 bytes, the specials and the merges, then filler tokens up to this size
+   * (absent: no filler). Filler tokens are never produced by the tokenizer, only by sampling. */
+  vocab?: number;
 }
 
-/** Named sizes: `tiny` (~0.5 MB, ~1 ms a step on one core) and `bench` (~13M params, several ms a step). */
-export const TINY_MODEL_SIZES: Readonly<Record<'tiny' | 'bench', TinyModelSpec>> = Object.freeze({
-  tiny: Object.freeze({
-    name: 'switchyard-tiny',
-    embedding: 64,
-    layers: 2,
-    heads: 4,
-    kvHeads: 2,
-    feedForward: 192,
-    contextLength: 4096,
-    dtype: 'f32' as const,
-  }),
-  bench: Object.freeze({
-    name: 'switchyard-bench',
-    embedding: 384,
-    layers: 6,
-    heads: 6,
-    kvHeads: 2,
-    feedForward: 1536,
-    contextLength: 4096,
-    dtype: 'f16' as const,
-  }),
-});
+/** The named sizes a config's `generate:` and the CLI's `--size` accept. */
+export type GeneratedSize = 'tiny' | 'bench' | 'm100';
 
-/** Options of a generated model: the PRNG seed and a named size. */
+/** Named sizes: `tiny` (~0.5 MB, ~1 ms a step on one core), `bench` (~13M params, several ms a step) and `m100`
+ * (~100M params in q8_0, ~107 MB: steps of tens of milliseconds on a CPU core, a small real model's cost). */
+export const TINY_MODEL_SIZES: ReadonlyMap<GeneratedSize, Readonly<TinyModelSpec>> = new Map<
+  GeneratedSize,
+  Readonly<TinyModelSpec>
+>([
+  [
+    'tiny',
+    Object.freeze({
+      name: 'switchyard-tiny',
+      embedding: 64,
+      layers: 2,
+      heads: 4,
+      kvHeads: 2,
+      feedForward: 192,
+      contextLength: 4096,
+      dtype: 'f32' as const,
+    }),
+  ],
+  [
+    'bench',
+    Object.freeze({
+      name: 'switchyard-bench',
+      embedding: 384,
+      layers: 6,
+      heads: 6,
+      kvHeads: 2,
+      feedForward: 1536,
+      contextLength: 4096,
+      dtype: 'f16' as const,
+    }),
+  ],
+  [
+    'm100',
+    Object.freeze({
+      name: 'switchyard-m100',
+      embedding: 768,
+      layers: 12,
+      heads: 12,
+      kvHeads: 4,
+      feedForward: 2048,
+      contextLength: 4096,
+      dtype: 'q8_0' as const,
+      vocab: 16384,
+    }),
+  ],
+]);
+
+/** Options of a generated model: the PRNG seed, and a named size or a whole shape (`spec` wins). */
 export interface TinyModelOptions {
   seed?: number;
-  size?: keyof typeof TINY_MODEL_SIZES;
+  size?: GeneratedSize;
+  spec?: TinyModelSpec;
+}
+
+/** The shape `opts` asks for (a named size's, `tiny` by default). */
+export function specOf(opts: TinyModelOptions): Readonly<TinyModelSpec> {
+  return opts.spec ?? TINY_MODEL_SIZES.get(opts.size ?? 'tiny')!;
+}
+
+/** Why a shape cannot be built (a message naming the field), or null. */
+export function specProblem(s: TinyModelSpec): string | null {
+  const whole = (n: number, lo: number, hi: number): boolean => Number.isInteger(n) && n >= lo && n <= hi;
+  if (!whole(s.layers, 1, 256)) return `layers must be an integer in [1, 256]; got ${s.layers}`;
+  if (!whole(s.heads, 1, 256)) return `heads must be an integer in [1, 256]; got ${s.heads}`;
+  if (!whole(s.kvHeads, 1, s.heads) || s.heads % s.kvHeads !== 0)
+    return `kvHeads must divide heads (${s.heads}); got ${s.kvHeads}`;
+  if (!whole(s.embedding, 8, 16384) || s.embedding % s.heads !== 0 || (s.embedding / s.heads) % 2 !== 0)
+    return `embedding must be in [8, 16384], a multiple of heads with an even head size; got ${s.embedding}`;
+  if (!whole(s.feedForward, 8, 65536)) return `feedForward must be an integer in [8, 65536]; got ${s.feedForward}`;
+  if (!whole(s.contextLength, 16, 1 << 20)) return `contextLength must be in [16, 1048576]; got ${s.contextLength}`;
+  const base = 256 + 2 + MERGES.length;
+  if (s.vocab !== undefined && !whole(s.vocab, base, 262_144))
+    return `vocab must be an integer in [${base}, 262144]; got ${s.vocab}`;
+  if (s.dtype === 'q8_0' && (s.embedding % 32 !== 0 || s.feedForward % 32 !== 0))
+    return `q8_0 needs embedding and feedForward to be multiples of 32`;
+  return null;
 }
 
 /** Token ids of the generated vocabulary: 0-255 are the bytes, then the specials, then the merged tokens. */
@@ -78,13 +135,33 @@ export function mulberry32(seed: number): () => number {
   };
 }
 
-const vocabulary = (): { tokens: string[]; types: number[] } => {
+/** Filler token `i`: two or more letters (in the byte alphabet, so its text is plain ASCII), none a merge's. */
+const fillerToken = (i: number, letters: readonly string[]): string => {
+  let s = '';
+  let n = i + letters.length; // at least two letters
+  do {
+    s = letters[n % letters.length]! + s;
+    n = Math.floor(n / letters.length);
+  } while (n > 0);
+  return s;
+};
+
+const vocabulary = (size?: number): { tokens: string[]; types: number[] } => {
   const tokens = byteToUnicode();
   const types = tokens.map(() => 1); // LLAMA_TOKEN_TYPE_NORMAL
   tokens.push('<|startoftext|>', '<|endoftext|>');
   types.push(3, 3); // LLAMA_TOKEN_TYPE_CONTROL
   for (const merge of MERGES) {
     tokens.push(merge.replace(' ', ''));
+    types.push(1);
+  }
+  const seen = new Set(tokens);
+  const letters = 'abcdefghijklmnopqrstuvwxyz'.split('');
+  for (let i = 0; size !== undefined && tokens.length < size; i++) {
+    const t = fillerToken(i, letters);
+    if (seen.has(t)) continue;
+    seen.add(t);
+    tokens.push(t);
     types.push(1);
   }
   return { tokens, types };
@@ -99,13 +176,20 @@ const outputRowScale = (id: number): number => {
   return 0.2;
 };
 
+/** llama_ftype of a model whose matrices are all of one type. */
+const FILE_TYPE: ReadonlyMap<GgufTensorType, number> = new Map([
+  ['f32', 0],
+  ['f16', 1],
+  ['q8_0', 7],
+]);
+
 const metadata = (spec: TinyModelSpec, vocab: { tokens: string[]; types: number[] }): GgufKv[] => {
   const headDim = spec.embedding / spec.heads;
   return [
     { key: 'general.architecture', type: 'string', value: 'llama' },
     { key: 'general.name', type: 'string', value: spec.name },
     { key: 'general.alignment', type: 'u32', value: 32 },
-    { key: 'general.file_type', type: 'u32', value: spec.dtype === 'f32' ? 0 : 1 },
+    { key: 'general.file_type', type: 'u32', value: FILE_TYPE.get(spec.dtype)! },
     { key: 'llama.context_length', type: 'u32', value: spec.contextLength },
     { key: 'llama.embedding_length', type: 'u32', value: spec.embedding },
     { key: 'llama.block_count', type: 'u32', value: spec.layers },
@@ -168,8 +252,10 @@ const tensorsOf = (spec: TinyModelSpec, vocabSize: number, rand: () => number): 
 
 /** Builds the GGUF image of a generated model; the same seed and size always give the same bytes. */
 export function buildTinyModel(opts: TinyModelOptions = {}): Uint8Array {
-  const spec = TINY_MODEL_SIZES[opts.size ?? 'tiny'];
-  const vocab = vocabulary();
+  const spec = specOf(opts);
+  const problem = specProblem(spec);
+  if (problem) throw new RangeError(`model shape: ${problem}`);
+  const vocab = vocabulary(spec.vocab);
   const rand = mulberry32(opts.seed ?? 1);
   return writeGguf(metadata(spec, vocab), tensorsOf(spec, vocab.tokens.length, rand));
 }

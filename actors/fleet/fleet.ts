@@ -339,18 +339,23 @@ function buildFleetReport(
     for (const r of rs) if (r.outcome) out[r.outcome] = (out[r.outcome] ?? 0) + 1;
     return out;
   };
-  const models: FleetReport['models'] = {};
-  for (const m of base.models) {
-    const rs = run.requests.filter((r) => r.arrival.model === m.name);
-    const served = rs.filter((r) => r.outcome === 'done' && r.firstTokenAt >= 0);
-    models[m.name] = {
-      requests: count(rs),
-      ttftMs: summarize(served.map((r) => r.firstTokenAt - r.receivedAt)),
-      tpotMs: summarize(
-        served.filter((r) => r.streamed > 1).map((r) => (r.lastTokenAt - r.firstTokenAt) / (r.streamed - 1)),
-      ),
-    };
-  }
+  // Keyed by configured model names: made into an object from its entries, so any name is a key like another.
+  const models = Object.fromEntries(
+    base.models.map((m): [string, FleetReport['models'][string]] => {
+      const rs = run.requests.filter((r) => r.arrival.model === m.name);
+      const served = rs.filter((r) => r.outcome === 'done' && r.firstTokenAt >= 0);
+      return [
+        m.name,
+        {
+          requests: count(rs),
+          ttftMs: summarize(served.map((r) => r.firstTokenAt - r.receivedAt)),
+          tpotMs: summarize(
+            served.filter((r) => r.streamed > 1).map((r) => (r.lastTokenAt - r.firstTokenAt) / (r.streamed - 1)),
+          ),
+        },
+      ];
+    }),
+  );
   return {
     scenario: base.name,
     seed: run.seed,

@@ -15,9 +15,16 @@ function retryMs(ms: number): number {
 
 /** The maxQueueMs of a model's highest class (rank 0). */
 function topClassBudget(lim: ModelLimits): number {
-  // for...in visits the keys in Object.values' order, without building the array per request.
-  for (const k in lim.classes) if (lim.classes[k]!.rank === 0) return lim.classes[k]!.maxQueueMs;
+  for (const c of lim.classes.values()) if (c.rank === 0) return c.maxQueueMs;
   return Infinity;
+}
+
+/** A model's priority class by name, or the typed refusal naming the classes it has (admission and the edge). */
+export function classOf(lim: ModelLimits | undefined, priority: string): ClassLimits | Failure {
+  const cls = lim?.classes.get(priority);
+  if (cls) return cls;
+  const known = lim ? [...lim.classes.keys()].join(', ') : '';
+  return failure('invalid_request', `unknown priority class "${priority}"; known: ${known}`);
 }
 
 /** Why the request itself is invalid, or null. */
@@ -68,12 +75,11 @@ export function admit(core: RouterCore, req: RouteRequest): Admission {
   if (!res.ok) return reject(trace, res.failure);
   trace.version = res.version;
   trace.resolvedBy = res.by;
-  const lim = deps.limits(req.model);
-  const cls = lim?.classes[req.priority];
-  if (!lim || !cls) {
-    const known = lim ? Object.keys(lim.classes).join(', ') : '';
-    return reject(trace, failure('invalid_request', `unknown priority class "${req.priority}"; known: ${known}`));
-  }
+  const found = deps.limits(req.model);
+  const cls = classOf(found, req.priority);
+  if ('code' in cls) return reject(trace, cls);
+  // A class was found, so the model's limits were.
+  const lim = found!;
   const bad = invalid(req, lim);
   if (bad) return reject(trace, bad);
   const budgetMs = Math.max(0, Math.min(cls.maxQueueMs, req.deadlineMs ?? Infinity));

@@ -30,6 +30,8 @@ export type Resolution =
 /** The router's model table. */
 export interface Registry {
   resolve(model: string, version: string | undefined, rng: Rng): Resolution;
+  /** Refuses a model, or a version or alias of it, that the table does not know (model_not_found); draws nothing. */
+  check(model: string, version: string | undefined): Failure | null;
   models(): readonly ModelEntry[];
   get(model: string): ModelEntry | undefined;
   /** Points an alias at a version (a rollout promoting a version); returns a failure if either is unknown. */
@@ -41,7 +43,8 @@ export interface Registry {
 interface Entry {
   name: string;
   versions: readonly string[];
-  aliases: Record<string, string>;
+  /** Alias names come from clients and the admin API: a Map, never an object's properties. */
+  aliases: Map<string, string>;
   split?: Readonly<Record<string, number>>;
   cumulative: [string, number][];
   /** Fallbacks per chosen version, computed once (admission asks per request); cleared when aliases or split
@@ -75,12 +78,12 @@ export function createRegistry(entries: readonly ModelEntry[]): Registry {
   const byName = new Map<string, Entry>();
   for (const e of entries) {
     if (e.versions.length === 0) throw new Error(`models.${e.name}.versions: at least one version`);
-    const aliases: Record<string, string> = {
-      stable: e.versions[0]!,
-      latest: e.versions[e.versions.length - 1]!,
-      ...e.aliases,
-    };
-    for (const [alias, v] of Object.entries(aliases)) {
+    const aliases = new Map<string, string>([
+      ['stable', e.versions[0]!],
+      ['latest', e.versions[e.versions.length - 1]!],
+      ...Object.entries(e.aliases),
+    ]);
+    for (const [alias, v] of aliases) {
       if (!e.versions.includes(v)) throw new Error(`models.${e.name}.aliases.${alias}: unknown version "${v}"`);
     }
     const cumulative = cumulativeOf(e.name, e.versions, e.split);
@@ -101,42 +104,47 @@ export function createRegistry(entries: readonly ModelEntry[]): Registry {
     const out: string[] = [];
     for (const [v] of e.cumulative) if (v !== chosen && !out.includes(v)) out.push(v);
     for (const a of ['stable', 'latest']) {
-      const v = e.aliases[a];
+      const v = e.aliases.get(a);
       if (v !== undefined && v !== chosen && !out.includes(v)) out.push(v);
     }
     e.fallbacks.set(chosen, Object.freeze(out));
     return out;
   };
 
+  const entryOf = (e: Entry): ModelEntry => ({
+    name: e.name,
+    versions: e.versions,
+    aliases: Object.fromEntries(e.aliases),
+    ...(e.split ? { split: e.split } : {}),
+  });
+  // The model's entry and, for a request naming a version, that version (itself or an alias's); or what is unknown.
+  const lookup = (model: string, version: string | undefined): Failure | { e: Entry; pinned: string | undefined } => {
+    const e = byName.get(model);
+    if (!e) return failure('model_not_found', `unknown model "${model}"; known: ${listing()}`);
+    if (version === undefined || e.versions.includes(version)) return { e, pinned: version };
+    const v = e.aliases.get(version);
+    if (v !== undefined) return { e, pinned: v };
+    const names = [...e.versions, ...e.aliases.keys()].join(', ');
+    return failure('model_not_found', `unknown version "${version}" of ${model}; known: ${names}`);
+  };
+
   return {
-    models: () =>
-      [...byName.values()].map((e) => ({
-        name: e.name,
-        versions: e.versions,
-        aliases: { ...e.aliases },
-        ...(e.split ? { split: e.split } : {}),
-      })),
+    models: () => [...byName.values()].map(entryOf),
     get: (m) => {
       const e = byName.get(m);
-      return e
-        ? { name: e.name, versions: e.versions, aliases: { ...e.aliases }, ...(e.split ? { split: e.split } : {}) }
-        : undefined;
+      return e ? entryOf(e) : undefined;
+    },
+    check: (model, version) => {
+      const found = lookup(model, version);
+      return 'code' in found ? found : null;
     },
     resolve: (model, version, rng) => {
-      const e = byName.get(model);
-      if (!e)
-        return { ok: false, failure: failure('model_not_found', `unknown model "${model}"; known: ${listing()}`) };
-      if (version !== undefined) {
-        if (e.versions.includes(version)) return { ok: true, model, version, by: 'exact', fallbacks: NONE };
-        const v = e.aliases[version];
-        if (v === undefined) {
-          const names = [...e.versions, ...Object.keys(e.aliases)].join(', ');
-          return {
-            ok: false,
-            failure: failure('model_not_found', `unknown version "${version}" of ${model}; known: ${names}`),
-          };
-        }
-        return { ok: true, model, version: v, by: 'alias', fallbacks: fallbacksOf(e, v) };
+      const found = lookup(model, version);
+      if ('code' in found) return { ok: false, failure: found };
+      const { e, pinned } = found;
+      if (pinned !== undefined) {
+        if (pinned === version) return { ok: true, model, version, by: 'exact', fallbacks: NONE };
+        return { ok: true, model, version: pinned, by: 'alias', fallbacks: fallbacksOf(e, pinned) };
       }
       const last = e.cumulative[e.cumulative.length - 1];
       if (last) {
@@ -144,7 +152,7 @@ export function createRegistry(entries: readonly ModelEntry[]): Registry {
         for (const [v, c] of e.cumulative)
           if (x < c) return { ok: true, model, version: v, by: 'split', fallbacks: fallbacksOf(e, v) };
       }
-      const v = e.aliases['stable']!;
+      const v = e.aliases.get('stable')!;
       return { ok: true, model, version: v, by: 'default', fallbacks: fallbacksOf(e, v) };
     },
     setAlias: (model, alias, version) => {
@@ -153,7 +161,7 @@ export function createRegistry(entries: readonly ModelEntry[]): Registry {
       if (!e.versions.includes(version)) return failure('model_not_found', `unknown version "${version}" of ${model}`);
       if (e.versions.includes(alias))
         return failure('invalid_request', `alias "${alias}" would shadow a version of ${model}`);
-      e.aliases[alias] = version;
+      e.aliases.set(alias, version);
       e.fallbacks.clear();
       return null;
     },

@@ -5,7 +5,7 @@ import type { Failure } from '../../machines/outcomes.ts';
 import type { Registry, ResolvedBy } from './registry.ts';
 import type { HeldWork, ReplicaLoad, WaitEstimate, WorkSpec } from './estimate.ts';
 import { createRouterCore } from './core.ts';
-import { admit } from './admit.ts';
+import { admit, classOf } from './admit.ts';
 import type { ReplicaView } from './view.ts';
 import type { SubmitSpec } from '../control/types.ts';
 
@@ -38,7 +38,8 @@ export interface ClassLimits {
 /** Per-model admission settings. */
 export interface ModelLimits {
   maxContext: number;
-  classes: Readonly<Record<string, ClassLimits>>;
+  /** Its priority classes by name (names come from clients: a Map, never an object's properties). */
+  classes: ReadonlyMap<string, ClassLimits>;
 }
 
 /** What the router reads of a submitted request: its id, resolved class and output estimate added. */
@@ -122,6 +123,9 @@ export interface RouterDeps {
 /** The router of one control plane. */
 export interface Router {
   route(req: RouteRequest): Admission;
+  /** Refuses, before anything is admitted or drawn, a request naming a model, version or priority class the router
+   * does not know (the edge's check; admission makes the same one). */
+  check(req: { model: string; version?: string | undefined; priority?: string | undefined }): Failure | null;
   /**
    * Picks a ready replica to resume an interrupted or held request on (cost policy), with the decision's trace;
    * `exclude` is a replica never to pick (the failing one the request is resumed from: it still reads as ready
@@ -176,6 +180,12 @@ export function createRouter(deps: RouterDeps): Router {
 
   return {
     route: (req) => admit(core, req),
+    check: (req) => {
+      const unknown = deps.registry.check(req.model, req.version);
+      if (unknown || req.priority === undefined) return unknown;
+      const cls = classOf(deps.limits(req.model), req.priority);
+      return 'code' in cls ? cls : null;
+    },
     resume,
     setPolicy: (p) => {
       core.policy = p;

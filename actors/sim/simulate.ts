@@ -223,15 +223,18 @@ function buildReport(
     preemptions += r.batcher.stats().preemptions;
   }
   const util = gpus.map((g) => (simMs > 0 ? Math.round((busyMs(g) / simMs) * 1000) / 1000 : 0));
-  const models: SimReport['models'] = {};
+  // Keyed by configured model names: made into an object from its entries, so any name is a key like another.
+  const models: [string, SimReport['models'][string]][] = [];
   for (const m of scenario.models) {
     const l = c.latency(m.name);
-    const reqs: Record<string, number> = {};
-    for (const r of c.records)
-      if (r.model === m.name)
-        reqs[r.outcome === 'done' ? 'done' : (r.code ?? r.outcome)] =
-          (reqs[r.outcome === 'done' ? 'done' : (r.code ?? r.outcome)] ?? 0) + 1;
-    models[m.name] = { requests: reqs, ttftMs: l.ttftMs, tpotMs: l.tpotMs, tbtMs: l.tbtMs, queueWaitMs: l.queueWaitMs };
+    const reqs = new Map<string, number>();
+    for (const r of c.records) {
+      if (r.model !== m.name) continue;
+      const k = r.outcome === 'done' ? 'done' : (r.code ?? r.outcome);
+      reqs.set(k, (reqs.get(k) ?? 0) + 1);
+    }
+    const { ttftMs, tpotMs, tbtMs, queueWaitMs } = l;
+    models.push([m.name, { requests: Object.fromEntries(reqs), ttftMs, tpotMs, tbtMs, queueWaitMs }]);
   }
   const round = (x: number): number => Math.round(x * 1000) / 1000;
   return {
@@ -247,7 +250,7 @@ function buildReport(
     tbtMs: lat.tbtMs,
     e2eMs: lat.e2eMs,
     queueWaitMs: lat.queueWaitMs,
-    models,
+    models: Object.fromEntries(models),
     batch: { meanSize: steps > 0 ? round(sizeSum / steps) : 0, steps, preemptions },
     gpus: { utilisation: util, meanUtilisation: round(util.reduce((a, b) => a + b, 0) / Math.max(1, util.length)) },
     placement: cp.placement.events,

@@ -11,6 +11,7 @@ import { hasBody, hostAllowed, isJsonContent, originAllowed, type EdgePolicy } f
 import { handleAdmin, type AdminHooks } from './admin.ts';
 import { sendFailure, sendJson } from './io.ts';
 import { handleCompletion, handleModels } from './openai.ts';
+import { contained } from '../../runtime/contain.ts';
 
 /** What the routes need. */
 export interface HttpDeps {
@@ -33,6 +34,8 @@ export interface HttpDeps {
   tenantOf?(req: IncomingMessage): string | undefined;
   /** Least time between an SSE stream's writes of later tokens (ms; default TOKEN_FLUSH_MS). */
   tokenFlushMs?: number;
+  /** The operator's log: a handler that failed on one request. */
+  log?(line: string): void;
 }
 
 /** The policies in force now (the admin API may have changed them since start). */
@@ -117,8 +120,11 @@ export function createHttpHandler(deps: HttpDeps): (req: IncomingMessage, res: S
     }
     return sendFailure(res, failure('invalid_request', `no route ${method} ${path}`), 404);
   };
-  // A handler that fails answers 500 on its own request and is counted; the process and other requests go on.
+  // A handler that fails answers 500 on its own request and is counted; the process and other requests go on (a
+  // broken invariant, whose state is unknown, goes on up and ends the process).
   const failed = (res: ServerResponse, e: unknown): void => {
+    const what = contained(e);
+    deps.log?.(`HTTP handler failed: ${what}`);
     deps.metrics.handlerFailed();
     if (res.headersSent) res.destroy();
     else sendFailure(res, failure('internal', `handler failed: ${e instanceof Error ? e.name : typeof e}`));

@@ -76,7 +76,8 @@ export function sendJson(
 
 /** The HTTP status of a failure. */
 export function statusOf(f: Failure): number {
-  return OUTCOME_CODES[f.code]?.http ?? 500;
+  // A code that came over a wire may be any string: only the table's own codes are looked up in it.
+  return Object.hasOwn(OUTCOME_CODES, f.code) ? OUTCOME_CODES[f.code].http : 500;
 }
 
 /** The OpenAI-style error body of a failure. */

@@ -5,7 +5,8 @@ import { connect, type Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { normalizeScenario } from '../../actors/config.ts';
-import { startNodeProcess, type NodeProcess } from '../../actors/worker/process.ts';
+import type { NodeProcess } from '../../actors/worker/process.ts';
+import { startFastWorker } from './harness.ts';
 import { createWallClock } from '../../runtime/clock.ts';
 import { SUBPROTOCOL_JSON } from '../../transport/client-protocol.ts';
 import { connectClient, type SwitchyardClient } from '../../api/client.ts';
@@ -213,14 +214,7 @@ beforeAll(async () => {
     adminTokens: ['admin'],
     ...LIMITS,
   });
-  worker = startNodeProcess({
-    url: server.nodeUrl,
-    token: WORKER_TOKEN,
-    gpus: [0, 1, 2, 3, 4, 5, 6, 7],
-    executor: 'fixed',
-    fixedStepMs: 2,
-    timeScale: 0.01,
-  });
+  worker = startFastWorker(server.nodeUrl, WORKER_TOKEN);
   await until(() => server.serving.readiness()[MODEL]!.ready, 20_000, 'model ready');
   good = await connectClient(server.wsUrl, { token: TOKEN });
 }, 30_000);

@@ -53,6 +53,16 @@ describe('a scenario file', () => {
     );
   });
 
+  it('gives a priority class named like an Object.prototype property the interactive defaults, as any other name', () => {
+    const classes = { interactive: {}, toString: {}, valueOf: { maxQueueMs: 5 }, hasOwnProperty: {} };
+    const m = normalizeScenario({ models: [{ ...small, classes }] }).models[0]!;
+    const plain = normalizeScenario({ models: [{ ...small, classes: { interactive: {}, other: {} } }] }).models[0]!;
+    const { name: _n, rank: _r, shedAt: _s, ...defaults } = plain.classes[1]!;
+    expect(m.classes.map((c) => c.name)).toEqual(Object.keys(classes));
+    expect(m.classes[1]).toMatchObject({ name: 'toString', ...defaults });
+    expect(m.classes[2]).toMatchObject({ name: 'valueOf', ...defaults, maxQueueMs: 5 });
+  });
+
   it('fills every default from the schema', () => {
     const s = normalizeScenario({ models: [small] });
     expect(s).toMatchObject({

@@ -5,6 +5,7 @@ import { writeFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { startNodeProcess, type NodeProcess } from '../../actors/worker/process.ts';
 
 /** The repository root. */
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -172,4 +173,17 @@ export async function serve(args: readonly string[], env: Record<string, string>
     },
   };
   return served;
+}
+
+/** Starts a worker process for an in-process server (`startServer`): eight GPUs whose steps take a fixed 2 ms, run a
+ * hundred times faster. */
+export function startFastWorker(nodeUrl: string, token: string): NodeProcess {
+  return startNodeProcess({
+    url: nodeUrl,
+    token,
+    gpus: [0, 1, 2, 3, 4, 5, 6, 7],
+    executor: 'fixed',
+    fixedStepMs: 2,
+    timeScale: 0.01,
+  });
 }

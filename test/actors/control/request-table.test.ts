@@ -13,6 +13,7 @@ import { createDeadlineWheel } from '../../../runtime/deadlines.ts';
 import { createRng } from '../../../runtime/rng.ts';
 import { createRuntime } from '../../../runtime/system.ts';
 import { requestSpec } from '../../model-check/alphabets.ts';
+import { BrokenInvariant, contained } from '../../../runtime/contain.ts';
 
 const rec = (id: string, t = 0): Omit<Live, 'actor' | 'streams'> => ({
   id,
@@ -127,6 +128,7 @@ function table(): {
   t: RequestTable;
   wheel: ReturnType<typeof createDeadlineWheel>;
   clock: ReturnType<typeof createVirtualClock>;
+  runtime: ReturnType<typeof createRuntime>;
 } {
   const clock = createVirtualClock();
   const runtime = createRuntime({ name: 't', clock, rng: createRng(1) });
@@ -140,7 +142,7 @@ function table(): {
     expiryTrace: () => ({}) as DecisionTrace,
     scheduled: () => {},
   });
-  return { t, wheel, clock };
+  return { t, wheel, clock, runtime };
 }
 
 describe('request deadlines', () => {
@@ -163,5 +165,47 @@ describe('request deadlines', () => {
     expect(clock.now()).toBe(100);
     expect(a.actor.getSnapshot().value).toBe('expired');
     expect(t.has('a')).toBe(false);
+  });
+});
+
+describe('failing a request whose handling threw', () => {
+  it('ends it with internal, tells its client once, and withdraws it from the replica that holds it', () => {
+    const { t, runtime } = table();
+    const ends: string[] = [];
+    const withdrawn: string[] = [];
+    const listener = {
+      terminal: (id: string, o: { outcome: string; code: string | null }) => ends.push(`${id} ${o.outcome} ${o.code}`),
+    };
+    // The request's replica, as the runtime knows it.
+    runtime.register('replica.m@v1#0', (msg) => {
+      if (msg.type === 'request.withdraw') withdrawn.push(msg.id);
+    });
+    t.start({ ...rec('req.1'), listener }, { budgetMs: 1000, maxResumes: 1 }, { replica: 'replica.m@v1#0', t: 0 });
+    expect(t.fail('req.1', 'handling it threw')).toBe(true);
+    expect(t.has('req.1')).toBe(false);
+    expect(ends).toEqual(['req.1 failed internal']);
+    expect(withdrawn).toEqual(['req.1']);
+    // Not live any more: nothing to fail, nothing said twice.
+    expect(t.fail('req.1', 'again')).toBe(false);
+    expect(ends).toHaveLength(1);
+  });
+
+  it('ends the process, naming the request, when failing it throws too', () => {
+    const { t, runtime } = table();
+    // The hold it waits in is broken as well: withdrawing it throws.
+    runtime.register('router', () => {
+      throw new Error('the hold is broken as well');
+    });
+    t.start(rec('req.7'), { budgetMs: 1000, maxResumes: 1 }, { replica: 'router', t: 0 });
+    let thrown: unknown;
+    try {
+      t.fail('req.7', 'handling it threw');
+    } catch (e) {
+      thrown = e;
+    }
+    expect(thrown).toBeInstanceOf(BrokenInvariant);
+    expect((thrown as BrokenInvariant).requests).toEqual(['req.7']);
+    expect(() => contained(thrown)).toThrow(/req\.7/);
+    expect(contained(new Error('one request only'))).toMatch(/one request only/);
   });
 });

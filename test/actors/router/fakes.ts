@@ -121,7 +121,7 @@ export function routerFor(
   const models = over.models ?? [{ name: 'm', versions: ['v1', 'v2'], aliases: {} }];
   return createRouter({
     registry: createRegistry(models),
-    limits: () => ({ maxContext: 8192, classes: over.classes ?? CLASSES }),
+    limits: () => ({ maxContext: 8192, classes: new Map(Object.entries(over.classes ?? CLASSES)) }),
     replicas: () => replicas.map(viewOf),
     unavailable: () => null,
     etaMs: () => null,

@@ -24,6 +24,18 @@ describe('registry', () => {
       expect(reg.resolve('small', 'latest', rng)).toMatchObject({ ok: true, version: 'b' });
     });
 
+    it('knows no version or alias by an Object.prototype name, and keeps such an alias set by a rollout apart', () => {
+      const reg = registry();
+      for (const name of ['toString', 'constructor', 'valueOf', '__proto__', 'hasOwnProperty']) {
+        expect(reg.resolve('llama', name, createRng(1)), name).toMatchObject({ ok: false });
+        expect(reg.check('llama', name)?.code, name).toBe('model_not_found');
+      }
+      expect(reg.setAlias('llama', '__proto__', 'v3')).toBeNull();
+      expect(reg.resolve('llama', '__proto__', createRng(1))).toMatchObject({ ok: true, version: 'v3', by: 'alias' });
+      expect(reg.resolve('llama', 'stable', createRng(1))).toMatchObject({ ok: true, version: 'v2', by: 'alias' });
+      expect(Object.getPrototypeOf(reg.get('llama')!.aliases)).toBe(Object.prototype);
+    });
+
     it('sends requests that name no version to the stable alias when there is no split', () => {
       const r = registry().resolve('small', undefined, createRng(1));
       expect(r).toMatchObject({ ok: true, version: 'a', by: 'default' });

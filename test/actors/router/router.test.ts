@@ -270,6 +270,23 @@ describe('router', () => {
       expect(r.batcher.stats().waiting).toBe(0);
     });
 
+    it('refuses a priority class or version named like an Object.prototype property, with or without the edge', () => {
+      const r = fakeReplica('a', 'm', 'v1');
+      const router = routerFor([r]);
+      for (const name of ['toString', 'constructor', 'valueOf', '__proto__', 'hasOwnProperty']) {
+        const byClass = router.route(req({ priority: name }));
+        expect(!byClass.ok && byClass.failure.code, name).toBe('invalid_request');
+        const byVersion = router.route(req({ version: name }));
+        expect(!byVersion.ok && byVersion.failure.code, name).toBe('model_not_found');
+        expect(router.route(req({ model: name })).ok, name).toBe(false);
+        expect(router.check({ model: 'm', priority: name })?.code, name).toBe('invalid_request');
+        expect(router.check({ model: 'm', version: name })?.code, name).toBe('model_not_found');
+        expect(router.check({ model: name })?.code, name).toBe('model_not_found');
+      }
+      expect(router.check({ model: 'm', version: 'v1', priority: 'batch' })).toBeNull();
+      expect(r.batcher.stats().waiting).toBe(0);
+    });
+
     it('says how long the request is and what the context holds', () => {
       const a = routerFor([fakeReplica('a', 'm', 'v1')]).route(req({ promptTokens: 8000, maxTokens: 500 }));
       expect(!a.ok && a.failure.message).toBe("prompt (8000) + max_tokens (500) exceeds the model's context of 8192");
