@@ -204,7 +204,8 @@ async function fuzz(
     result.byKind[c.kind] = (result.byKind[c.kind] ?? 0) + 1;
     if (!c.ok(status)) {
       const why = status === STALLED ? 'stalled' : status === GARBLED ? 'garbled answer' : String(status);
-      const what = c.type === 'framed' && c.what !== undefined ? c.what : JSON.stringify(c.bytes.slice(0, 160));
+      const what =
+        c.type === 'framed' && c.what !== undefined ? c.what.slice(0, 200) : JSON.stringify(c.bytes.slice(0, 160));
       note(result, `${c.kind} -> ${why}: ${what}`);
     }
     health.counted(result.cases);

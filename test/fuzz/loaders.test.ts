@@ -105,7 +105,8 @@ function classLimits(s: Scenario): string | null {
   return null;
 }
 
-const CASES = Number(process.env['FUZZ_LOADER_CASES'] ?? 2000);
+/** Seeded cases per loader (each config case writes and loads a file). */
+const CASES = Number(process.env['FUZZ_LOADER_CASES'] ?? 1000);
 
 describe('the config loader under hostile values', () => {
   const dir = mkdtempSync(join(tmpdir(), 'switchyard-config-fuzz-'));
