@@ -11,7 +11,6 @@
 // a bounded budget of each in npm test.
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { connectClient, type SwitchyardClient as Client } from '../../api/client.ts';
 import { createWallClock, type Clock } from '../../runtime/clock.ts';
 import { createRng } from '../../runtime/rng.ts';
 import type { Served } from '../e2e/harness.ts';
@@ -20,11 +19,13 @@ import { drawSemantic } from './http-semantic.ts';
 import { GARBLED, STALLED, keepAlive, runBehaviour } from './http-wire.ts';
 import {
   REQUEST_TIMEOUT_MS,
-  bystand,
   cpuOf,
+  echo,
+  keepNote,
   leakedAfterBatch,
   rssOf,
-  startFuzzServer,
+  reporter,
+  withLiveServer,
   ticker,
   type Bystander,
 } from './live.ts';
@@ -82,8 +83,6 @@ const STALL_MS = 30_000;
 export async function runHttpFuzz(opts: FuzzOptions): Promise<FuzzResult> {
   const clock = createWallClock();
   const t0 = clock.now();
-  // Semantic cases are mostly whole completions: simulated time runs faster so that each takes little of the run.
-  const served: Served = await startFuzzServer(opts.semantic ? 0.005 : 0.05);
   const result: FuzzResult = {
     cases: 0,
     crashes: 0,
@@ -98,28 +97,15 @@ export async function runHttpFuzz(opts: FuzzOptions): Promise<FuzzResult> {
     byKind: {},
     seconds: 0,
   };
-  let exited = false;
-  let stopping = false;
-  served.proc.once('exit', () => {
-    exited = true;
-    if (!stopping) result.crashes++;
-  });
-  let client: Client | null = null;
+  const report = reporter(result, (why) => note(result, why));
   try {
-    client = await connectClient(served.wsUrl, {});
-    const bystander = bystand(client, 200, (why) => {
-      result.bystanderBroken++;
-      note(result, why);
-    });
-    await batches(served, clock, opts, result, bystander, () => exited);
-    await bystander.stop();
-    result.bystanders = bystander.count();
+    // Semantic cases are mostly whole completions: simulated time runs faster so that each takes little of the run.
+    result.bystanders = await withLiveServer(opts.semantic ? 0.005 : 0.05, 200, report, (run) =>
+      batches(run.served, clock, opts, result, run.bystander, run.exited),
+    );
     if (result.bystanders === 0) result.bystanderBroken++;
   } finally {
-    client?.close();
     result.seconds = Math.round((clock.now() - t0) / 100) / 10;
-    stopping = true;
-    await served.stop();
   }
   return result;
 }
@@ -178,15 +164,9 @@ async function batches(
   }
 }
 
-/** Set by the command line: each unexpected case is printed as it happens (the first 20), not only at the end. */
-let echoNotes = false;
-
 function note(result: FuzzResult, line: string): void {
   result.unexpectedCount++;
-  if (result.unexpected.length < 20) {
-    result.unexpected.push(line);
-    if (echoNotes) process.stderr.write(`unexpected: ${line}\n`);
-  }
+  keepNote(result.unexpected, line);
 }
 
 /** One batch of cases: keep-alive lanes, the two behaviour pools and the health checks. */
@@ -248,10 +228,7 @@ async function fuzz(
       if (batch.length === 0) break;
       if (opts.gated) await health.settled();
       const got = await conn.send(batch);
-      if (got.garbled !== undefined && result.unexpected.length < 20) {
-        result.unexpected.push(`garbled: ${got.garbled}`);
-        if (echoNotes) process.stderr.write(`garbled: ${got.garbled}\n`);
-      }
+      if (got.garbled !== undefined) keepNote(result.unexpected, `garbled: ${got.garbled}`, 'garbled');
       for (const a of got.answered) record(a.c, a.status);
       retry.push(...got.requeue);
     }
@@ -396,7 +373,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     );
     process.exit(2);
   }
-  echoNotes = true;
+  echo.notes = true;
   runHttpFuzz({
     cases,
     seed: n(values.seed),

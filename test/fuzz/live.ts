@@ -1,7 +1,7 @@
 // What the live fuzzers share: the server they start, the bystander streams that run beside the cases, the check that
 // no request is left live after a batch (`switchyard_live_requests`), /healthz, and the server's RSS and CPU.
 import { readFileSync } from 'node:fs';
-import type { SwitchyardClient as Client } from '../../api/client.ts';
+import { connectClient, type SwitchyardClient as Client } from '../../api/client.ts';
 import type { Clock } from '../../runtime/clock.ts';
 import { serve, type Served } from '../e2e/harness.ts';
 
@@ -25,6 +25,82 @@ export async function startFuzzServer(timeScale = 0.05): Promise<Served> {
   ]);
   await served.waitReady(FUZZ_MODEL);
   return served;
+}
+
+/** What a fuzz run's body gets: the server, the bystander beside it, whether the server has exited. */
+export interface LiveRun {
+  served: Served;
+  bystander: Bystander;
+  exited(): boolean;
+}
+
+/** What a run counts of the server and the bystander. */
+export interface LiveCounts {
+  crashes: number;
+  bystanderBroken: number;
+}
+
+/** Reports into a run's counts, each with a note of why. */
+export function reporter(
+  counts: LiveCounts,
+  note: (why: string) => void,
+): { crashed(why: string): void; broken(why: string): void } {
+  return {
+    crashed: (why) => {
+      counts.crashes++;
+      note(why);
+    },
+    broken: (why) => {
+      counts.bystanderBroken++;
+      note(why);
+    },
+  };
+}
+
+/**
+ * Runs `body` against a fresh fuzz server with bystander streams of `tokens` tokens beside it; an exit of the server
+ * before the end is `crashed` (with the error it printed), a broken bystander `broken`. Resolves with how many
+ * bystander streams finished.
+ */
+export async function withLiveServer(
+  timeScale: number,
+  tokens: number,
+  report: { crashed(why: string): void; broken(why: string): void },
+  body: (run: LiveRun) => Promise<void>,
+): Promise<number> {
+  const served = await startFuzzServer(timeScale);
+  let exited = false;
+  let stopping = false;
+  served.proc.once('exit', (code, signal) => {
+    exited = true;
+    if (stopping) return;
+    const tail = served.lines.slice(-40);
+    const error = tail.find((l) => /Error/.test(l)) ?? '';
+    const at = tail.find((l) => /^\s+at /.test(l)) ?? '';
+    report.crashed(`server exited (${code ?? signal}): ${error.trim()} ${at.trim()}`);
+  });
+  let client: Client | null = null;
+  try {
+    client = await connectClient(served.wsUrl, {});
+    const bystander = bystand(client, tokens, report.broken);
+    await body({ served, bystander, exited: () => exited });
+    await bystander.stop();
+    return bystander.count();
+  } finally {
+    client?.close();
+    stopping = true;
+    await served.stop();
+  }
+}
+
+/** Set by a fuzz command: each unexpected answer is printed as it happens (the first 20), not only at the end. */
+export const echo = { notes: false };
+
+/** Keeps the first 20 unexpected answers of a run, each printed as it comes when `echo.notes` is set. */
+export function keepNote(notes: string[], line: string, prefix = 'unexpected'): void {
+  if (notes.length >= 20) return;
+  notes.push(line);
+  if (echo.notes) process.stderr.write(`${prefix}: ${line}\n`);
 }
 
 /** Bystander streams running one after another. */

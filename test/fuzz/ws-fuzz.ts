@@ -6,7 +6,6 @@
 // the whole run. `npm run fuzz:ws -- --cases 1000000` ends with one JSON line; test/api/ws-fuzz.test.ts runs a few.
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { connectClient, type SwitchyardClient as Client } from '../../api/client.ts';
 import { createWallClock, type Clock } from '../../runtime/clock.ts';
 import { createRng, type Rng } from '../../runtime/rng.ts';
 import { OUTCOME_CODES } from '../../machines/outcomes.ts';
@@ -22,7 +21,18 @@ import {
 import { connectWs, type WsPeer } from '../../transport/ws.ts';
 import type { Served } from '../e2e/harness.ts';
 import { drawWsCase, type WsCase } from './ws-cases.ts';
-import { bystand, cpuOf, healthy, leakedAfterBatch, rssOf, startFuzzServer, ticker, type Bystander } from './live.ts';
+import {
+  cpuOf,
+  echo,
+  keepNote,
+  healthy,
+  leakedAfterBatch,
+  rssOf,
+  reporter,
+  withLiveServer,
+  ticker,
+  type Bystander,
+} from './live.ts';
 
 /** The result of a fuzz run; the command prints it as one JSON line (`unexpected` as a count). */
 export interface WsFuzzResult {
@@ -91,52 +101,27 @@ export async function runWsFuzz(opts: WsFuzzOptions): Promise<WsFuzzResult> {
     seconds: 0,
     notes: [],
   };
-  const served = await startFuzzServer(0.005);
-  let exited = false;
-  let stopping = false;
-  served.proc.once('exit', (code, signal) => {
-    exited = true;
-    if (!stopping) {
-      result.crashes++;
-      const tail = served.lines.slice(-40);
-      const error = tail.find((l) => /Error/.test(l)) ?? '';
-      const at = tail.find((l) => /^\s+at /.test(l)) ?? '';
-      note(result, `server exited (${code ?? signal}): ${error.trim()} ${at.trim()}`);
-    }
-  });
-  let client: Client | null = null;
   const stopSampling = ticker(clock, 500, () => {
-    result.maxRssMb = Math.max(result.maxRssMb, rssOf(served.proc.pid));
+    result.maxRssMb = Math.max(result.maxRssMb, rssOf(pid));
   });
+  let pid: number | undefined;
+  const report = reporter(result, (why) => note(result, why));
   try {
-    client = await connectClient(served.wsUrl, {});
-    const bystander = bystand(client, 1000, (why) => {
-      result.bystanderBroken++;
-      note(result, why);
+    result.bystanders = await withLiveServer(0.005, 1000, report, async (run) => {
+      pid = run.served.proc.pid;
+      await fuzz(run.served, clock, opts, result, run.bystander, run.exited);
     });
-    await fuzz(served, clock, opts, result, bystander, () => exited);
-    await bystander.stop();
-    result.bystanders = bystander.count();
     if (result.bystanders === 0) result.bystanderBroken++;
   } finally {
     stopSampling();
-    client?.close();
     result.seconds = Math.round((clock.now() - t0) / 100) / 10;
-    stopping = true;
-    await served.stop();
   }
   return result;
 }
 
-/** Set by the command line: each unexpected answer is printed as it happens (the first 20), not only at the end. */
-let echoNotes = false;
-
 function note(result: WsFuzzResult, line: string): void {
   result.unexpected++;
-  if (result.notes.length < 20) {
-    result.notes.push(line);
-    if (echoNotes) process.stderr.write(`unexpected: ${line}\n`);
-  }
+  keepNote(result.notes, line);
 }
 
 /** The lanes, run batch by batch with the checks between batches. */
@@ -347,7 +332,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     process.exit(2);
   }
   const [cases, seed, connections, batch] = ints as [number, number, number, number];
-  echoNotes = true;
+  echo.notes = true;
   runWsFuzz({ cases, seed, connections, batch, maxMs: maxSeconds * 1000, progressMs: 10_000 }).then(
     (r) => {
       const { notes: _notes, ...line } = r;
