@@ -29,6 +29,8 @@ export interface Framed {
   /** The server is expected to close the connection after it (sent last in a pipelined batch). */
   readonly closes: boolean;
   readonly ok: (status: number) => boolean;
+  /** What the case changed, for reports (the bytes are shown when absent). */
+  readonly what?: string;
 }
 
 /** What a connection behaviour does on its own socket. */

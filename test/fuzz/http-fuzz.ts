@@ -4,16 +4,31 @@
 // beside them on sockets of their own, a bounded number at a time. Every case must get a status of its expected class
 // (or a closed socket where node itself refuses), a slow or idle connection must be cut by the server's timeouts, the
 // server must never exit and must answer /healthz every `checkEvery` cases and at the end, and bystander streams run
-// for the whole time and must each finish intact. `npm run fuzz:http -- --cases 1000000` ends with one JSON line
-// {"cases","crashes","bystanderBroken","maxRssMb",...}; test/api/http/fuzz.test.ts runs a bounded budget in npm test.
-import { readFileSync } from 'node:fs';
+// for the whole time and must each finish intact. With `--semantic` the cases are well-framed requests whose fields
+// and headers carry hostile values (test/fuzz/http-semantic.ts), run in batches after each of which no request may be
+// left live. `npm run fuzz:http -- --cases 1000000` ends with one JSON line
+// {"cases","crashes","unexpected","leakedRequests","bystanderBroken","maxRssMb",...}; test/api/http/fuzz.test.ts runs
+// a bounded budget of each in npm test.
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { connectClient, type SwitchyardClient as Client } from '../../api/client.ts';
 import { createWallClock, type Clock } from '../../runtime/clock.ts';
-import { serve, type Served } from '../e2e/harness.ts';
+import { createRng } from '../../runtime/rng.ts';
+import type { Served } from '../e2e/harness.ts';
 import { drawCase, rng, type Behaviour, type Case, type Framed } from './http-cases.ts';
+import { drawSemantic } from './http-semantic.ts';
 import { GARBLED, STALLED, keepAlive, runBehaviour } from './http-wire.ts';
+import {
+  REQUEST_TIMEOUT_MS,
+  cpuOf,
+  echo,
+  keepNote,
+  leakedAfterBatch,
+  rssOf,
+  reporter,
+  withLiveServer,
+  ticker,
+  type Bystander,
+} from './live.ts';
 
 /** The fuzz run's result. */
 export interface FuzzResult {
@@ -21,6 +36,8 @@ export interface FuzzResult {
   /** The server process exited, or failed a /healthz check. */
   crashes: number;
   bystanderBroken: number;
+  /** Most requests found live after a batch of cases had ended (the bystander's aside). */
+  leakedRequests: number;
   maxRssMb: number;
   /** Cases whose answer was outside the expected class, with what came back (at most 20 kept). */
   unexpected: string[];
@@ -53,12 +70,12 @@ export interface FuzzOptions {
   maxMs?: number;
   /** Print progress to stderr every this many ms. */
   progressMs?: number;
+  /** Well-framed requests with hostile field and header values (http-semantic.ts) instead of the raw cases. */
+  semantic?: boolean;
+  /** Cases between two checks that no request is left live (semantic mode; the raw mode checks at its end). */
+  batch?: number;
 }
 
-const MODEL = 'llama-3-8b';
-/** The server's timeouts in the fuzz: an idle or slow connection is cut within them (plus the check interval). */
-const HEADERS_TIMEOUT_MS = 1_000;
-const REQUEST_TIMEOUT_MS = 2_000;
 /** A framed request with no progress for this long counts as stalled (the server's timeouts are far shorter). */
 const STALL_MS = 30_000;
 
@@ -66,21 +83,11 @@ const STALL_MS = 30_000;
 export async function runHttpFuzz(opts: FuzzOptions): Promise<FuzzResult> {
   const clock = createWallClock();
   const t0 = clock.now();
-  const served: Served = await serve([
-    '--time-scale',
-    '0.05',
-    '--headers-timeout-ms',
-    String(HEADERS_TIMEOUT_MS),
-    '--request-timeout-ms',
-    String(REQUEST_TIMEOUT_MS),
-    '--drain-ms',
-    '0',
-  ]);
-  const port = Number(new URL(served.url).port);
   const result: FuzzResult = {
     cases: 0,
     crashes: 0,
     bystanderBroken: 0,
+    leakedRequests: 0,
     maxRssMb: 0,
     unexpected: [],
     unexpectedCount: 0,
@@ -90,93 +97,96 @@ export async function runHttpFuzz(opts: FuzzOptions): Promise<FuzzResult> {
     byKind: {},
     seconds: 0,
   };
-  let exited = false;
-  let stopping = false;
-  served.proc.once('exit', () => {
-    exited = true;
-    if (!stopping) result.crashes++;
-  });
-  let client: Client | null = null;
+  const report = reporter(result, (why) => note(result, why));
   try {
-    await served.waitReady(MODEL);
-    client = await connectClient(served.wsUrl, {});
-    const bystanders = bystand(client, result);
-    await fuzz(port, served.proc.pid, clock, opts, result, () => exited);
-    await bystanders.stop();
+    // Semantic cases are mostly whole completions: simulated time runs faster so that each takes little of the run.
+    result.bystanders = await withLiveServer(opts.semantic ? 0.005 : 0.05, 200, report, (run) =>
+      batches(run.served, clock, opts, result, run.bystander, run.exited),
+    );
     if (result.bystanders === 0) result.bystanderBroken++;
   } finally {
-    client?.close();
     result.seconds = Math.round((clock.now() - t0) / 100) / 10;
-    stopping = true;
-    await served.stop();
   }
   return result;
 }
 
-/** Bystanders stream one after another for the whole run; each must end done with every token it asked for. */
-function bystand(client: Client, result: FuzzResult): { stop(): Promise<void> } {
-  let stop = false;
-  const running = (async () => {
-    while (!stop) {
-      const s = client.stream({ model: MODEL, prompt: `bystander ${result.bystanders}`, maxTokens: 200 });
-      let n = 0;
-      try {
-        for await (const c of s) n += c.n;
-        const end = await s.result;
-        if (!end.ok || end.usage.completionTokens !== 200 || n !== 200) {
-          result.bystanderBroken++;
-          note(result, `bystander: ended ${end.ok ? 'done' : end.error.message} after ${n} tokens`);
-        }
-      } catch (e) {
-        result.bystanderBroken++;
-        note(result, `bystander: ${(e as Error).message}`);
+/**
+ * The cases in batches (semantic mode; the raw mode is one batch), the server's RSS sampled meanwhile. After each batch
+ * every request must have ended: `switchyard_live_requests` back to the bystander's own.
+ */
+async function batches(
+  served: Served,
+  clock: Clock,
+  opts: FuzzOptions,
+  result: FuzzResult,
+  bystander: Bystander,
+  exited: () => boolean,
+): Promise<void> {
+  const port = Number(new URL(served.url).port);
+  const pid = served.proc.pid;
+  const raw = rng(opts.seed ?? 1);
+  const semantic = createRng(opts.seed ?? 1);
+  const draw = opts.semantic ? (): Case => drawSemantic(semantic) : (): Case => drawCase(raw);
+  const stopAt = clock.now() + (opts.maxMs ?? Infinity);
+  const stopSampling = ticker(clock, 500, () => {
+    result.maxRssMb = Math.max(result.maxRssMb, rssOf(pid));
+  });
+  const began = clock.now();
+  let drawn = 0;
+  const progress = opts.progressMs
+    ? ticker(clock, opts.progressMs, () => progressLine(result, drawn, (clock.now() - began) / 1000, pid))
+    : null;
+  const size = opts.semantic ? (opts.batch ?? 2000) : opts.cases;
+  try {
+    await batchesOf(size);
+  } finally {
+    stopSampling();
+    progress?.();
+  }
+  async function batchesOf(size: number): Promise<void> {
+    for (let done = 0; done < opts.cases && !exited() && clock.now() < stopAt; done += size) {
+      const cases = Math.min(size, opts.cases - done);
+      let left = cases;
+      const next = (): Case | null => {
+        if (left <= 0 || exited() || clock.now() >= stopAt) return null;
+        left--;
+        drawn++;
+        return draw();
+      };
+      await fuzz(port, clock, opts, result, exited, next);
+      if (exited()) break;
+      const leaked = await leakedAfterBatch(served, clock, bystander);
+      if (leaked > 0) {
+        result.leakedRequests = Math.max(result.leakedRequests, leaked);
+        note(result, `${leaked} requests still live after ${result.cases} cases`);
       }
-      result.bystanders++;
     }
-  })();
-  return {
-    stop: () => {
-      stop = true;
-      return running;
-    },
-  };
-}
-
-/** Set by the command line: each unexpected case is printed as it happens (the first 20), not only at the end. */
-let echoNotes = false;
-
-function note(result: FuzzResult, line: string): void {
-  result.unexpectedCount++;
-  if (result.unexpected.length < 20) {
-    result.unexpected.push(line);
-    if (echoNotes) process.stderr.write(`unexpected: ${line}\n`);
   }
 }
 
-/** The cases themselves: keep-alive lanes, the two behaviour pools, health checks and the RSS sampler. */
+function note(result: FuzzResult, line: string): void {
+  result.unexpectedCount++;
+  keepNote(result.unexpected, line);
+}
+
+/** One batch of cases: keep-alive lanes, the two behaviour pools and the health checks. */
 async function fuzz(
   port: number,
-  pid: number | undefined,
   clock: Clock,
   opts: FuzzOptions,
   result: FuzzResult,
   exited: () => boolean,
+  draw: () => Case | null,
 ): Promise<void> {
-  const r = rng(opts.seed ?? 1);
-  const stopAt = clock.now() + (opts.maxMs ?? Infinity);
-  let drawn = 0;
-  const draw = (): Case | null => {
-    if (drawn >= opts.cases || exited() || clock.now() >= stopAt) return null;
-    drawn++;
-    return drawCase(r);
-  };
   const health = healthChecker(port, clock, opts.checkEvery ?? 1000, result);
-  const record = (kind: string, ok: (s: number) => boolean, status: number, what: string): void => {
+  const record = (c: Case, status: number): void => {
     result.cases++;
-    result.byKind[kind] = (result.byKind[kind] ?? 0) + 1;
-    if (!ok(status)) {
+    result.byKind[c.kind] = (result.byKind[c.kind] ?? 0) + 1;
+    if (!c.ok(status)) {
       const why = status === STALLED ? 'stalled' : status === GARBLED ? 'garbled answer' : String(status);
-      note(result, `${kind} -> ${why}: ${JSON.stringify(what.slice(0, 160))}`);
+      const what =
+        c.type === 'framed' && c.what !== undefined ? c.what.slice(0, 200) : JSON.stringify(c.bytes.slice(0, 160));
+      note(result, `${c.kind} -> ${why}: ${what}`);
     }
     health.counted(result.cases);
   };
@@ -185,14 +195,7 @@ async function fuzz(
     quick: pool(opts.quickBehaviours ?? 16, (b) => runBehaviour(port, b, clock, bound(b))),
     slow: pool(opts.slowBehaviours ?? 160, (b) => runBehaviour(port, b, clock, bound(b))),
   };
-  const onBehaviour = (b: Behaviour, status: number): void => record(b.kind, b.ok, status, b.bytes);
-  const stopSampling = ticker(clock, 500, () => {
-    result.maxRssMb = Math.max(result.maxRssMb, rssOf(pid));
-  });
-  const began = clock.now();
-  const progress = opts.progressMs
-    ? ticker(clock, opts.progressMs, () => progressLine(result, drawn, (clock.now() - began) / 1000, pid))
-    : null;
+  const onBehaviour = (b: Behaviour, status: number): void => record(b, status);
   const retry: Framed[] = [];
   const pipeline = opts.pipeline ?? 16;
   const lane = async (): Promise<void> => {
@@ -225,11 +228,8 @@ async function fuzz(
       if (batch.length === 0) break;
       if (opts.gated) await health.settled();
       const got = await conn.send(batch);
-      if (got.garbled !== undefined && result.unexpected.length < 20) {
-        result.unexpected.push(`garbled: ${got.garbled}`);
-        if (echoNotes) process.stderr.write(`garbled: ${got.garbled}\n`);
-      }
-      for (const a of got.answered) record(a.c.kind, a.c.ok, a.status, a.c.bytes);
+      if (got.garbled !== undefined) keepNote(result.unexpected, `garbled: ${got.garbled}`, 'garbled');
+      for (const a of got.answered) record(a.c, a.status);
       retry.push(...got.requeue);
     }
     conn.close();
@@ -239,8 +239,6 @@ async function fuzz(
   // Requests sent again by a lane that has already stopped.
   while (retry.length > 0) await lane();
   await Promise.all([pools.quick.idle(), pools.slow.idle()]);
-  stopSampling();
-  progress?.();
   await health.final();
   if (exited()) result.crashes = Math.max(result.crashes, 1);
 }
@@ -339,18 +337,6 @@ function healthChecker(
   };
 }
 
-/** Calls `fn` every `ms` until the returned stop is called (which calls it once more). */
-function ticker(clock: Clock, ms: number, fn: () => void): () => void {
-  let t = clock.setTimeout(function tick() {
-    fn();
-    t = clock.setTimeout(tick, ms);
-  }, ms);
-  return () => {
-    clock.clearTimeout(t);
-    fn();
-  };
-}
-
 function progressLine(result: FuzzResult, drawn: number, seconds: number, pid: number | undefined): void {
   const rate = result.cases / Math.max(0.001, seconds);
   const cpu = `server cpu ${cpuOf(pid).toFixed(0)} s, fuzzer cpu ${(process.cpuUsage().user / 1e6).toFixed(0)} s`;
@@ -362,28 +348,6 @@ function progressLine(result: FuzzResult, drawn: number, seconds: number, pid: n
   );
 }
 
-/** CPU seconds a process has used (Linux /proc, user + system), 0 when unknown. */
-function cpuOf(pid: number | undefined): number {
-  if (pid === undefined) return 0;
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / 100;
-  } catch {
-    return 0;
-  }
-}
-
-/** Resident set of a process in MiB (Linux /proc), 0 when unknown. */
-function rssOf(pid: number | undefined): number {
-  if (pid === undefined) return 0;
-  try {
-    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-    return Math.round(Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024);
-  } catch {
-    return 0;
-  }
-}
-
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   const { values } = parseArgs({
     options: {
@@ -393,21 +357,23 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
       connections: { type: 'string', default: '32' },
       pipeline: { type: 'string', default: '16' },
       'check-every': { type: 'string', default: '1000' },
+      semantic: { type: 'boolean', default: false },
+      batch: { type: 'string', default: '2000' },
     },
     strict: true,
   });
   const n = (s: string): number => Number(s);
   const cases = n(values.cases);
   const maxSeconds = n(values['max-seconds']);
-  const ints = [cases, n(values.connections), n(values.pipeline), n(values['check-every'])];
+  const ints = [cases, n(values.connections), n(values.pipeline), n(values['check-every']), n(values.batch)];
   if (!ints.every((x) => Number.isSafeInteger(x) && x >= 1) || !(maxSeconds > 0)) {
     process.stderr.write(
       'usage: npm run fuzz:http -- [--cases 1000000] [--seed 1] [--max-seconds 3600] [--connections 32] ' +
-        '[--pipeline 16] [--check-every 1000]\n',
+        '[--pipeline 16] [--check-every 1000] [--semantic [--batch 2000]]\n',
     );
     process.exit(2);
   }
-  echoNotes = true;
+  echo.notes = true;
   runHttpFuzz({
     cases,
     seed: n(values.seed),
@@ -415,6 +381,8 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     connections: n(values.connections),
     pipeline: n(values.pipeline),
     checkEvery: n(values['check-every']),
+    semantic: values.semantic,
+    batch: n(values.batch),
     progressMs: 10_000,
   }).then(
     (r) => {
@@ -423,7 +391,8 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
       void unexpected;
       void byKind;
       process.stdout.write(`${JSON.stringify({ ...line, unexpected: unexpectedCount })}\n`);
-      const failed = r.crashes > 0 || r.bystanderBroken > 0 || unexpectedCount > 0 || r.cases < cases;
+      const failed =
+        r.crashes > 0 || r.bystanderBroken > 0 || unexpectedCount > 0 || r.leakedRequests > 0 || r.cases < cases;
       process.exitCode = failed ? 1 : 0;
     },
     (e: unknown) => {
