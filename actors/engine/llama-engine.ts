@@ -170,18 +170,22 @@ export async function loadLlamaEngine(file: string, opts: EngineLoadOptions): Pr
     if (err instanceof EngineError) throw err;
     throw new EngineError('invalid_model_file', `model file ${file} could not be loaded: ${String(err)}`, false, err);
   }
-  return createLlamaEngine(file, llama, model, opts);
+  return createLlamaEngine(file, llama, model, opts, await offloadOf(llama, model));
 }
 
-/** Lets a late-queued evaluation through at once (counted) instead of hanging; see the file header. */
-interface DispatchGate {
-  armed: boolean;
-  late: number;
+/** Where a loaded model's layers run, as node-llama-cpp reports it. */
+async function offloadOf(llama: Llama, model: LlamaModel): Promise<EngineOffload> {
+  return {
+    backend: llama.gpu === false ? 'cpu' : llama.gpu,
+    devices: llama.gpu === false ? [] : await llama.getGpuDeviceNames(),
+    gpuLayers: model.gpuLayers,
+    totalLayers: model.fileInsights.totalLayers,
+  };
 }
 
-async function createLlamaEngine(file: string, llama: Llama, model: LlamaModel, opts: EngineLoadOptions) {
-  const gate: DispatchGate = { armed: false, late: 0 };
-  const context: LlamaContext = await model.createContext({
+/** The engine's llama.cpp context: its cache, threads and batch, dispatched by switchyard's steps (through `gate`). */
+function contextOf(model: LlamaModel, opts: EngineLoadOptions, gate: DispatchGate): Promise<LlamaContext> {
+  return model.createContext({
     contextSize: opts.contextTokens,
     sequences: opts.sequences,
     threads: opts.threads ?? 1,
@@ -197,6 +201,23 @@ async function createLlamaEngine(file: string, llama: Llama, model: LlamaModel, 
       },
     },
   });
+}
+
+/** Lets a late-queued evaluation through at once (counted) instead of hanging; see the file header. */
+interface DispatchGate {
+  armed: boolean;
+  late: number;
+}
+
+async function createLlamaEngine(
+  file: string,
+  llama: Llama,
+  model: LlamaModel,
+  opts: EngineLoadOptions,
+  offload: EngineOffload,
+) {
+  const gate: DispatchGate = { armed: false, late: 0 };
+  const context = await contextOf(model, opts, gate);
   const overflow = (): never => {
     throw new EngineError('invalid_request', 'context overflow: llama.cpp asked to shift the context');
   };
@@ -220,12 +241,6 @@ async function createLlamaEngine(file: string, llama: Llama, model: LlamaModel, 
     return run;
   };
 
-  const offload: EngineOffload = {
-    backend: llama.gpu === false ? 'cpu' : llama.gpu,
-    devices: llama.gpu === false ? [] : await llama.getGpuDeviceNames(),
-    gpuLayers: model.gpuLayers,
-    totalLayers: model.fileInsights.totalLayers,
-  };
   const capacity = (): EngineCapacity => {
     const used: Record<string, number> = {};
     for (const [id, s] of live) used[id] = s.sequence.nextTokenIndex;
