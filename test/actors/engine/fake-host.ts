@@ -6,7 +6,9 @@ const capacity = { sequences: 1, cellsPerSequence: 63, totalCells: 64, batchToke
 process.on('message', (cmd: { type: string; id?: number }) => {
   if (cmd.type === 'load' && mode === 'env') {
     const e = process.env;
-    const message = ['CUDA', 'GGML_VK', 'HIP'].map((k) => `${k}_VISIBLE_DEVICES=${e[`${k}_VISIBLE_DEVICES`]}`).join(' ');
+    const message = ['CUDA', 'GGML_VK', 'HIP']
+      .map((k) => `${k}_VISIBLE_DEVICES=${e[`${k}_VISIBLE_DEVICES`]}`)
+      .join(' ');
     process.send?.({ v: 1, type: 'load_failed', failure: { code: 'engine_failed', message, retryable: false } });
   } else if (cmd.type === 'load' && mode === 'names') {
     const message = `env: ${Object.keys(process.env).sort().join(' ')}`;
