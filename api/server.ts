@@ -3,6 +3,7 @@
 import { createServer, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer, type ServerOptions as HttpsOptions } from 'node:https';
 import type { AddressInfo } from 'node:net';
+import { networkInterfaces } from 'node:os';
 import { startControlPlane, type ControlPlane } from '../actors/control-plane.ts';
 import type { Scenario } from '../actors/config.ts';
 import { createWallClock, type Clock } from '../runtime/clock.ts';
@@ -29,6 +30,7 @@ import { createInspectorRoutes, type InspectorRoutes } from '../inspector/server
 import { LOOPBACK_HOSTS, hostAllowed, hostName, originAllowed, type EdgePolicy } from './http/edge.ts';
 import { createDrainGate } from './drain.ts';
 import { createTenantGate } from './tenant-gate.ts';
+import { workerAllowList, type AddressAllowList } from './worker-allow.ts';
 import type { Tenants } from './tenants.ts';
 
 /** Options of a serving control plane. */
@@ -48,8 +50,12 @@ export interface ServerOptions {
   tenants?: Tenants;
   /** Worker tokens for /v1/node; at least one. */
   workerTokens: readonly string[];
-  /** Admin tokens for /admin; at least one. */
+  /** Admin tokens for /admin; at least one. They also open the inspector's stream. */
   adminTokens: readonly string[];
+  /** Tokens that open the inspector's stream (/v1/inspect) and nothing else. */
+  inspectorTokens?: readonly string[];
+  /** Most inspector readers at once (DEFAULT_MAX_READERS). */
+  maxInspectorReaders?: number;
   /** Grace before a disconnected worker's GPUs are failed. */
   nodeGraceMs?: number;
   heartbeatMs?: number;
@@ -68,8 +74,13 @@ export interface ServerOptions {
   highWaterBytes?: number;
   /** Browser Origins allowed besides the server's own, on /v1, /admin, /v1/ws and /v1/inspect (`--allowed-origin`). */
   allowedOrigins?: readonly string[];
-  /** Host names a request may name (`--allowed-host`); default: the loopback names when the client API is open. */
+  /** Host names a request may name (`--allowed-host`); default: the loopback names when the client API is open, else
+   * any. Whenever the Host is checked, the server's own addresses (the listening address; every interface's address
+   * when bound to a wildcard, the pod's IP in Kubernetes) are allowed too, for probes that name the address. */
   allowedHosts?: readonly string[];
+  /** Addresses and CIDR blocks the worker link (/v1/node) accepts connections from (`--worker-allow`); default:
+   * loopback and the listening address. */
+  workerAllow?: readonly string[];
   /** Time a request has to arrive whole, headers and body (slow senders); then 408. Default 30 s. */
   requestTimeoutMs?: number;
   /** Most concurrent HTTP connections from one address (more are closed at once). Default 512. */
@@ -79,8 +90,6 @@ export interface ServerOptions {
   maxWsPerToken?: number;
   /** WebSocket slots of /v1/node's own, outside every other cap. Default 8. */
   workerSlots?: number;
-  /** Shortest token accepted (characters); `serve` passes MIN_TOKEN_LENGTH. Default 0 (embedders and tests). */
-  minTokenLength?: number;
   clock?: Clock;
   log?(line: string): void;
   /** The tokenizers of models served by a real engine, by model name (serve loads them before it starts). */
@@ -122,9 +131,6 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-/** Shortest token `serve` accepts. */
-export const MIN_TOKEN_LENGTH = 16;
-
 /** Refusal to start: the configuration is unsafe or incomplete. */
 export class ServeError extends Error {
   override readonly name = 'ServeError';
@@ -135,6 +141,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const host = opts.host ?? '127.0.0.1';
   const clientTokens = opts.clientTokens ?? [];
   checkOptions(opts, host, clientTokens);
+  const workerAllow = allowListOrRefuse(opts.workerAllow, host);
   const clock = opts.clock ?? createWallClock();
   const log = opts.log ?? (() => {});
   const runtime = createRuntime({ name: 'control', clock, rng: createRng(opts.scenario.seed).fork('control') });
@@ -176,15 +183,13 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   });
   const clientSet: TokenSet | null = opts.tenants ?? (clientTokens.length > 0 ? tokenSet(clientTokens) : null);
   const tenantOf = (req: IncomingMessage): string | undefined => opts.tenants?.of(bearerToken(req))?.name;
-  const edge: EdgePolicy = {
-    allowedHosts: opts.allowedHosts
-      ? new Set(opts.allowedHosts.map((h) => hostName(h) ?? h.toLowerCase()))
-      : clientSet === null
-        ? new Set(LOOPBACK_HOSTS)
-        : null,
-    allowedOrigins: new Set(opts.allowedOrigins ?? []),
-  };
-  const inspector = createInspectorRoutes({ cp, tokens: clientSet, allowedOrigins: opts.allowedOrigins ?? null });
+  const edge = edgePolicy(opts, host, clientSet === null);
+  const inspector = createInspectorRoutes({
+    cp,
+    tokens: tokenSet([...opts.adminTokens, ...(opts.inspectorTokens ?? [])]),
+    allowedOrigins: opts.allowedOrigins ?? null,
+    ...(opts.maxInspectorReaders !== undefined ? { maxReaders: opts.maxInspectorReaders } : {}),
+  });
   const handler = createHttpHandler({
     cp,
     serving,
@@ -223,7 +228,9 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     ...(opts.highWaterBytes !== undefined ? { highWaterBytes: opts.highWaterBytes } : {}),
     ...(opts.heartbeatMs !== undefined ? { heartbeatMs: opts.heartbeatMs } : {}),
     admit: (req, path) => {
-      if (path === '/v1/node') return null;
+      // The worker link: only from where the worker is expected (a browser cannot present its token anyway).
+      if (path === '/v1/node')
+        return workerAllow.allows(req.socket.remoteAddress) ? null : { status: 403, text: 'Forbidden: address' };
       if (!hostAllowed(req, edge)) return { status: 403, text: 'Forbidden: Host not allowed' };
       if (gate.draining()) return { status: 503, text: 'Service Unavailable: shutting down' };
       return null;
@@ -284,7 +291,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
 function checkOptions(opts: ServerOptions, host: string, clientTokens: readonly string[]): void {
   if (!isLoopback(host) && clientTokens.length === 0 && !opts.tenants) {
     throw new ServeError(
-      `listening on ${host} reaches beyond this host: give client tokens (--client-token or SWITCHYARD_CLIENT_TOKENS)`,
+      `listening on ${host} reaches beyond this host: give client tokens (SWITCHYARD_CLIENT_TOKENS or --client-tokens-file)`,
     );
   }
   if (!isLoopback(host) && !opts.tls && opts.insecure !== true) {
@@ -296,15 +303,32 @@ function checkOptions(opts: ServerOptions, host: string, clientTokens: readonly 
     throw new ServeError('workers always authenticate: give at least one worker token');
   if (opts.adminTokens.length === 0)
     throw new ServeError('the admin API always authenticates: give at least one admin token');
-  const minLength = opts.minTokenLength ?? 0;
-  for (const [kind, list] of [
-    ['client', clientTokens],
-    ['worker', opts.workerTokens],
-    ['admin', opts.adminTokens],
-  ] as const) {
-    if (list.some((t) => t.length < minLength))
-      throw new ServeError(`a ${kind} token is shorter than ${minLength} characters: use a longer, random one`);
+}
+
+/** The worker link's allow-list; an entry it cannot use is a ServeError naming it. */
+function allowListOrRefuse(entries: readonly string[] | undefined, host: string): AddressAllowList {
+  try {
+    return workerAllowList(entries, host);
+  } catch (e) {
+    throw new ServeError((e as Error).message);
   }
+}
+
+/** The Host and Origin rules: see ServerOptions.allowedHosts. */
+function edgePolicy(opts: ServerOptions, host: string, openClientApi: boolean): EdgePolicy {
+  const named = opts.allowedHosts ?? (openClientApi ? LOOPBACK_HOSTS : null);
+  return {
+    allowedHosts:
+      named === null ? null : new Set([...named, ...ownAddresses(host)].map((h) => hostName(h) ?? h.toLowerCase())),
+    allowedOrigins: new Set(opts.allowedOrigins ?? []),
+  };
+}
+
+/** The addresses a server bound to `host` answers on: that one, or every interface's when it is a wildcard. */
+function ownAddresses(host: string): string[] {
+  const bare = host.startsWith('[') ? host.slice(1, -1) : host;
+  if (bare !== '0.0.0.0' && bare !== '::') return [bare];
+  return Object.values(networkInterfaces()).flatMap((list) => (list ?? []).map((i) => i.address));
 }
 
 /** createHttpsServer, with an unusable certificate or key refused as a ServeError naming the cause. */
