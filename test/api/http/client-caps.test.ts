@@ -1,55 +1,29 @@
 // Caps per client, not per address: behind a gateway every tenant arrives from one address, so WebSockets, HTTP
 // connections and in-flight streams are counted per tenant (per address only where no tenant is known).
-import { createHash } from 'node:crypto';
 import { request, Agent } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { normalizeScenario } from '../../../actors/config.ts';
-import { startNodeProcess, type NodeProcess } from '../../../actors/worker/process.ts';
-import { startServer, type RunningServer } from '../../../api/server.ts';
-import { createTenants, parseTenantsFile } from '../../../api/tenants.ts';
+import type { RunningServer } from '../../../api/server.ts';
 import { createWallClock } from '../../../runtime/clock.ts';
 import { connectWs, type WsPeer } from '../../../transport/ws.ts';
+import { MODEL, sha, startTenantServer, type LiveTenants } from './live-tenants.ts';
 
-const MODEL = 'llama-3-8b';
 const A = 'tenant-a-token-0123456789';
 const A2 = 'tenant-a-second-token-0123456789';
 const B = 'tenant-b-token-0123456789';
-const sha = (t: string): string => createHash('sha256').update(t).digest('hex');
 
+let live: LiveTenants;
 let server: RunningServer;
-let worker: NodeProcess;
 
 beforeAll(async () => {
-  const file = parseTenantsFile(
+  live = await startTenantServer(
     `tenants:\n  - { name: a, tokenSha256: [${sha(A)}, ${sha(A2)}] }\n  - { name: b, tokenSha256: [${sha(B)}] }\n`,
+    { maxWsPerAddress: 2, maxWsPerToken: 3, maxConnectionsPerAddress: 2, maxStreamsPerClient: 2 },
   );
-  if (!file.ok) throw new Error(file.message);
-  server = await startServer({
-    scenario: normalizeScenario({ name: 'caps', models: [{ name: MODEL, profile: MODEL, replicas: 1 }] }),
-    port: 0,
-    workerTokens: ['w'],
-    adminTokens: ['a'],
-    tenants: createTenants(file.tenants),
-    maxWsPerAddress: 2,
-    maxWsPerToken: 3,
-    maxConnectionsPerAddress: 2,
-    maxStreamsPerClient: 2,
-  });
-  worker = startNodeProcess({
-    url: server.nodeUrl,
-    token: 'w',
-    gpus: [0, 1, 2, 3, 4, 5, 6, 7],
-    executor: 'fixed',
-    fixedStepMs: 5,
-    timeScale: 1,
-  });
-  for (let i = 0; i < 1_000 && !server.serving.readiness()[MODEL]!.ready; i++)
-    await new Promise((r) => setTimeout(r, 20));
+  server = live.server;
 }, 30_000);
 
 afterAll(async () => {
-  worker?.stop();
-  await server?.close();
+  await live?.stop();
 });
 
 describe('WebSockets per tenant', () => {

@@ -1,55 +1,32 @@
 // A tenant's token rate is charged by the prompt as the model's own tokenizer counts it (what admission uses), not by
 // the client's `promptTokens` (WebSocket) nor by characters / 4 (HTTP).
-import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { normalizeScenario } from '../../../actors/config.ts';
-import { startServer, type RunningServer } from '../../../api/server.ts';
-import { startNodeProcess, type NodeProcess } from '../../../actors/worker/process.ts';
-import { createTenants, parseTenantsFile } from '../../../api/tenants.ts';
+import type { RunningServer } from '../../../api/server.ts';
 import { connectClient } from '../../../api/client.ts';
+import { MODEL, sha, startTenantServer, type LiveTenants } from './live-tenants.ts';
 
-const MODEL = 'llama-3-8b';
 const WS_TENANT = 'tenant-over-ws-0123456789';
 const HTTP_TENANT = 'tenant-over-http-0123456789';
-const sha = (t: string): string => createHash('sha256').update(t).digest('hex');
 /** 1,200 characters: 300 tokens by the estimate, 1,200 by the model's tokenizer below. */
 const PROMPT = 'x'.repeat(1_200);
 
+let live: LiveTenants;
 let server: RunningServer;
-let worker: NodeProcess;
 
 beforeAll(async () => {
   // A bucket of 1,000 tokens refilled at 1 token/s: a request charged 1,200 empties it; one charged 300 does not.
   const limits = 'tokensPerSecond: 1, burstTokens: 1000';
-  const file = parseTenantsFile(
+  live = await startTenantServer(
     `tenants:\n  - { name: ws, tokenSha256: [${sha(WS_TENANT)}], ${limits} }\n` +
       `  - { name: http, tokenSha256: [${sha(HTTP_TENANT)}], ${limits} }\n`,
-  );
-  if (!file.ok) throw new Error(file.message);
-  server = await startServer({
-    scenario: normalizeScenario({ name: 'charge', models: [{ name: MODEL, profile: MODEL, replicas: 1 }] }),
-    port: 0,
-    workerTokens: ['w'],
-    adminTokens: ['a'],
-    tenants: createTenants(file.tenants),
     // The model's tokenizer: one token per character.
-    tokenizers: new Map([[MODEL, { tokenize: (text: string) => [...text].map((c) => c.charCodeAt(0)) }]]),
-  });
-  worker = startNodeProcess({
-    url: server.nodeUrl,
-    token: 'w',
-    gpus: [0, 1, 2, 3, 4, 5, 6, 7],
-    executor: 'fixed',
-    fixedStepMs: 5,
-    timeScale: 1,
-  });
-  for (let i = 0; i < 1_000 && !server.serving.readiness()[MODEL]!.ready; i++)
-    await new Promise((r) => setTimeout(r, 20));
+    { tokenizers: new Map([[MODEL, { tokenize: (text: string) => [...text].map((c) => c.charCodeAt(0)) }]]) },
+  );
+  server = live.server;
 }, 30_000);
 
 afterAll(async () => {
-  worker?.stop();
-  await server?.close();
+  await live?.stop();
 });
 
 const complete = (token: string, prompt: string): Promise<Response> =>
