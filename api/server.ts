@@ -1,8 +1,8 @@
 // A serving control plane in one process: the control plane on the wall clock, the node link for its worker, the
 // /v1/ws streaming API, OpenAI-compatible HTTP, metrics, probes and the admin API, all on one HTTP server.
-import { createServer, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from 'node:http';
-import { createServer as createHttpsServer, type ServerOptions as HttpsOptions } from 'node:https';
+import type { IncomingMessage, RequestListener, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { networkInterfaces } from 'node:os';
 import { startControlPlane, type ControlPlane } from '../actors/control-plane.ts';
 import type { Scenario } from '../actors/config.ts';
 import { createWallClock, type Clock } from '../runtime/clock.ts';
@@ -29,6 +29,9 @@ import { createInspectorRoutes, type InspectorRoutes } from '../inspector/server
 import { LOOPBACK_HOSTS, hostAllowed, hostName, originAllowed, type EdgePolicy } from './http/edge.ts';
 import { createDrainGate } from './drain.ts';
 import { createTenantGate } from './tenant-gate.ts';
+import { createHttpServer, ServeError } from './http-server.ts';
+import { clientKeyOf, createClientCounter, holdStream, type ClientCounter, type ClientKey } from './client-caps.ts';
+import { workerAllowList, type AddressAllowList } from './worker-allow.ts';
 import type { Tenants } from './tenants.ts';
 
 /** Options of a serving control plane. */
@@ -48,8 +51,12 @@ export interface ServerOptions {
   tenants?: Tenants;
   /** Worker tokens for /v1/node; at least one. */
   workerTokens: readonly string[];
-  /** Admin tokens for /admin; at least one. */
+  /** Admin tokens for /admin; at least one. They also open the inspector's stream. */
   adminTokens: readonly string[];
+  /** Tokens that open the inspector's stream (/v1/inspect) and nothing else. */
+  inspectorTokens?: readonly string[];
+  /** Most inspector readers at once (DEFAULT_MAX_READERS). */
+  maxInspectorReaders?: number;
   /** Grace before a disconnected worker's GPUs are failed. */
   nodeGraceMs?: number;
   heartbeatMs?: number;
@@ -68,19 +75,30 @@ export interface ServerOptions {
   highWaterBytes?: number;
   /** Browser Origins allowed besides the server's own, on /v1, /admin, /v1/ws and /v1/inspect (`--allowed-origin`). */
   allowedOrigins?: readonly string[];
-  /** Host names a request may name (`--allowed-host`); default: the loopback names when the client API is open. */
+  /** Host names a request may name (`--allowed-host`); default: the loopback names when the client API is open, else
+   * any. Whenever the Host is checked, the server's own addresses (the listening address; every interface's address
+   * when bound to a wildcard, the pod's IP in Kubernetes) are allowed too, for probes that name the address. */
   allowedHosts?: readonly string[];
+  /** Addresses and CIDR blocks the worker link (/v1/node) accepts connections from (`--worker-allow`); default:
+   * loopback and the listening address. */
+  workerAllow?: readonly string[];
   /** Time a request has to arrive whole, headers and body (slow senders); then 408. Default 30 s. */
   requestTimeoutMs?: number;
-  /** Most concurrent HTTP connections from one address (more are closed at once). Default 512. */
+  /** Most concurrent HTTP connections from one address, until a request shows a known client (more are closed at
+   * once). Default 512. */
   maxConnectionsPerAddress?: number;
-  /** Most concurrent WebSocket connections from one address, and presenting one token. Defaults 256 and 1024. */
+  /** Most concurrent POSTs under /v1 (completions, SSE streams) of one client: its tenant, else its token, else its
+   * address; more get 429. Default 512. */
+  maxStreamsPerClient?: number;
+  /** Most concurrent WebSocket connections from one address of unknown clients, and of one known client (its
+   * tenant, else its token). Defaults 256 and 1024. */
   maxWsPerAddress?: number;
   maxWsPerToken?: number;
+  /** Bytes of incoming /v1/ws frames waiting to be handled, of one client and of all (DEFAULT_MAX_INBOUND_BYTES). */
+  maxInboundBytesPerClient?: number;
+  maxInboundBytes?: number;
   /** WebSocket slots of /v1/node's own, outside every other cap. Default 8. */
   workerSlots?: number;
-  /** Shortest token accepted (characters); `serve` passes MIN_TOKEN_LENGTH. Default 0 (embedders and tests). */
-  minTokenLength?: number;
   clock?: Clock;
   log?(line: string): void;
   /** The tokenizers of models served by a real engine, by model name (serve loads them before it starts). */
@@ -122,19 +140,14 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-/** Shortest token `serve` accepts. */
-export const MIN_TOKEN_LENGTH = 16;
-
-/** Refusal to start: the configuration is unsafe or incomplete. */
-export class ServeError extends Error {
-  override readonly name = 'ServeError';
-}
+export { ServeError };
 
 /** Starts serving `scenario`; resolves once the HTTP server listens. */
 export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const host = opts.host ?? '127.0.0.1';
   const clientTokens = opts.clientTokens ?? [];
   checkOptions(opts, host, clientTokens);
+  const workerAllow = allowListOrRefuse(opts.workerAllow, host);
   const clock = opts.clock ?? createWallClock();
   const log = opts.log ?? (() => {});
   const runtime = createRuntime({ name: 'control', clock, rng: createRng(opts.scenario.seed).fork('control') });
@@ -172,21 +185,21 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     clock,
     maxStreamsPerConnection: opts.maxStreamsPerConnection ?? 16_384,
     maxQueuedBytes: maxBufferedBytes,
+    ...(opts.maxInboundBytes !== undefined ? { maxInboundBytes: opts.maxInboundBytes } : {}),
+    ...(opts.maxInboundBytesPerClient !== undefined ? { maxInboundBytesPerClient: opts.maxInboundBytesPerClient } : {}),
     ...(opts.tokenFlushMs !== undefined ? { tokenFlushMs: opts.tokenFlushMs } : {}),
     afterTurn: () => node.flush(),
     log,
   });
   const clientSet: TokenSet | null = opts.tenants ?? (clientTokens.length > 0 ? tokenSet(clientTokens) : null);
   const tenantOf = (req: IncomingMessage): string | undefined => opts.tenants?.of(bearerToken(req))?.name;
-  const edge: EdgePolicy = {
-    allowedHosts: opts.allowedHosts
-      ? new Set(opts.allowedHosts.map((h) => hostName(h) ?? h.toLowerCase()))
-      : clientSet === null
-        ? new Set(LOOPBACK_HOSTS)
-        : null,
-    allowedOrigins: new Set(opts.allowedOrigins ?? []),
-  };
-  const inspector = createInspectorRoutes({ cp, tokens: clientSet, allowedOrigins: opts.allowedOrigins ?? null });
+  const edge = edgePolicy(opts, host, clientSet === null);
+  const inspector = createInspectorRoutes({
+    cp,
+    tokens: tokenSet([...opts.adminTokens, ...(opts.inspectorTokens ?? [])]),
+    allowedOrigins: opts.allowedOrigins ?? null,
+    ...(opts.maxInspectorReaders !== undefined ? { maxReaders: opts.maxInspectorReaders } : {}),
+  });
   const handler = createHttpHandler({
     cp,
     serving,
@@ -202,31 +215,30 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     ...(opts.status ? { status: opts.status } : {}),
     ...(opts.admin ? { adminHooks: opts.admin(cp, node) } : {}),
   });
-  const server = createHttpServer(opts, (req, res) => {
-    try {
-      if (!edgeAllowsInspector(req, edge) || !inspector.handleHttp(req, res)) handler(req, res);
-    } catch (e) {
-      // The inspector's routes failed on this request: answer it alone, count it, and serve on.
-      metrics.handlerFailed();
-      log(`inspector route failed: ${e instanceof Error ? e.message : String(e)}`);
-      if (res.headersSent) res.destroy();
-      else {
-        res.writeHead(500, { 'Content-Type': 'text/plain' });
-        res.end('internal error');
-      }
-    }
-  });
+  const clientOf = clientKeyOf(opts.tenants, clientSet);
+  const streamsHeld = createClientCounter(opts.maxStreamsPerClient ?? 512);
+  const server = createHttpServer(
+    opts,
+    requestListener({ clientOf, streamsHeld, edge, inspector, handler, metrics, log }),
+    (req) => clientOf(req).known,
+  );
   const ws: WsServer = attachWsServer(server, {
     clock,
     log,
     maxConnections: opts.maxWsConnections ?? 4096,
     maxPerAddress: opts.maxWsPerAddress ?? 256,
     maxPerToken: opts.maxWsPerToken ?? 1024,
+    clientKey: (req) => {
+      const c = clientOf(req);
+      return c.known ? c.key : null;
+    },
     maxBufferedBytes,
     ...(opts.highWaterBytes !== undefined ? { highWaterBytes: opts.highWaterBytes } : {}),
     ...(opts.heartbeatMs !== undefined ? { heartbeatMs: opts.heartbeatMs } : {}),
     admit: (req, path) => {
-      if (path === '/v1/node') return null;
+      // The worker link: only from where the worker is expected (a browser cannot present its token anyway).
+      if (path === '/v1/node')
+        return workerAllow.allows(req.socket.remoteAddress) ? null : { status: 403, text: 'Forbidden: address' };
       if (!hostAllowed(req, edge)) return { status: 403, text: 'Forbidden: Host not allowed' };
       if (gate.draining()) return { status: 503, text: 'Service Unavailable: shutting down' };
       return null;
@@ -241,7 +253,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       '/v1/ws': {
         tokens: clientSet,
         protocols: CLIENT_SUBPROTOCOLS,
-        onConnection: (peer, req) => streams.onConnection(peer, tenantOf(req)),
+        onConnection: (peer, req) => streams.onConnection(peer, tenantOf(req), clientOf(req).key),
       },
       '/v1/inspect': inspector.ws,
     },
@@ -287,7 +299,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
 function checkOptions(opts: ServerOptions, host: string, clientTokens: readonly string[]): void {
   if (!isLoopback(host) && clientTokens.length === 0 && !opts.tenants) {
     throw new ServeError(
-      `listening on ${host} reaches beyond this host: give client tokens (--client-token or SWITCHYARD_CLIENT_TOKENS)`,
+      `listening on ${host} reaches beyond this host: give client tokens (SWITCHYARD_CLIENT_TOKENS or --client-tokens-file)`,
     );
   }
   if (!isLoopback(host) && !opts.tls && opts.insecure !== true) {
@@ -299,79 +311,62 @@ function checkOptions(opts: ServerOptions, host: string, clientTokens: readonly 
     throw new ServeError('workers always authenticate: give at least one worker token');
   if (opts.adminTokens.length === 0)
     throw new ServeError('the admin API always authenticates: give at least one admin token');
-  const minLength = opts.minTokenLength ?? 0;
-  for (const [kind, list] of [
-    ['client', clientTokens],
-    ['worker', opts.workerTokens],
-    ['admin', opts.adminTokens],
-  ] as const) {
-    if (list.some((t) => t.length < minLength))
-      throw new ServeError(`a ${kind} token is shorter than ${minLength} characters: use a longer, random one`);
+}
+
+/** The worker link's allow-list; an entry it cannot use is a ServeError naming it. */
+function allowListOrRefuse(entries: readonly string[] | undefined, host: string): AddressAllowList {
+  try {
+    return workerAllowList(entries, host);
+  } catch (e) {
+    throw new ServeError((e as Error).message);
   }
 }
 
-/** createHttpsServer, with an unusable certificate or key refused as a ServeError naming the cause. */
-function createTlsServer(options: HttpsOptions, listener: RequestListener): ReturnType<typeof createHttpsServer> {
-  try {
-    return createHttpsServer(options, listener);
-  } catch (e) {
-    throw new ServeError(`the TLS certificate or key cannot be used: ${(e as Error).message}`);
-  }
+/** The Host and Origin rules: see ServerOptions.allowedHosts. */
+function edgePolicy(opts: ServerOptions, host: string, openClientApi: boolean): EdgePolicy {
+  const named = opts.allowedHosts ?? (openClientApi ? LOOPBACK_HOSTS : null);
+  return {
+    allowedHosts:
+      named === null ? null : new Set([...named, ...ownAddresses(host)].map((h) => hostName(h) ?? h.toLowerCase())),
+    allowedOrigins: new Set(opts.allowedOrigins ?? []),
+  };
+}
+
+/** The addresses a server bound to `host` answers on: that one, or every interface's when it is a wildcard. */
+function ownAddresses(host: string): string[] {
+  const bare = host.startsWith('[') ? host.slice(1, -1) : host;
+  if (bare !== '0.0.0.0' && bare !== '::') return [bare];
+  return Object.values(networkInterfaces()).flatMap((list) => (list ?? []).map((i) => i.address));
+}
+
+/** Every HTTP request: the per-client caps, then the inspector's routes or the handler. An inspector route that fails
+ * answers 500 on its own request, and the server serves on. */
+function requestListener(d: {
+  clientOf: (req: IncomingMessage) => ClientKey;
+  streamsHeld: ClientCounter;
+  edge: EdgePolicy;
+  inspector: InspectorRoutes;
+  handler: (req: IncomingMessage, res: ServerResponse) => void;
+  metrics: ServerMetrics;
+  log: (line: string) => void;
+}): RequestListener {
+  return (req, res) => {
+    try {
+      if (!holdStream(d.streamsHeld, d.clientOf(req).key, req, res)) return d.metrics.refused('overloaded');
+      if (!edgeAllowsInspector(req, d.edge) || !d.inspector.handleHttp(req, res)) d.handler(req, res);
+    } catch (e) {
+      d.metrics.handlerFailed();
+      d.log(`inspector route failed: ${e instanceof Error ? e.message : String(e)}`);
+      if (res.headersSent) res.destroy();
+      else {
+        res.writeHead(500, { 'Content-Type': 'text/plain' });
+        res.end('internal error');
+      }
+    }
+  };
 }
 
 /** The inspector page is served only to allowed Hosts (the handler answers the others with 403). */
 function edgeAllowsInspector(req: IncomingMessage, edge: EdgePolicy): boolean {
   return hostAllowed(req, edge);
-}
-
-/** The HTTP server with every phase bounded: headers, the whole request (slow bodies), idle keep-alive, connections. */
-function createHttpServer(opts: ServerOptions, listener: RequestListener): Server {
-  const headersTimeoutMs = opts.headersTimeoutMs ?? 10_000;
-  const requestTimeoutMs = Math.max(opts.requestTimeoutMs ?? 30_000, headersTimeoutMs + 1);
-  const common = {
-    maxHeaderSize: 16 * 1024,
-    requestTimeout: requestTimeoutMs,
-    headersTimeout: headersTimeoutMs,
-    connectionsCheckingInterval: Math.min(1_000, Math.max(50, headersTimeoutMs / 4)),
-    keepAliveTimeout: 5_000,
-  };
-  // HTTPS is the same server behind TLS (a TLS handshake that fails only closes its socket); https.Server has
-  // every http.Server method used here.
-  const server: Server = opts.tls
-    ? (createTlsServer(
-        {
-          ...common,
-          cert: opts.tls.cert,
-          key: opts.tls.key,
-          minVersion: 'TLSv1.2',
-          handshakeTimeout: headersTimeoutMs,
-        },
-        listener,
-      ) as unknown as Server)
-    : createServer(common, listener);
-  server.maxConnections = opts.maxConnections ?? 8192;
-  const perAddress = new Map<string, number>();
-  const maxPerAddress = opts.maxConnectionsPerAddress ?? 512;
-  server.on('connection', (socket) => {
-    const address = socket.remoteAddress ?? '?';
-    const n = (perAddress.get(address) ?? 0) + 1;
-    if (n > maxPerAddress) return void socket.destroy();
-    perAddress.set(address, n);
-    socket.once('close', () => {
-      const left = (perAddress.get(address) ?? 1) - 1;
-      if (left <= 0) perAddress.delete(address);
-      else perAddress.set(address, left);
-    });
-  });
-  // `Expect: 100-continue`: node writes the interim 100 straight to the socket, so on a request pipelined behind one
-  // not yet answered it lands inside that answer (between its headers and body) and garbles the stream. It is sent
-  // only when this request's answer is next on the socket; otherwise the final answer alone is sent (which RFC 9110
-  // allows) and node closes the connection after it.
-  // Emitted as 'request' so that every listener (the WebSocket server counts answers owed per connection) sees it.
-  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
-    if (res.socket) res.writeContinue();
-    server.emit('request', req, res);
-  });
-  // A malformed or slow request is answered by node itself (400, 408 or 431) and its socket closed: no listener here.
-  return server;
 }

@@ -17,6 +17,14 @@ export interface Delivery {
   tenant?: string;
   /** The control plane's id for it, when assigned before admission (the tenant gate does). */
   id?: string;
+  /** Its prompt as counted already (the tenant gate counts it to charge the tenant): not counted again. */
+  counted?: CountedPrompt;
+}
+
+/** A prompt as admission counts it: a real engine's tokens with its sampling, or the cost model's count. */
+export interface CountedPrompt {
+  promptTokens: number;
+  engine: { prompt: number[]; sampling: Sampling } | null;
 }
 
 /** A model's own tokenizer (a real engine's): prompt text to token ids. */
@@ -78,6 +86,8 @@ export interface Serving {
   /** Counts the prompt (a real engine's tokenizer, else the estimate) and submits the request to the control plane;
    * answers the model version it resolved to, or the refusal. */
   submit(req: ClientRequest, sink: StreamSink, delivery?: Delivery): Accepted | { ok: false; failure: Failure };
+  /** The prompt as admission counts it: a real engine's tokenizer, else the client's count or the estimate. */
+  count(req: ClientRequest): CountedPrompt;
   readiness(): Record<string, ModelReadiness>;
   models(): { name: string; versions: string[]; aliases: Record<string, string>; tp: number; kind: string }[];
   readonly cp: ControlPlane;
@@ -202,6 +212,15 @@ export function createServing(
   tokenizers: ReadonlyMap<string, PromptTokenizer> = new Map(),
   log: (line: string) => void = () => {},
 ): Serving {
+  // A real engine's prompt is counted by its own tokenizer (routing, admission, usage, tenants' charges); else it is
+  // the client's count or the estimate.
+  const count = (req: ClientRequest): CountedPrompt => {
+    const engine = engineInput(tokenizers.get(req.model), req);
+    return {
+      promptTokens: engine ? engine.prompt.length : (req.promptTokens ?? estimateTokens(req.prompt ?? '')),
+      engine,
+    };
+  };
   const submit = (
     req: ClientRequest,
     sink: StreamSink,
@@ -222,9 +241,7 @@ export function createServing(
       });
       return { ok: false, failure: unknown };
     }
-    // A real engine's prompt is counted by its own tokenizer (routing, admission, usage); else it is estimated.
-    const engine = engineInput(tokenizers.get(req.model), req);
-    const promptTokens = engine ? engine.prompt.length : (req.promptTokens ?? estimateTokens(req.prompt ?? ''));
+    const { engine, promptTokens } = delivery.counted ?? count(req);
     const mode = text(delivery, engine);
     // The words' seed (a hash of the prompt) only when the cost model's words are streamed.
     const seed = mode === Text.Words ? textSeed(`${req.model}\u0000${req.prompt ?? String(promptTokens)}`) : 0;
@@ -250,6 +267,7 @@ export function createServing(
   return {
     cp,
     submit,
+    count,
     readiness: () => {
       // Entries made into an object once: a model named `__proto__` is then a key like any other.
       const out: [string, ModelReadiness][] = [];

@@ -38,6 +38,8 @@ export interface StreamApiOptions {
   maxQueuedBytes?: number;
   /** Bytes of incoming frames waiting to be handled, across every connection; a frame past it is refused. 64 MiB. */
   maxInboundBytes?: number;
+  /** The same, of one client (its tenant, token or address): one client cannot fill the budget of all. 16 MiB. */
+  maxInboundBytesPerClient?: number;
   /** Least time between two frames to one client that carry only later tokens and ends (ms; TOKEN_FLUSH_MS; 0: every
    * turn of the loop). */
   tokenFlushMs?: number;
@@ -47,6 +49,8 @@ export interface StreamApiOptions {
 
 /** Default budget of incoming frames waiting across connections. */
 export const DEFAULT_MAX_INBOUND_BYTES = 64 * 1024 * 1024;
+/** Default budget of one client's incoming frames waiting. */
+export const DEFAULT_MAX_INBOUND_BYTES_PER_CLIENT = 16 * 1024 * 1024;
 
 const sizeOf = (d: Uint8Array | string): number => (typeof d === 'string' ? 2 * d.length : d.byteLength);
 
@@ -59,8 +63,9 @@ const INBOX_MAX = 4096;
 
 /** The streaming API: hand it each authenticated socket. */
 export interface StreamApi {
-  /** `tenant`: whose token the socket presented (its requests go through that tenant's limits and fair share). */
-  onConnection(peer: WsPeer, tenant?: string): void;
+  /** `tenant`: whose token the socket presented (its requests go through that tenant's limits and fair share);
+   * `client`: whom its incoming frames count against (its tenant, token or address; default: the socket alone). */
+  onConnection(peer: WsPeer, tenant?: string, client?: string): void;
   /** Live sessions. */
   sessions(): number;
   /** Live requests across sessions. */
@@ -88,9 +93,18 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
     log,
   );
   const maxInbound = opts.maxInboundBytes ?? DEFAULT_MAX_INBOUND_BYTES;
+  const maxPerClient = opts.maxInboundBytesPerClient ?? DEFAULT_MAX_INBOUND_BYTES_PER_CLIENT;
   let inboundBytes = 0;
+  const inboundOf = new Map<string, number>();
 
-  const onConnection = (peer: WsPeer, tenant?: string): void => {
+  const onConnection = (peer: WsPeer, tenant?: string, client: string = peer.remote): void => {
+    // Bytes waiting count against the client's budget and the budget of all.
+    const inbound = (d: number): void => {
+      inboundBytes += d;
+      const left = (inboundOf.get(client) ?? 0) + d;
+      if (left <= 0) inboundOf.delete(client);
+      else inboundOf.set(client, left);
+    };
     const format = formatOf(peer.protocol);
     sessions++;
     const outbox = createOutbox(peer, format, metrics, {
@@ -138,28 +152,29 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
     // reading its socket (TCP backpressure).
     // Over the budget shared by every connection, a frame is not kept: each submit in it is rejected (overloaded,
     // retry soon), its cancels still run, so every request still hears exactly one answer.
-    const refuseFrame = (data: Uint8Array | string): void => {
+    const refuseFrame = (data: Uint8Array | string, whose: string, limit: number): void => {
       metrics.refused('inbound_budget');
       const frame = decodeClientFrame(data, format);
       if (!frame.ok) return;
       for (const m of frame.messages) {
         if (m.type === 'cancel') requests.cancel(m.id);
         else {
-          const message = `the server's budget for incoming frames (${maxInbound} bytes) is full: retry soon`;
+          const message = `${whose} budget for incoming frames (${limit} bytes) is full: retry soon`;
           push({ type: 'rejected', id: m.id, code: 'overloaded', message, retryable: true, retryAfterMs: 100 });
         }
       }
       outbox.soon();
     };
     const queued = (d: Uint8Array | string): void => {
-      inboundBytes -= sizeOf(d);
+      inbound(-sizeOf(d));
       handle(d);
     };
     const inbox: Inbox = { frames: [], head: 0, paused: false, handle: queued, peer };
     peer.onMessage((data) => {
       const size = sizeOf(data);
-      if (inboundBytes + size > maxInbound) return refuseFrame(data);
-      inboundBytes += size;
+      if ((inboundOf.get(client) ?? 0) + size > maxPerClient) return refuseFrame(data, 'this client’s', maxPerClient);
+      if (inboundBytes + size > maxInbound) return refuseFrame(data, 'the server’s', maxInbound);
+      inbound(size);
       inbox.frames.push(data);
       const waiting = inbox.frames.length - inbox.head;
       if (waiting > INBOX_MAX) {
@@ -175,7 +190,7 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
     peer.onClose(() => {
       sessions--;
       // Frames this connection left unhandled give their bytes back to the budget.
-      for (let i = inbox.head; i < inbox.frames.length; i++) inboundBytes -= sizeOf(inbox.frames[i]!);
+      for (let i = inbox.head; i < inbox.frames.length; i++) inbound(-sizeOf(inbox.frames[i]!));
       inbox.frames = [];
       inbox.head = 0;
       outbox.stopRetry();

@@ -5,7 +5,6 @@
 // within its queue budget at its fair share is refused at once with `overloaded` and `retryAfterMs`.
 import type { Clock, TimerId } from '../runtime/clock.ts';
 import { failure, type Failure } from '../machines/outcomes.ts';
-import { estimateTokens } from './pseudo-text.ts';
 import type { ClientRequest } from '../transport/client-protocol.ts';
 import type { Accepted, Delivery, Serving, StreamSink } from './serving.ts';
 import { createFairQueue, type FairQueue, type Tagged } from './fair-queue.ts';
@@ -62,6 +61,8 @@ interface Entry {
   delivery: Delivery;
   sink: StreamSink;
   id: string;
+  /** Tokens of work it is charged: its prompt as admission counts it, plus the most it may generate. */
+  cost: number;
   state: TenantState;
   queue: FairQueue<Entry>;
   enqueuedAt: number;
@@ -139,8 +140,8 @@ function createDispatch(
     const waited = clock.now() - e.enqueuedAt;
     e.outstanding = true;
     bump(e.req.model, e.state, 1);
-    usage.add(e.state, e.req.model, cost(e.req));
-    rates.set(e.req.model, { perMs: rateOf(e.req.model) + cost(e.req) / RATE_TAU_MS, at: clock.now() });
+    usage.add(e.state, e.req.model, e.cost);
+    rates.set(e.req.model, { perMs: rateOf(e.req.model) + e.cost / RATE_TAU_MS, at: clock.now() });
     const settle = (): void => {
       if (e.outstanding) bump(e.req.model, e.state, -1);
       e.outstanding = false;
@@ -150,7 +151,7 @@ function createDispatch(
       e.ended = true;
       settle();
       e.state.inflight--;
-      usage.add(e.state, e.req.model, -cost(e.req));
+      usage.add(e.state, e.req.model, -e.cost);
       schedule(0);
     };
     // The time waited here counts against the request's queue budget: what is left goes on as its deadline.
@@ -272,7 +273,9 @@ export function createTenantGate(inner: Serving, opts: TenantGateOptions): Tenan
     const checked = checkTenant(tenant, req, m);
     if ('code' in checked) return refuse(checked);
     const { priority, rank, budgetMs } = checked;
-    const work = cost(req);
+    // Charged by the prompt as admission counts it (a real engine's tokenizer), never by the client's own figure.
+    const counted = inner.count(req);
+    const work = counted.promptTokens + req.maxTokens;
     if (tenant.maxConcurrent !== null && s.inflight >= tenant.maxConcurrent)
       return refuse(
         failure('overloaded', `tenant ${tenant.name} has ${s.inflight} requests in flight, its limit`, {
@@ -282,9 +285,10 @@ export function createTenantGate(inner: Serving, opts: TenantGateOptions): Tenan
     const q = d.queueFor(req.model, priority, rank);
     const e: Entry = {
       req: Object.assign({}, req, { priority }),
-      delivery,
+      delivery: Object.assign({}, delivery, { counted }),
       sink,
       id: '',
+      cost: work,
       state: s,
       queue: q,
       enqueuedAt: clock.now(),
@@ -334,7 +338,7 @@ export function createTenantGate(inner: Serving, opts: TenantGateOptions): Tenan
       request: e.id,
       model: req.model,
       version,
-      promptTokens: req.promptTokens ?? estimateTokens(req.prompt ?? ''),
+      promptTokens: counted.promptTokens,
       cancel: () => {
         if (e.inner) e.inner.cancel();
         else d.withdraw(e, { ...failure('cancelled', 'cancelled by the client'), outcome: 'cancelled' });
@@ -431,11 +435,6 @@ function createUsage(
       );
     },
   };
-}
-
-/** Tokens of work of a request: its prompt (estimated when not given) plus the most it may generate. */
-function cost(req: ClientRequest): number {
-  return (req.promptTokens ?? estimateTokens(req.prompt ?? '')) + req.maxTokens;
 }
 
 /** Takes `work` from the tenant's token bucket; answers 0, or the ms until the bucket could pay for it. */

@@ -6,11 +6,11 @@ import { fileURLToPath } from 'node:url';
 import { ConfigError, loadScenario, type Scenario } from '../actors/config.ts';
 import type { PromptTokenizer } from '../api/serving.ts';
 import { createWallClock } from '../runtime/clock.ts';
-import { MIN_TOKEN_LENGTH, ServeError, startServer, type RunningServer, type ServerOptions } from '../api/server.ts';
+import { ServeError, startServer, type RunningServer, type ServerOptions } from '../api/server.ts';
 import { superviseWorker, type WorkerSupervisor } from '../actors/worker-supervisor.ts';
 import { servedModelRoots } from '../actors/worker/model-roots.ts';
 import { flag, parseOrUsage, type FlagValues } from './args.ts';
-import { writeSecrets } from './secrets.ts';
+import { readTokens, writeSecrets, type TokenSource, type TokensRead } from './secrets.ts';
 import { createTenants, parseTenantsFile, type Tenants } from '../api/tenants.ts';
 import { attachStatelyInspector } from '../inspector/stately.ts';
 import { loadState, StateFileError, type OperatorState } from '../actors/placement/state-file.ts';
@@ -24,18 +24,22 @@ import { tuneHeapForServing } from '../runtime/heap-tuning.ts';
 export const DEFAULT_CONFIG = fileURLToPath(new URL('./default-config.yaml', import.meta.url));
 
 const USAGE = `usage: switchyard serve [--config file.yaml] [--host 127.0.0.1] [--port 8080]
-                       [--client-token T ...] [--admin-token T] [--worker-token T] [--secrets-file F]
+                       [--client-tokens-file F] [--admin-token-file F] [--worker-token-file F]
+                       [--inspector-token-file F] [--secrets-file F]
                        [--tenants tenants.yaml]  (client tokens by tenant: limits, classes, fair share)
                        [--tls-cert cert.pem --tls-key key.pem [--tls-ca ca.pem]] [--insecure]
                        [--allowed-origin https://app.example ...] [--allowed-host name ...]
+                       [--worker-allow 10.0.0.0/8,...]  (where /v1/node accepts workers from; default loopback)
                        [--time-scale 1] [--executor cost-model|zero-cost|fixed] [--step-ms 1]
                        [--no-worker] [--node-grace-ms 2000] [--repair-ms 60000] [--drain-ms 30000] [--json]
                        [--state-file F]  (operator state, restored at start; put it next to the config)
                        [--max-connections 8192] [--headers-timeout-ms 10000] [--request-timeout-ms 30000]
                        [--token-flush-ms 2]  (later tokens wait up to this long to share a write; 0: every turn)
                        [--stately-inspect ws://host:port]  (also send inspection events to Stately's inspector)
-tokens may also come from SWITCHYARD_CLIENT_TOKENS (comma-separated), SWITCHYARD_ADMIN_TOKEN, SWITCHYARD_WORKER_TOKEN;
-a supplied token is never printed; generated ones are printed once, or written to --secrets-file (mode 0600)
+tokens come from files (the *-token-file flags) or from SWITCHYARD_CLIENT_TOKENS (comma-separated),
+SWITCHYARD_ADMIN_TOKEN, SWITCHYARD_WORKER_TOKEN, SWITCHYARD_INSPECTOR_TOKEN, never from flag values (ps shows them);
+a supplied token is never printed, and a short, placeholder or repetitive one is refused; generated admin and worker
+tokens are printed once, or written to --secrets-file (mode 0600)
 --tls-cert/--tls-key serve HTTPS and WSS; the worker verifies the server with --tls-ca (default: the certificate itself);
 a non-loopback --host is refused in plain text unless --insecure (TLS ends in front of this server)
 `;
@@ -45,9 +49,14 @@ export const FLAGS = {
   config: flag.str(),
   host: flag.strOr('127.0.0.1'),
   port: flag.intOr(8080, { min: 0, max: 65_535 }),
+  // Refused: a token given as a flag value shows in `ps` (the message names the env var or file flag to use).
   'client-token': flag.list(),
   'admin-token': flag.str(),
   'worker-token': flag.str(),
+  'client-tokens-file': flag.str(),
+  'admin-token-file': flag.str(),
+  'worker-token-file': flag.str(),
+  'inspector-token-file': flag.str(),
   'secrets-file': flag.str(),
   tenants: flag.str(),
   'tls-cert': flag.str(),
@@ -56,6 +65,7 @@ export const FLAGS = {
   insecure: flag.bool(),
   'allowed-origin': flag.list(),
   'allowed-host': flag.list(),
+  'worker-allow': flag.list(),
   'time-scale': flag.numOr(1, { min: 1e-6, max: 1e6 }),
   executor: flag.oneOf('cost-model', 'cost-model', 'zero-cost', 'fixed'),
   'step-ms': flag.str(),
@@ -75,17 +85,40 @@ export const FLAGS = {
 };
 
 const secret = (): string => randomBytes(24).toString('base64url');
-const list = (s: string | undefined): string[] =>
-  (s ?? '')
-    .split(',')
-    .map((x) => x.trim())
-    .filter((x) => x.length > 0);
+/** Where each kind of token comes from. */
+const TOKEN_SOURCES = {
+  client: {
+    kind: 'client',
+    env: 'SWITCHYARD_CLIENT_TOKENS',
+    fileFlag: 'client-tokens-file',
+    valueFlag: 'client-token',
+  },
+  admin: { kind: 'admin', env: 'SWITCHYARD_ADMIN_TOKEN', fileFlag: 'admin-token-file', valueFlag: 'admin-token' },
+  worker: { kind: 'worker', env: 'SWITCHYARD_WORKER_TOKEN', fileFlag: 'worker-token-file', valueFlag: 'worker-token' },
+  inspector: { kind: 'inspector', env: 'SWITCHYARD_INSPECTOR_TOKEN', fileFlag: 'inspector-token-file' },
+} as const satisfies Record<string, TokenSource>;
 
-/** Reads a secret from the environment and removes it, so that no child process (the worker) inherits it. */
-function takeEnv(name: string): string | undefined {
-  const v = process.env[name];
-  delete process.env[name];
-  return v === '' ? undefined : v;
+/** Every supplied token, by kind, read (and removed from the environment) before anything else starts. */
+function readAllTokens(
+  f: FlagValues<typeof FLAGS>,
+):
+  | { ok: true; client: string[]; admin: string[]; worker: string[]; inspector: string[] }
+  | { ok: false; message: string } {
+  const read = {
+    client: readTokens(TOKEN_SOURCES.client, { value: f['client-token'], file: f['client-tokens-file'] }),
+    admin: readTokens(TOKEN_SOURCES.admin, { value: f['admin-token'], file: f['admin-token-file'] }),
+    worker: readTokens(TOKEN_SOURCES.worker, { value: f['worker-token'], file: f['worker-token-file'] }),
+    inspector: readTokens(TOKEN_SOURCES.inspector, { file: f['inspector-token-file'] }),
+  };
+  for (const r of Object.values(read)) if (!r.ok) return r;
+  const tokens = (r: TokensRead): string[] => (r.ok ? r.tokens : []);
+  return {
+    ok: true,
+    client: tokens(read.client),
+    admin: tokens(read.admin),
+    worker: tokens(read.worker),
+    inspector: tokens(read.inspector),
+  };
 }
 
 /** The tokenizers of the models a real engine serves (node-llama-cpp is imported only when there are some). */
@@ -183,7 +216,7 @@ function refuse(message: string): number {
   return 2;
 }
 
-/** The server's optional limits and intervals the flags set (unset ones keep the server's defaults). */
+/** The server's optional limits, intervals and address lists the flags set (unset ones keep the server's defaults). */
 function limitsOf(f: FlagValues<typeof FLAGS>): Partial<ServerOptions> {
   const pick = <K extends keyof ServerOptions>(k: K, v: ServerOptions[K] | undefined): Partial<ServerOptions> =>
     v !== undefined ? { [k]: v } : {};
@@ -194,6 +227,8 @@ function limitsOf(f: FlagValues<typeof FLAGS>): Partial<ServerOptions> {
     ...pick('maxConnections', f['max-connections']),
     ...pick('headersTimeoutMs', f['headers-timeout-ms']),
     ...pick('requestTimeoutMs', f['request-timeout-ms']),
+    ...pick('allowedHosts', f['allowed-host'].length > 0 ? f['allowed-host'] : undefined),
+    ...pick('workerAllow', f['worker-allow'].length > 0 ? f['worker-allow'] : undefined),
   };
 }
 /** Runs `serve` until SIGINT/SIGTERM; resolves with the exit code. */
@@ -211,35 +246,28 @@ export async function runServeCommand(argv: string[]): Promise<number> {
   try {
     scenario = loadScenario(file);
   } catch (e) {
-    if (e instanceof ConfigError) {
-      process.stderr.write(`switchyard serve: invalid config ${file}: ${e.message}\n`);
-      return 2;
-    }
+    if (e instanceof ConfigError) return refuse(`invalid config ${file}: ${e.message}`);
     throw e;
   }
   const tokenizers = await loadTokenizers(scenario);
-  if (!tokenizers.ok) {
-    process.stderr.write(`switchyard serve: ${tokenizers.message}\n`);
-    return 2;
-  }
+  if (!tokenizers.ok) return refuse(tokenizers.message);
   const { executor } = f;
   const timeScale = f['time-scale'];
-  const clientTokens = [...f['client-token'], ...list(takeEnv('SWITCHYARD_CLIENT_TOKENS'))];
+  const supplied = readAllTokens(f);
+  if (!supplied.ok) return refuse(supplied.message);
+  const clientTokens = supplied.client;
   const tls = readTls(f['tls-cert'], f['tls-key'], f['tls-ca']);
   const tenants = readTenants(f.tenants, clientTokens);
   const bad = [tls, tenants].find((x) => x?.ok === false);
   if (bad && !bad.ok) return refuse(bad.message);
-  const adminGiven = f['admin-token'] ?? takeEnv('SWITCHYARD_ADMIN_TOKEN');
-  const workerGiven = f['worker-token'] ?? takeEnv('SWITCHYARD_WORKER_TOKEN');
+  const adminGiven = supplied.admin[0];
+  const workerGiven = supplied.worker[0];
   const adminToken = adminGiven ?? secret();
   const workerToken = workerGiven ?? secret();
   const clock = createWallClock();
   const log = (line: string): void => void process.stderr.write(`${line}\n`);
   const operator = operatorFor(f['state-file'], scenario, log);
-  if (!operator.ok) {
-    process.stderr.write(`switchyard serve: ${operator.message}\n`);
-    return 2;
-  }
+  if (!operator.ok) return refuse(operator.message);
   let supervisor: WorkerSupervisor | null = null;
   let server: RunningServer;
   try {
@@ -251,12 +279,11 @@ export async function runServeCommand(argv: string[]): Promise<number> {
       ...(tenants?.ok ? { tenants: tenants.tenants } : {}),
       ...(tls?.ok ? { tls: { cert: tls.cert, key: tls.key } } : {}),
       insecure: f.insecure,
-      workerTokens: [workerToken],
-      adminTokens: [adminToken],
+      workerTokens: workerGiven === undefined ? [workerToken] : supplied.worker,
+      adminTokens: adminGiven === undefined ? [adminToken] : supplied.admin,
+      inspectorTokens: supplied.inspector,
       nodeGraceMs: f['node-grace-ms'],
-      minTokenLength: MIN_TOKEN_LENGTH,
       allowedOrigins: f['allowed-origin'],
-      ...(f['allowed-host'].length > 0 ? { allowedHosts: f['allowed-host'] } : {}),
       ...limitsOf(f),
       clock,
       log,
@@ -334,7 +361,9 @@ export async function runServeCommand(argv: string[]): Promise<number> {
       onStart: (pid) => out(`  worker         started, pid ${pid}`),
     });
   } else {
-    out('  worker         not started (--no-worker): run `switchyard node-agent --url ... --token ...`');
+    out(
+      '  worker         not started (--no-worker): run `switchyard node-agent --url ...` with SWITCHYARD_WORKER_TOKEN',
+    );
   }
   if (f.json) {
     const urls = { url: server.url, wsUrl: server.wsUrl, nodeUrl: server.nodeUrl, port: server.port };
@@ -369,11 +398,11 @@ function printBanner(
   out(`  streaming      ${server.wsUrl}  (subprotocols switchyard.v1.msgpack, switchyard.v1.json)`);
   out(`  metrics        ${server.url}/metrics    health ${server.url}/healthz    ready ${server.url}/readyz`);
   out(
-    `  inspector      ${server.url}/inspector  (read-only live view; stream ${server.url.replace(/^http/, 'ws')}/v1/inspect)`,
+    `  inspector      ${server.url}/inspector/#token=<admin or inspector token>  (read-only live view; stream ${server.url.replace(/^http/, 'ws')}/v1/inspect)`,
   );
   out(
     server.openClientApi
-      ? '  client auth    NONE: listening on loopback only, so /v1 needs no token (pass --client-token to require one)'
+      ? '  client auth    NONE: listening on loopback only, so /v1 needs no token (set SWITCHYARD_CLIENT_TOKENS to require one)'
       : `  client auth    bearer token required on /v1 (${o.clientTokens} token${o.clientTokens > 1 ? 's' : ''} configured)`,
   );
 }

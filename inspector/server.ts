@@ -1,5 +1,6 @@
 // The inspector's routes on the serving control plane: the self-hosted page at /inspector (no internet needed) and
-// the read-only /v1/inspect WebSocket. The socket takes the same client tokens as /v1 and refuses cross-site pages.
+// the read-only /v1/inspect WebSocket. The socket shows every tenant's requests: it takes the admin or inspector
+// tokens only (never a client token), refuses cross-site pages, and serves a bounded number of readers.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ControlPlane } from '../actors/control-plane.ts';
 import type { TimerId } from '../runtime/clock.ts';
@@ -12,8 +13,10 @@ import { pageAsset } from './assets.ts';
 /** Options of the inspector routes. */
 export interface InspectorRoutesOptions {
   cp: ControlPlane;
-  /** The client tokens of /v1; null when the client API is open (loopback only). */
-  tokens: TokenSet | null;
+  /** The tokens a reader must present: the admin and inspector tokens. */
+  tokens: TokenSet;
+  /** Most readers at once; more are refused at the upgrade (429). Default DEFAULT_MAX_READERS. */
+  maxReaders?: number;
   /** Browser Origins allowed besides the server's own. */
   allowedOrigins?: readonly string[] | null;
   /** Interval between frames sent to a reader (ms). */
@@ -37,6 +40,9 @@ export interface InspectorRoutes {
   readers(): number;
   close(): void;
 }
+
+/** Default cap on concurrent readers: each one costs the runtime its inspection and a stream of frames. */
+export const DEFAULT_MAX_READERS = 8;
 
 /** Prefix of the subprotocol a browser uses to present a token (browsers cannot set Authorization on a WebSocket). */
 export const TOKEN_SUBPROTOCOL_PREFIX = 'switchyard.token.';
@@ -76,12 +82,16 @@ export function createInspectorRoutes(opts: InspectorRoutesOptions): InspectorRo
   const flushMs = opts.flushMs ?? 50;
   const maxBuffered = opts.maxBuffered ?? 10_000;
   const maxBatch = opts.maxBatch ?? 2_000;
+  const maxReaders = opts.maxReaders ?? DEFAULT_MAX_READERS;
   const closers = new Set<() => void>();
 
-  // Checked before the upgrade completes: the same tokens as /v1, and no page from another site.
+  // Checked before the upgrade completes: an admin or inspector token, no page from another site, a reader's slot.
   const authorize = (req: IncomingMessage): Refusal | null => {
-    if (opts.tokens && !opts.tokens.has(presentedToken(req))) return { status: 401, text: 'Unauthorized' };
+    if (!opts.tokens.has(presentedToken(req)))
+      return { status: 401, text: 'Unauthorized: the inspector needs the admin token or an inspector token' };
     if (!originAllowed(req, opts.allowedOrigins ?? null)) return { status: 403, text: 'Forbidden: origin not allowed' };
+    if (closers.size >= maxReaders)
+      return { status: 429, text: `Too Many Requests: the inspector already has ${maxReaders} readers, its most` };
     return null;
   };
 

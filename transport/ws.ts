@@ -106,10 +106,13 @@ export interface WsServerOptions extends WsLimits {
   checkOrigin?(origin: string | undefined, req: IncomingMessage): boolean;
   /** Most concurrent sockets across routes; more get 503 at the upgrade. */
   maxConnections?: number;
-  /** Most concurrent sockets from one remote address (routes with own slots aside). Default 256. */
+  /** Most concurrent sockets from one remote address whose client is not known (routes with own slots aside). 256. */
   maxPerAddress?: number;
-  /** Most concurrent sockets presenting one bearer token (routes with own slots aside). Default 1024. */
+  /** Most concurrent sockets of one known client (routes with own slots aside). Default 1024. */
   maxPerToken?: number;
+  /** The known client a socket counts against for maxPerToken (its tenant, its token), or null: it counts against its
+   * address. Default: its bearer token when its route checked it. */
+  clientKey?(req: IncomingMessage): string | null;
   /** A check of every upgrade before its route's (Host allow-list, shutting down): a refusal, or null. */
   admit?(req: IncomingMessage, path: string): Refusal | null;
 }
@@ -417,16 +420,20 @@ export function attachWsServer(server: Server, opts: WsServerOptions): WsServer 
     }
     const address = req.socket.remoteAddress ?? '?';
     const token = bearerToken(req);
-    const tokenKey = token === null ? null : digest(token).toString('base64');
+    // A token counts as the client's only once its route checked it (anyone may send an unchecked one).
+    const checked = route.tokens !== null && token !== null ? digest(token).toString('base64') : null;
+    const tokenKey = opts.clientKey ? opts.clientKey(req) : checked;
     if (route.ownSlots !== undefined) {
       if ((own.get(path) ?? 0) >= route.ownSlots)
         return refuse(socket, 503, 'Service Unavailable', 'Retry-After: 1\r\n');
     } else {
       if (opts.maxConnections !== undefined && count >= opts.maxConnections)
         return refuse(socket, 503, 'Service Unavailable', 'Retry-After: 1\r\n');
+      // A known client counts against its own cap only: behind a gateway, every client shares one address.
       if (
-        (perAddress.get(address) ?? 0) >= maxPerAddress ||
-        (tokenKey !== null && (perToken.get(tokenKey) ?? 0) >= maxPerToken)
+        tokenKey === null
+          ? (perAddress.get(address) ?? 0) >= maxPerAddress
+          : (perToken.get(tokenKey) ?? 0) >= maxPerToken
       )
         return refuse(socket, 429, 'Too Many Requests', 'Retry-After: 1\r\n');
     }
@@ -437,12 +444,11 @@ export function attachWsServer(server: Server, opts: WsServerOptions): WsServer 
         return () => bump(own, path, -1);
       }
       count++;
-      bump(perAddress, address, 1);
-      if (tokenKey !== null) bump(perToken, tokenKey, 1);
+      const [m, k] = tokenKey === null ? [perAddress, address] : [perToken, tokenKey];
+      bump(m, k, 1);
       return () => {
         count--;
-        bump(perAddress, address, -1);
-        if (tokenKey !== null) bump(perToken, tokenKey, -1);
+        bump(m, k, -1);
       };
     })();
     let released = false;

@@ -1,5 +1,5 @@
 // The HTTP routes of a serving control plane: client APIs under /v1 (client token when configured), the admin API under
-// /admin (admin token, always), and the unauthenticated probes /healthz, /readyz and /metrics.
+// /admin (admin token, always), and the unauthenticated probes /healthz, /readyz and /metrics (Host checked all the same).
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { failure } from '../../machines/outcomes.ts';
 import type { ControlPlane } from '../../actors/control-plane.ts';
@@ -138,15 +138,16 @@ export function createHttpHandler(deps: HttpDeps): (req: IncomingMessage, res: S
   };
 }
 
-/** A request refused before any route: a Host not allowed, a page from another site, a POST body not JSON. */
+/** A request refused before any route: a Host not allowed (probes included: a rebound name must not read the node's
+ * state), a page from another site, a POST body not JSON. */
 function edgeRefusal(
   deps: HttpDeps,
   req: IncomingMessage,
   path: string,
 ): { status: number; message: string; metric: string } | null {
-  if (PROBES.has(path)) return null;
   if (deps.edge && !hostAllowed(req, deps.edge))
     return { status: 403, message: 'Host is not allowed (see --allowed-host)', metric: 'forbidden_host' };
+  if (PROBES.has(path)) return null;
   if (deps.edge && !originAllowed(req, deps.edge))
     return { status: 403, message: 'Origin is not allowed (see --allowed-origin)', metric: 'forbidden_origin' };
   // A JSON content type cannot be sent cross-site without a CORS preflight, which this server never grants.

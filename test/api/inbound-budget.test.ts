@@ -55,17 +55,28 @@ function fakeServing(): Serving {
   } as unknown as Serving;
 }
 
+/** A submit of about 470 bytes: its frame takes about 2 × 470 bytes of the budget. */
+const submit = (id: string): unknown => ({ type: 'submit', id, model: 'm', prompt: 'x'.repeat(400), maxTokens: 1 });
+
+/** A stream API with these incoming-frame budgets, and the refusals its metrics heard. */
+function budgeted(limits: { maxInboundBytes: number; maxInboundBytesPerClient?: number }): {
+  api: ReturnType<typeof createStreamApi>;
+  refused: string[];
+} {
+  const refused: string[] = [];
+  const metrics = { refused: (c: string) => refused.push(c) } as unknown as ServerMetrics;
+  const api = createStreamApi(fakeServing(), metrics, {
+    clock: createWallClock(),
+    maxStreamsPerConnection: 100,
+    ...limits,
+  });
+  return { api, refused };
+}
+
 describe('incoming frame budget', () => {
   it('refuses the frames past the budget across connections, answering each submit, and frees handled bytes', async () => {
-    const refused: string[] = [];
-    const metrics = { refused: (c: string) => refused.push(c) } as unknown as ServerMetrics;
-    const submit = (id: string): unknown => ({ type: 'submit', id, model: 'm', prompt: 'x'.repeat(400), maxTokens: 1 });
-    // One frame is about 2 × 470 bytes; the budget holds four of them.
-    const api = createStreamApi(fakeServing(), metrics, {
-      clock: createWallClock(),
-      maxStreamsPerConnection: 100,
-      maxInboundBytes: 4_000,
-    });
+    // The budget holds four frames.
+    const { api, refused } = budgeted({ maxInboundBytes: 4_000 });
     const a = fakePeer();
     const b = fakePeer();
     api.onConnection(a.peer);
@@ -90,6 +101,26 @@ describe('incoming frame budget', () => {
         .filter((m) => m.type === 'accepted')
         .map((m) => (m as { id: string }).id),
     ).toContain('b9');
+  });
+
+  it("keeps one client's frames to its own share, so that another client from the same address still gets in", async () => {
+    // The budget of all holds four frames, one client's two.
+    const { api, refused } = budgeted({ maxInboundBytes: 4_000, maxInboundBytesPerClient: 2_000 });
+    const flood = [fakePeer(), fakePeer()];
+    const quiet = fakePeer();
+    // Both tenants' sockets come from one address (a gateway): they are told apart by tenant.
+    for (const f of flood) api.onConnection(f.peer, 'flood', 'tenant:flood');
+    api.onConnection(quiet.peer, 'quiet', 'tenant:quiet');
+    for (let i = 0; i < 3; i++) for (const [k, f] of flood.entries()) f.send(submit(`f${k}.${i}`));
+    for (let i = 0; i < 2; i++) quiet.send(submit(`q${i}`));
+    expect(refused).toEqual(['inbound_budget', 'inbound_budget', 'inbound_budget', 'inbound_budget']);
+    await tick();
+    const answered = quiet.all().filter((m) => m.type === 'accepted' || m.type === 'rejected');
+    expect(answered.map((m) => m.type)).toEqual(['accepted', 'accepted']);
+    const floodRejected = flood.flatMap((f) => f.all()).filter((m) => m.type === 'rejected');
+    expect(floodRejected).toHaveLength(4);
+    for (const r of floodRejected) expect(r).toMatchObject({ code: 'overloaded', retryable: true, retryAfterMs: 100 });
+    expect(api.inboundBytes()).toBe(0);
   });
 
   it('gives back the bytes of frames a closed connection left unhandled', () => {

@@ -19,6 +19,7 @@ import type { Delivery, Serving, StreamSink } from '../../api/serving.ts';
 import type { ClientRequest } from '../../transport/client-protocol.ts';
 import { tenantEntry } from './tenant-entry.ts';
 import { createVirtualClock, type VirtualClock } from '../../runtime/clock.ts';
+import { estimateTokens } from '../../api/pseudo-text.ts';
 
 type QueueOp = { push: number; costs: number[] } | { pop: number };
 
@@ -155,6 +156,11 @@ function fakeControlPlane(clock: VirtualClock): Fake {
     cp,
     readiness: () => ({}),
     models: () => [],
+    // The count admission uses, as the real facade makes it for a cost-model model.
+    count: (req: ClientRequest) => ({
+      promptTokens: req.promptTokens ?? estimateTokens(req.prompt ?? ''),
+      engine: null,
+    }),
     submit: (req: ClientRequest, sink: StreamSink, delivery: Delivery = { text: true }) => {
       const tenant = delivery.tenant ?? '';
       const inside = [...waiting, ...running].filter((r) => r.rec.tenant === tenant).length + 1;

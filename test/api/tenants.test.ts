@@ -9,6 +9,7 @@ import type { Delivery, Serving, StreamSink } from '../../api/serving.ts';
 import type { ClientRequest } from '../../transport/client-protocol.ts';
 import { tenantEntry } from './tenant-entry.ts';
 import { createVirtualClock } from '../../runtime/clock.ts';
+import { estimateTokens } from '../../api/pseudo-text.ts';
 
 const hash = (t: string): string => createHash('sha256').update(t).digest('hex');
 const A = 'tenant-a-token-0123456789';
@@ -125,6 +126,11 @@ function fakeInner(): { inner: Serving; got: Got[]; refuse: { on: boolean } } {
     cp,
     readiness: () => ({}),
     models: () => [],
+    // The count admission uses, as the real facade makes it for a cost-model model.
+    count: (req: ClientRequest) => ({
+      promptTokens: req.promptTokens ?? estimateTokens(req.prompt ?? ''),
+      engine: null,
+    }),
     submit: (req: ClientRequest, sink: StreamSink, delivery: Delivery = { text: true }) => {
       if (refuse.on) return { ok: false, failure: { code: 'overloaded', message: 'full', retryable: true } };
       const g: Got = { req, delivery, sink, started: false };

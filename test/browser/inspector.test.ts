@@ -58,7 +58,7 @@ describe('the inspector page in Chromium', () => {
       await s.waitReady('llama-3-70b');
       page = await openPage(browser, errors);
       page.on('websocket', (ws) => ws.on('framereceived', (f) => received.push(String(f.payload))));
-      await page.goto(`${s.url}/inspector`);
+      await page.goto(`${s.url}/inspector/#token=${s.adminToken}`);
     });
     afterAll(async () => {
       await page?.close();
@@ -221,7 +221,7 @@ describe('the inspector page in Chromium', () => {
       await server?.close();
     });
 
-    it('refuses the stream without the client token and accepts it from the page fragment', async () => {
+    it('refuses the stream without the admin token and accepts it from the page fragment', async () => {
       const page = await openPage(browser, []);
       try {
         await page.goto(`${server.url}/inspector`);
@@ -239,7 +239,13 @@ describe('the inspector page in Chromium', () => {
         await expect
           .poll(() => page.locator('[data-testid=connection]').textContent(), { timeout: 5_000 })
           .toMatch(/^refused: the token in the address.*not accepted/);
+        // A client's token never opens the stream: it shows every tenant's requests.
         await page.goto(`${server.url}/inspector/#token=client-token-1`);
+        await page.reload();
+        await expect
+          .poll(() => page.locator('[data-testid=connection]').textContent(), { timeout: 5_000 })
+          .toMatch(/^refused: the token in the address.*not accepted/);
+        await page.goto(`${server.url}/inspector/#token=a`);
         await page.reload();
         await expect
           .poll(() => page.locator('[data-testid=connection]').textContent(), { timeout: 5_000 })

@@ -410,15 +410,18 @@ describe('authentication and authority', () => {
         server.port,
         upgradeRequest('/v1/inspect', {
           'Sec-WebSocket-Protocol': INSPECT_SUBPROTOCOL,
-          Authorization: `Bearer ${TOKEN}`,
+          Authorization: 'Bearer admin',
           Origin: 'https://evil.example',
         }),
       );
       await Promise.all([noToken.closed, badOrigin.closed]);
       expect(noToken.status).toBe(401);
       expect(badOrigin.status).toBe(403);
-      // The same socket with an allowed (absent) Origin is served.
-      const ok = await connectWs(inspectUrl, { clock, token: TOKEN, protocols: [INSPECT_SUBPROTOCOL] });
+      // A client's token never opens the inspector (it shows every client's requests); the admin token with an
+      // allowed (absent) Origin is served.
+      const client = await connectWs(inspectUrl, { clock, token: TOKEN, protocols: [INSPECT_SUBPROTOCOL] });
+      expect(client).toMatchObject({ ok: false, error: { status: 401 } });
+      const ok = await connectWs(inspectUrl, { clock, token: 'admin', protocols: [INSPECT_SUBPROTOCOL] });
       expect(ok.ok).toBe(true);
       if (ok.ok) ok.peer.close();
       report(

@@ -64,7 +64,7 @@ describe('serve on SIGTERM', () => {
 
   it('never prints a supplied token, prints a generated one once, and writes it 0600 when asked', async () => {
     const given = 'supplied-admin-token-0123456789';
-    const s = await serve(['--admin-token', given, '--no-worker']);
+    const s = await serve(['--no-worker'], { SWITCHYARD_ADMIN_TOKEN: given });
     try {
       expect(s.lines.join('\n')).not.toContain(given);
       expect(s.adminToken).toBeUndefined();
@@ -85,9 +85,9 @@ describe('serve on SIGTERM', () => {
     }
   }, 60_000);
 
-  it('refuses a supplied token shorter than 16 characters', async () => {
-    const r = await runCommand(['serve', '--port', '0', '--client-token', 'short', '--no-worker']);
+  it('refuses a supplied token shorter than 16 characters, naming its source', async () => {
+    const r = await runCommand(['serve', '--port', '0', '--no-worker'], { SWITCHYARD_CLIENT_TOKENS: 'short' });
     expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(/client token is shorter than 16 characters/);
+    expect(r.stderr).toMatch(/client token from SWITCHYARD_CLIENT_TOKENS is shorter than 16 characters/);
   }, 30_000);
 });

@@ -115,14 +115,15 @@ describe.skipIf(openssl === null)('serving over TLS (openssl makes a self-signed
 });
 
 describe('serve refusing clear text beyond loopback', () => {
+  const CLIENT = 'k7Qm2vX9pL4rT8wZ3nB6';
   it('will not put tokens on a non-loopback plain-text listener without --insecure', async () => {
-    const r = await runCommand(['serve', '--host', '0.0.0.0', '--port', '0', '--client-token', 'x'.repeat(24)]);
+    const r = await runCommand(['serve', '--host', '0.0.0.0', '--port', '0'], { SWITCHYARD_CLIENT_TOKENS: CLIENT });
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/clear text.*--tls-cert.*--insecure/);
   });
 
   it('starts with --insecure (TLS ends in front of it)', async () => {
-    const s = await serve(['--host', '0.0.0.0', '--client-token', 'y'.repeat(24), '--insecure', '--no-worker']);
+    const s = await serve(['--host', '0.0.0.0', '--insecure', '--no-worker'], { SWITCHYARD_CLIENT_TOKENS: CLIENT });
     try {
       expect(s.url).toMatch(/^http:\/\/0\.0\.0\.0:\d+$/);
     } finally {

@@ -29,6 +29,9 @@ const open = (
     ws.once('error', () => {});
   });
 
+/** The admin token of every server here, as a bearer header. */
+const ADMIN = { authorization: 'Bearer a' };
+
 describe('the inspector on the serving control plane', () => {
   describe('with an open client API (loopback)', () => {
     let server: RunningServer;
@@ -59,7 +62,7 @@ describe('the inspector on the serving control plane', () => {
 
     it('streams versioned frames, hello first, and turns inspection on only while someone reads', async () => {
       expect(server.inspector.session.active()).toBe(false);
-      const { ws, first } = await open(server);
+      const { ws, first } = await open(server, { headers: ADMIN });
       expect(first?.v).toBe(1);
       expect(first?.frames[0]).toMatchObject({ k: 'hello', v: 1, mode: 'live', gpus: 8 });
       expect(ws.protocol).toBe(INSPECT_SUBPROTOCOL);
@@ -72,14 +75,14 @@ describe('the inspector on the serving control plane', () => {
 
     it('refuses a page from another site, and accepts its own', async () => {
       // Refused before the upgrade completes: no socket, no slot.
-      await expect(open(server, { origin: 'http://evil.example' })).rejects.toThrow('HTTP 403');
-      const own = await open(server, { origin: server.url });
+      await expect(open(server, { origin: 'http://evil.example', headers: ADMIN })).rejects.toThrow('HTTP 403');
+      const own = await open(server, { origin: server.url, headers: ADMIN });
       expect(own.first?.frames[0]?.k).toBe('hello');
       own.ws.close();
     });
 
     it('is read-only: a reader that keeps sending is cut off', async () => {
-      const { ws } = await open(server);
+      const { ws } = await open(server, { headers: ADMIN });
       const closed = new Promise<number>((r) => ws.once('close', (code) => r(code)));
       for (let i = 0; i < 100; i++) ws.send(JSON.stringify({ type: 'admin.fail', gpu: 3 }));
       expect(await closed).toBe(1008);
@@ -95,28 +98,55 @@ describe('the inspector on the serving control plane', () => {
         clientTokens: ['tok-1'],
         workerTokens: ['w'],
         adminTokens: ['a'],
+        inspectorTokens: ['insp-1'],
+        maxInspectorReaders: 2,
       });
     });
     afterAll(async () => {
       await server?.close();
     });
 
-    it('refuses the upgrade itself without a client token, before any socket or slot is spent', async () => {
+    it('refuses the upgrade itself without an admin or inspector token, before any socket or slot is spent', async () => {
       await expect(open(server)).rejects.toThrow('HTTP 401');
       await expect(open(server, { headers: { authorization: 'Bearer wrong' } })).rejects.toThrow('HTTP 401');
       expect(server.inspector.readers()).toBe(0);
     });
 
-    it('accepts the client token as a bearer header or, from a browser, as a subprotocol', async () => {
-      const a = await open(server, { headers: { authorization: 'Bearer tok-1' } });
+    it("refuses a client's token: every tenant's requests are for admins only", async () => {
+      await expect(open(server, { headers: { authorization: 'Bearer tok-1' } })).rejects.toThrow('HTTP 401');
+      const asPage = [INSPECT_SUBPROTOCOL, `switchyard.token.${Buffer.from('tok-1').toString('base64url')}`];
+      await expect(open(server, { protocols: asPage })).rejects.toThrow('HTTP 401');
+      const auth = await fetch(`${server.url}/inspector/auth`, { headers: { authorization: 'Bearer tok-1' } });
+      expect(auth.status).toBe(401);
+      expect(server.inspector.readers()).toBe(0);
+    });
+
+    it('accepts the admin token as a bearer header or, from a browser, as a subprotocol, and an inspector token', async () => {
+      const a = await open(server, { headers: ADMIN });
       expect(a.first?.frames[0]?.k).toBe('hello');
       a.ws.close();
       const b = await open(server, {
-        protocols: [INSPECT_SUBPROTOCOL, `switchyard.token.${Buffer.from('tok-1').toString('base64url')}`],
+        protocols: [INSPECT_SUBPROTOCOL, `switchyard.token.${Buffer.from('insp-1').toString('base64url')}`],
       });
       expect(b.first?.frames[0]?.k).toBe('hello');
       expect(b.ws.protocol).toBe(INSPECT_SUBPROTOCOL);
       b.ws.close();
+      await expect.poll(() => server.inspector.readers()).toBe(0);
+    });
+
+    it('serves a bounded number of readers and refuses the next one with 429 until one leaves', async () => {
+      const a = await open(server, { headers: ADMIN });
+      const b = await open(server, { headers: { authorization: 'Bearer insp-1' } });
+      expect(server.inspector.readers()).toBe(2);
+      await expect(open(server, { headers: ADMIN })).rejects.toThrow('HTTP 429');
+      const auth = await fetch(`${server.url}/inspector/auth`, { headers: ADMIN });
+      expect(await auth.json()).toMatchObject({ ok: false, status: 429 });
+      a.ws.close();
+      await expect.poll(() => server.inspector.readers()).toBe(1);
+      const c = await open(server, { headers: ADMIN });
+      expect(c.first?.frames[0]?.k).toBe('hello');
+      b.ws.close();
+      c.ws.close();
     });
   });
 });

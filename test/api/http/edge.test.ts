@@ -137,17 +137,18 @@ describe('the HTTP edge', () => {
     expect(ok.status).toBe(200);
   });
 
-  it('refuses a Host outside the loopback names (DNS rebinding) but answers the probes', async () => {
-    const answer = await raw(
-      server.port,
-      `GET /v1/models HTTP/1.1\r\nHost: attacker.example:${server.port}\r\nConnection: close\r\n\r\n`,
-    );
-    expect(statusOf(answer)).toBe(403);
-    const probe = await raw(
-      server.port,
-      `GET /healthz HTTP/1.1\r\nHost: attacker.example\r\nConnection: close\r\n\r\n`,
-    );
-    expect(statusOf(probe)).toBe(200);
+  it('refuses a Host outside the loopback names (DNS rebinding) on every route, the probes included', async () => {
+    for (const path of ['/v1/models', '/healthz', '/readyz', '/metrics', '/inspector']) {
+      const answer = await raw(
+        server.port,
+        `GET ${path} HTTP/1.1\r\nHost: attacker.example:${server.port}\r\nConnection: close\r\n\r\n`,
+      );
+      expect([path, statusOf(answer)]).toEqual([path, 403]);
+    }
+    for (const host of [`127.0.0.1:${server.port}`, 'localhost']) {
+      const probe = await raw(server.port, `GET /healthz HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+      expect(statusOf(probe)).toBe(200);
+    }
   });
 
   it('refuses a page from another site on /v1, and lets an allowed origin and its own origin in', async () => {

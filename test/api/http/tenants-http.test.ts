@@ -1,53 +1,26 @@
 // Tenants on a live server (port 0, a real worker): each token's tenant chooses the class and limits its requests,
 // on HTTP and on /v1/ws alike; an unknown token is refused.
-import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { normalizeScenario } from '../../../actors/config.ts';
-import { startNodeProcess, type NodeProcess } from '../../../actors/worker/process.ts';
-import { startServer, type RunningServer } from '../../../api/server.ts';
-import { createTenants, parseTenantsFile } from '../../../api/tenants.ts';
+import type { RunningServer } from '../../../api/server.ts';
 import { connectClient } from '../../../api/client.ts';
+import { MODEL, sha, startTenantServer, type LiveTenants } from './live-tenants.ts';
 
-const MODEL = 'llama-3-8b';
 const BATCH = 'tenant-batch-only-0123456789';
 const ONE = 'tenant-one-at-a-time-0123456789';
-const sha = (t: string): string => createHash('sha256').update(t).digest('hex');
 
+let live: LiveTenants;
 let server: RunningServer;
-let worker: NodeProcess;
 
 beforeAll(async () => {
-  const file = parseTenantsFile(
+  live = await startTenantServer(
     `tenants:\n  - { name: batchy, tokenSha256: [${sha(BATCH)}], priorities: [batch] }\n` +
       `  - { name: single, tokenSha256: [${sha(ONE)}], maxConcurrent: 1 }\n`,
   );
-  if (!file.ok) throw new Error(file.message);
-  const scenario = normalizeScenario({ name: 'tenants', models: [{ name: MODEL, profile: MODEL, replicas: 1 }] });
-  server = await startServer({
-    scenario,
-    port: 0,
-    workerTokens: ['w'],
-    adminTokens: ['a'],
-    tenants: createTenants(file.tenants),
-  });
-  worker = startNodeProcess({
-    url: server.nodeUrl,
-    token: 'w',
-    gpus: [0, 1, 2, 3, 4, 5, 6, 7],
-    executor: 'fixed',
-    fixedStepMs: 5,
-    timeScale: 1,
-  });
-  const until = Date.now() + 20_000;
-  while (!server.serving.readiness()[MODEL]!.ready) {
-    if (Date.now() > until) throw new Error('model not ready');
-    await new Promise((r) => setTimeout(r, 20));
-  }
+  server = live.server;
 }, 30_000);
 
 afterAll(async () => {
-  worker?.stop();
-  await server?.close();
+  await live?.stop();
 });
 
 const complete = (token: string, extra: Record<string, unknown> = {}): Promise<Response> =>
