@@ -1,8 +1,17 @@
 // `switchyard chat --model <name> "prompt"`: streams a reply from a running server into the terminal.
 import { connectClient, type SwitchyardError } from '../api/client.ts';
 import { flag, parseOrUsage } from './args.ts';
+import { presentedToken, type TokenSource } from './secrets.ts';
 
-const USAGE = `usage: switchyard chat --model <name> "prompt" [--url http://127.0.0.1:8080] [--token T | SWITCHYARD_CLIENT_TOKEN=T]
+/** Where the client token comes from: the environment or a file, never a flag's value (`ps` shows those). */
+const CLIENT_TOKEN: TokenSource = {
+  kind: 'client',
+  env: 'SWITCHYARD_CLIENT_TOKEN',
+  fileFlag: 'token-file',
+  valueFlag: 'token',
+};
+
+const USAGE = `usage: switchyard chat --model <name> "prompt" [--url http://127.0.0.1:8080] [--token-file F | SWITCHYARD_CLIENT_TOKEN=T]
                       [--max-tokens 64] [--priority interactive] [--json-frames]
 `;
 
@@ -10,6 +19,7 @@ const FLAGS = {
   model: flag.str(),
   url: flag.str(),
   token: flag.str(),
+  'token-file': flag.str(),
   'max-tokens': flag.intOr(64, { min: 1, max: 1_000_000 }),
   priority: flag.str(),
   version: flag.str(),
@@ -27,7 +37,12 @@ export async function runChatCommand(argv: string[]): Promise<number> {
     return 2;
   }
   const url = args.values.url ?? process.env['SWITCHYARD_URL'] ?? 'http://127.0.0.1:8080';
-  const token = args.values.token ?? process.env['SWITCHYARD_CLIENT_TOKEN'];
+  const given = presentedToken(CLIENT_TOKEN, { value: args.values.token, file: args.values['token-file'] });
+  if (!given.ok) {
+    process.stderr.write(`switchyard chat: ${given.message}\n`);
+    return 2;
+  }
+  const token = given.token;
   let client;
   try {
     client = await connectClient(url, {

@@ -7,9 +7,18 @@ import { EXIT_UNAUTHORIZED } from '../actors/worker-supervisor.ts';
 import { defaultModelRoots } from '../actors/worker/model-roots.ts';
 import { isLoopback } from '../transport/ws.ts';
 import { flag, parseOrUsage } from './args.ts';
+import { presentedToken, type TokenSource } from './secrets.ts';
+
+/** Where the worker token comes from: the environment or a file, never a flag's value (`ps` shows those). */
+const WORKER_TOKEN: TokenSource = {
+  kind: 'worker',
+  env: 'SWITCHYARD_WORKER_TOKEN',
+  fileFlag: 'token-file',
+  valueFlag: 'token',
+};
 import { tuneHeapForServing } from '../runtime/heap-tuning.ts';
 
-const USAGE = `usage: switchyard node-agent --url ws://127.0.0.1:8080/v1/node [--token T | SWITCHYARD_WORKER_TOKEN=T]
+const USAGE = `usage: switchyard node-agent --url ws://127.0.0.1:8080/v1/node [--token-file F | SWITCHYARD_WORKER_TOKEN=T]
                             [--gpus 8] [--node name] [--executor cost-model|zero-cost|fixed] [--step-ms 1]
                             [--time-scale 1] [--repair-ms 60000] [--max-backoff-ms 1000] [--orphan-grace-ms 10000]
                             [--tls-ca ca.pem] [--insecure] [--model-root dir ...]
@@ -23,6 +32,7 @@ const USAGE = `usage: switchyard node-agent --url ws://127.0.0.1:8080/v1/node [-
 export const FLAGS = {
   url: flag.str(),
   token: flag.str(),
+  'token-file': flag.str(),
   gpus: flag.intOr(8, { min: 1, max: 64 }),
   node: flag.strOr('node'),
   executor: flag.oneOf('cost-model', 'cost-model', 'zero-cost', 'fixed'),
@@ -57,7 +67,12 @@ export function runNodeAgentCommand(argv: string[]): Promise<number> {
   const args = parseOrUsage('node-agent', USAGE, argv, FLAGS, { maxPositionals: 0 });
   if (!args) return Promise.resolve(2);
   const { url, executor, gpus } = args.values;
-  const token = args.values.token ?? process.env['SWITCHYARD_WORKER_TOKEN'];
+  const presented = presentedToken(WORKER_TOKEN, { value: args.values.token, file: args.values['token-file'] });
+  if (!presented.ok) {
+    process.stderr.write(`switchyard node-agent: ${presented.message}\n`);
+    return Promise.resolve(2);
+  }
+  const token = presented.token;
   if (url === undefined || !token) {
     process.stderr.write(USAGE);
     return Promise.resolve(2);

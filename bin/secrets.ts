@@ -36,12 +36,14 @@ const split = (s: string): string[] => s.split(/[\s,]+/).filter((x) => x.length 
 /**
  * Reads the tokens of `src`: from its environment variable (removed from the environment, so that no child process
  * inherits it) and from the file its file flag names. A token given as a flag value is refused, naming where to give
- * it instead; a weak token is refused naming its source.
+ * it instead; a weak token is refused naming its source (unless `strength` is false: a client only presents a token,
+ * which the server it goes to checks).
  */
 export function readTokens(
   src: TokenSource,
   given: { value?: string | readonly string[] | undefined; file?: string | undefined },
   env: NodeJS.ProcessEnv = process.env,
+  strength = true,
 ): TokensRead {
   const flagged = typeof given.value === 'string' ? [given.value] : (given.value ?? []);
   if (flagged.length > 0)
@@ -65,6 +67,7 @@ export function readTokens(
     if (tokens.length === 0) return { ok: false, message: `--${src.fileFlag} ${given.file} holds no token` };
     sources.push({ where: `--${src.fileFlag} ${given.file}`, tokens });
   }
+  if (!strength) return { ok: true, tokens: sources.flatMap((s) => s.tokens) };
   for (const { where, tokens } of sources)
     for (const t of tokens) {
       const why = tokenWeakness(t);
@@ -75,4 +78,15 @@ export function readTokens(
         };
     }
   return { ok: true, tokens: sources.flatMap((s) => s.tokens) };
+}
+
+/** The token a client command presents (the first of `src`'s, read as readTokens does without judging its strength),
+ * undefined when none is given, or why it cannot be used. */
+export function presentedToken(
+  src: TokenSource,
+  given: { value?: string | undefined; file?: string | undefined },
+  env: NodeJS.ProcessEnv = process.env,
+): { ok: true; token: string | undefined } | { ok: false; message: string } {
+  const r = readTokens(src, given, env, false);
+  return r.ok ? { ok: true, token: r.tokens[0] } : r;
 }

@@ -122,7 +122,7 @@ describe('switchyard serve', () => {
       expect(worker).toMatchObject({ ok: false, error: { code: 'unauthorized', status: 401 } });
       const wrong = await connectWs(s.nodeUrl, { clock, token: 'not-the-token' });
       expect(wrong).toMatchObject({ ok: false, error: { code: 'unauthorized' } });
-      const agent = await runCommand(['node-agent', '--url', s.nodeUrl, '--token', 'not-the-token']);
+      const agent = await runCommand(['node-agent', '--url', s.nodeUrl], { SWITCHYARD_WORKER_TOKEN: 'not-the-token' });
       expect(agent.code).toBe(3);
       expect(agent.stderr).toMatch(/refused the worker token/);
     });
