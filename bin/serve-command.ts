@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { ConfigError, loadScenario, type Scenario } from '../actors/config.ts';
 import type { PromptTokenizer } from '../api/serving.ts';
 import { createWallClock } from '../runtime/clock.ts';
+import { timerFailed } from '../runtime/contain.ts';
 import { MIN_TOKEN_LENGTH, ServeError, startServer, type RunningServer, type ServerOptions } from '../api/server.ts';
 import { superviseWorker, type WorkerSupervisor } from '../actors/worker-supervisor.ts';
 import { flag, parseOrUsage, type FlagValues } from './args.ts';
@@ -232,8 +233,8 @@ export async function runServeCommand(argv: string[]): Promise<number> {
   const workerGiven = f['worker-token'] ?? takeEnv('SWITCHYARD_WORKER_TOKEN');
   const adminToken = adminGiven ?? secret();
   const workerToken = workerGiven ?? secret();
-  const clock = createWallClock();
   const log = (line: string): void => void process.stderr.write(`${line}\n`);
+  const clock = createWallClock(timerFailed(log));
   const operator = operatorFor(f['state-file'], scenario, log);
   if (!operator.ok) {
     process.stderr.write(`switchyard serve: ${operator.message}\n`);
