@@ -170,6 +170,7 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
       if (predicted) collector.estimate('queueWaitMs', predicted.waitMs, t - l.receivedAt);
     },
     ...(opts.onIdle ? { onIdle: opts.onIdle } : {}),
+    ...(opts.log ? { log: opts.log } : {}),
     ...(mutations.flatDropsRootTransitions ? { flatMutation: 'drop-root-transitions' as const } : {}),
   });
   const held = createHeldQueue(runtime, (model) => placement.demand(model));
@@ -178,6 +179,7 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
     replicas: () => placement.replicas.values(),
     ejected: (id) => health.ejected(id),
     markScheduled: table.markScheduled,
+    deliver: table.deliver,
   });
   const handTo = (l: Live, r: ReplicaHandle, generated: number, atHead: boolean): void => {
     if (modelByName.get(l.model)?.kind === 'stateless') stateless.batcherOf(r).submit(stateless.item(l, r));

@@ -10,6 +10,7 @@ import {
 } from '../machines/replica.machine.ts';
 import { failure, type OutcomeCode } from '../machines/outcomes.ts';
 import type { Msg, Runtime } from '../runtime/system.ts';
+import { BrokenInvariant } from '../runtime/contain.ts';
 import type { MessageOf, WireEngineSpec } from '../machines/messages.ts';
 import { createEngineSteps, type EngineSteps } from './replica-engine.ts';
 import {
@@ -133,6 +134,8 @@ interface StepLedger {
   /** Which ranks reported the step in flight, so a hung rank can be told from a slow step. */
   reported: number[];
   saturated: boolean;
+  /** The step loop threw: the replica is failing as a unit and runs no step again. */
+  crashed: boolean;
   stats: StepStats;
 }
 
@@ -309,8 +312,50 @@ function createStepLoop(d: StepLoopDeps) {
   return { dispatch, prepare, send, complete };
 }
 
+/** The requests a replica's batcher holds, for a fault's report (none known when even reading them throws). */
+function heldRequests(batcher: ContinuousBatcher): string[] {
+  try {
+    return [...batcher.runningList(), ...batcher.waitingList()].map((s) => s.id);
+  } catch {
+    return [];
+  }
+}
+
+/** Runs one of the machine's step actions (an inspector watches): a throw fails the replica as a direct step's does
+ * (`step.crashed`, taken after the current event), and no step runs after it. */
+function guarded(ledger: StepLedger, self: { send(e: ReplicaEvent): void }, action: () => void): void {
+  if (ledger.crashed) return;
+  try {
+    action();
+  } catch (error) {
+    ledger.crashed = true;
+    self.send({ type: 'step.crashed', error });
+  }
+}
+
+/**
+ * A replica's handler of messages about its work: one whose handling throws (an engine's report, a withdrawal) leaves
+ * its ledger unknown, so the replica fails as a unit, as when its step loop throws (after the step running now, if
+ * any: `toActor` holds events back while one runs).
+ */
+function failingOnThrow(
+  ledger: StepLedger,
+  toActor: (e: ReplicaEvent) => void,
+  handle: (msg: Msg) => void,
+): (msg: Msg) => void {
+  return (msg) => {
+    try {
+      handle(msg);
+    } catch (error) {
+      ledger.crashed = true;
+      toActor({ type: 'step.crashed', error });
+    }
+  };
+}
+
 /** The replica machine with its actions: GPU commands, the step loop, and giving up what it holds on failure. */
 function provideReplica(
+  runtime: Runtime,
   o: ReplicaOptions,
   gpu: ReturnType<typeof gpuCommands>,
   loop: ReturnType<typeof createStepLoop>,
@@ -326,20 +371,30 @@ function provideReplica(
     actions: {
       assignGpus: ({ context }) => gpu.assign(context),
       releaseGpus: ({ context }) => gpu.release(context),
-      dispatchStep: ({ context }) => loop.dispatch(context, context.step + ledger.extra),
-      completeStep: () => loop.complete(),
+      dispatchStep: ({ context, self }) =>
+        guarded(ledger, self, () => loop.dispatch(context, context.step + ledger.extra)),
+      completeStep: ({ self }) => guarded(ledger, self, loop.complete),
       crash: ({ event }) => {
-        if (event.type === 'step.crashed') throw event.error;
+        if (event.type !== 'step.crashed') return;
+        // A broken invariant is not contained: the actor errors, its fault ends a serving process.
+        if (event.error instanceof BrokenInvariant) throw event.error;
+        runtime.fault({ actor: o.id, error: event.error, requests: heldRequests(batcher), contained: true });
       },
       abortStep: () => {
         ledger.plan = null;
         ledger.batch = null;
       },
       interruptAll: () => {
-        engine?.reset();
-        stateless?.abortAll(failure('replica_failed', `replica ${o.id} failed with the batch in flight`));
-        const seqs = batcher.evictAll();
-        if (seqs.length > 0) o.onInterrupted(seqs, 'replica_failed');
+        const requests = heldRequests(batcher);
+        try {
+          engine?.reset();
+          stateless?.abortAll(failure('replica_failed', `replica ${o.id} failed with the batch in flight`));
+          const seqs = batcher.evictAll();
+          if (seqs.length > 0) o.onInterrupted(seqs, 'replica_failed');
+        } catch (e) {
+          // Its requests could not all be handed back: which of them were resumed or ended is unknown.
+          throw new BrokenInvariant(`replica ${o.id} could not give up the requests it held`, requests, e);
+        }
       },
     },
     delays: {
@@ -371,7 +426,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
   const stats: StepStats = { count: 0, batchSizeSum: 0, tokens: 0, predictedMs: 0, busyMs: 0 };
   const ledger: StepLedger = {
     ...{ plan: null, batch: null, step: -1, epoch: -1, extra: 0, direct: false, pending: 0 },
-    ...{ reported: [], saturated: false, stats },
+    ...{ reported: [], saturated: false, crashed: false, stats },
   };
   // Events for the actor while a direct step runs: delivered after it, as the mailbox delivers them after a macrostep.
   let held: ReplicaEvent[] | null = null;
@@ -389,7 +444,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
   };
   const loop = createStepLoop({ runtime, o, batcher, stateless, engine, ledger, toActor, handle: () => handle });
 
-  const machine = provideReplica(o, gpu, loop, { ledger, engine, stateless, batcher });
+  const machine = provideReplica(runtime, o, gpu, loop, { ledger, engine, stateless, batcher });
   const actor = createActor(machine, {
     input: { id: o.id, model: o.model, version: o.version, gpus: o.gpus, epoch: o.epoch, loadMs, unloadMs },
     clock,
@@ -430,6 +485,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
       batcher.settle();
     } catch (error) {
       held = null;
+      ledger.crashed = true;
       actor.send({ type: 'step.crashed', error });
       return;
     }
@@ -509,7 +565,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
         return;
     }
   };
-  runtime.register(o.id, onMessage);
+  runtime.register(o.id, failingOnThrow(ledger, toActor, onMessage));
   runtime.supervise(o.id, actor);
   actor.start();
   return handle;

@@ -8,6 +8,7 @@ import type { Scenario } from '../actors/config.ts';
 import { createWallClock, type Clock } from '../runtime/clock.ts';
 import { createRng } from '../runtime/rng.ts';
 import { createRuntime, type Runtime } from '../runtime/system.ts';
+import { faultHandler, timerFailed } from '../runtime/contain.ts';
 import { CLIENT_SUBPROTOCOLS } from '../transport/client-protocol.ts';
 import { createHttpHandler } from './http/handler.ts';
 import type { AdminHooks } from './http/admin.ts';
@@ -142,15 +143,21 @@ export interface RunningServer {
 
 export { ServeError };
 
+/** The control plane's runtime: a fault an actor contained is logged; one it did not (its state unknown) ends the
+ * process, naming its requests. */
+function controlRuntime(seed: number, clock: Clock, log: (line: string) => void): Runtime {
+  return createRuntime({ name: 'control', clock, rng: createRng(seed).fork('control'), onFault: faultHandler(log) });
+}
+
 /** Starts serving `scenario`; resolves once the HTTP server listens. */
 export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const host = opts.host ?? '127.0.0.1';
   const clientTokens = opts.clientTokens ?? [];
   checkOptions(opts, host, clientTokens);
   const workerAllow = allowListOrRefuse(opts.workerAllow, host);
-  const clock = opts.clock ?? createWallClock();
   const log = opts.log ?? (() => {});
-  const runtime = createRuntime({ name: 'control', clock, rng: createRng(opts.scenario.seed).fork('control') });
+  const clock = opts.clock ?? createWallClock(timerFailed(log));
+  const runtime = controlRuntime(opts.scenario.seed, clock, log);
   const cp = startControlPlane(runtime, opts.scenario, {
     checkInvariants: false,
     collector: createBoundedCollector(),
@@ -170,7 +177,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   });
   const metrics = createServerMetrics(cp, node);
   cp.onStep = (r, plan) => metrics.step(r.model, plan.entries.length);
-  const base = createServing(cp, node, metrics, opts.tokenizers, log);
+  const base = createServing(cp, node, metrics, opts.tokenizers);
   const tenantGate = opts.tenants
     ? createTenantGate(base, {
         clock,

@@ -6,7 +6,6 @@ import type { NodeLink } from '../actors/node-link.ts';
 import type { ClientRequest, Sampling } from '../transport/client-protocol.ts';
 import type { ServerMetrics } from './metrics.ts';
 import { estimateTokens, textRange, textSeed } from './pseudo-text.ts';
-import { contained } from '../runtime/contain.ts';
 
 /** How the edge hands an accepted request over, besides the request itself: how its tokens are delivered, and the
  * facts the edge assigned to it (not the client's to choose). */
@@ -147,37 +146,21 @@ class Relay implements ClientListener {
     private readonly promptTokens: number,
     private readonly text: Text,
     private readonly seed: number,
-    private readonly cp: ControlPlane,
-    private readonly log: (line: string) => void,
   ) {}
   accepted(): void {
     this.isAccepted = true;
   }
-  tokens(id: string, seq: number, n: number, _t: number, text?: string): void {
+  // A sink that throws is the control plane's to contain (RequestTable.deliver, and its end): that request alone fails.
+  tokens(_id: string, seq: number, n: number, _t: number, text?: string): void {
     const t = this.text;
-    try {
-      // The cost model's words are made only when asked for.
-      this.sink.tokens(
-        seq,
-        n,
-        t === Text.None ? undefined : t === Text.Engine ? (text ?? '') : textRange(this.seed, seq, n),
-      );
-    } catch (e) {
-      // This request's client side failed: it alone ends (internal), once the step that is applying it is done.
-      this.log(`request ${id}: delivering its tokens failed: ${contained(e)}`);
-      const { cp } = this;
-      cp.runtime.clock.setTimeout(() => cp.fail(id, `the server failed while streaming request ${id}`), 0);
-    }
+    // The cost model's words are made only when asked for.
+    this.sink.tokens(
+      seq,
+      n,
+      t === Text.None ? undefined : t === Text.Engine ? (text ?? '') : textRange(this.seed, seq, n),
+    );
   }
-  terminal(id: string, o: TerminalOutcome): void {
-    try {
-      this.relayEnd(o);
-    } catch (e) {
-      // The request has ended in the control plane (everything it held is released); only its answer failed.
-      this.log(`request ${id}: delivering its end failed: ${contained(e)}`);
-    }
-  }
-  private relayEnd(o: TerminalOutcome): void {
+  terminal(_id: string, o: TerminalOutcome): void {
     this.metrics.outcome(this.model, o);
     // A rejection is answered by submit's return value; only accepted requests hear a terminal event.
     if (!this.isAccepted) return;
@@ -210,7 +193,6 @@ export function createServing(
   node: NodeLink,
   metrics: ServerMetrics,
   tokenizers: ReadonlyMap<string, PromptTokenizer> = new Map(),
-  log: (line: string) => void = () => {},
 ): Serving {
   // A real engine's prompt is counted by its own tokenizer (routing, admission, usage, tenants' charges); else it is
   // the client's count or the estimate.
@@ -245,7 +227,7 @@ export function createServing(
     const mode = text(delivery, engine);
     // The words' seed (a hash of the prompt) only when the cost model's words are streamed.
     const seed = mode === Text.Words ? textSeed(`${req.model}\u0000${req.prompt ?? String(promptTokens)}`) : 0;
-    const relay = new Relay(sink, metrics, req.model, req.maxTokens, promptTokens, mode, seed, cp, log);
+    const relay = new Relay(sink, metrics, req.model, req.maxTokens, promptTokens, mode, seed);
     const res = cp.submit(
       {
         ...(delivery.id !== undefined ? { id: delivery.id } : {}),

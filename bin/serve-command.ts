@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { ConfigError, loadScenario, type Scenario } from '../actors/config.ts';
 import type { PromptTokenizer } from '../api/serving.ts';
 import { createWallClock } from '../runtime/clock.ts';
+import { timerFailed } from '../runtime/contain.ts';
 import { ServeError, startServer, type RunningServer, type ServerOptions } from '../api/server.ts';
 import { superviseWorker, type WorkerSupervisor } from '../actors/worker-supervisor.ts';
 import { servedModelRoots } from '../actors/worker/model-roots.ts';
@@ -264,8 +265,8 @@ export async function runServeCommand(argv: string[]): Promise<number> {
   const workerGiven = supplied.worker[0];
   const adminToken = adminGiven ?? secret();
   const workerToken = workerGiven ?? secret();
-  const clock = createWallClock();
   const log = (line: string): void => void process.stderr.write(`${line}\n`);
+  const clock = createWallClock(timerFailed(log));
   const operator = operatorFor(f['state-file'], scenario, log);
   if (!operator.ok) return refuse(operator.message);
   let supervisor: WorkerSupervisor | null = null;

@@ -56,8 +56,8 @@ export type ReplicaEvent =
   | { type: 'gpu.failed'; gpu: number; code: string }
   | { type: 'gpu.released'; gpu: number; epoch: number }
   | { type: 'replica.stop' }
-  /** The replica's own step loop, run outside the machine, broke an invariant: the replica fails as if its
-   * step actions had thrown `error` (see actors/replica.ts, the direct step). */
+  /** The replica's step loop (or its handling of a message about its work) threw `error`: what its ledger holds is
+   * unknown, so a serving replica fails as a unit, as when it loses a GPU (see actors/replica.ts). */
   | { type: 'step.crashed'; error: unknown };
 
 /** A replica ends stopped; its output says whether it failed. */
@@ -86,6 +86,13 @@ export type ReplicaTag =
   /** Lost a GPU: the gang is being released. */
   | 'failed';
 
+/** A serving replica whose step loop failed fails as a unit, as on a GPU fault: the step in flight is forgotten,
+ * every request it holds resumed elsewhere or failed, the epoch raised, and its GPUs released (none has failed). */
+const failOnCrash = {
+  target: '#replica.failed',
+  actions: ['crash', 'abortStep', 'interruptAll', 'raiseEpoch', 'tellFailed'],
+} as const;
+
 /** The replica machine: placing → loading → ready{idle, busy, saturated} → draining → unloading → stopped; failed. */
 export const replicaMachine = setup({
   types: {
@@ -110,7 +117,8 @@ export const replicaMachine = setup({
     interruptAll: () => {},
     /** Asks each GPU of the gang that is neither released nor failed to unload. */
     releaseGpus: () => {},
-    /** Rethrows a step loop's broken invariant (`step.crashed`), so the actor errors as its step actions would have. */
+    /** Reports a step loop's failure (`step.crashed`) as a fault the replica contains; rethrows a broken invariant,
+     * which it cannot (the actor then errors). */
     crash: () => {},
     tellReady: emit(({ context }) => ({
       type: 'out' as const,
@@ -256,6 +264,7 @@ export const replicaMachine = setup({
         'replica.drain': { target: 'draining', actions: assign({ drainDeadlineMs: ({ event }) => event.deadlineMs }) },
         'replica.stop': { target: 'draining', actions: assign({ drainDeadlineMs: 0 }) },
         'step.completed': { guard: 'rankOfStep', actions: 'countRank' },
+        'step.crashed': failOnCrash,
       },
       states: {
         idle: {
@@ -285,6 +294,7 @@ export const replicaMachine = setup({
       after: {
         drainDeadline: { target: 'unloading', actions: ['abortStep', 'interruptAll'] },
       },
+      on: { 'step.crashed': failOnCrash },
       states: {
         settling: {
           always: [{ guard: 'isStepping', target: 'stepping' }, { target: '#replica.unloading' }],
@@ -329,6 +339,7 @@ export const replicaMachine = setup({
     },
   },
   on: {
+    // A replica that holds no work (loading, leaving) only reports it.
     'step.crashed': { actions: 'crash' },
     // The whole gang fails once: the epoch rises so late results of the dead epoch are dropped.
     'gpu.failed': {

@@ -172,22 +172,36 @@ export function createVirtualClock(startMs = 0): VirtualClock {
   };
 }
 
-/** The wall clock for serving: milliseconds from process start, timers from the host. */
-export function createWallClock(): Clock {
+/**
+ * The wall clock for serving: milliseconds from process start, timers from the host. With `onError`, a timer whose
+ * callback throws fails alone: the error goes to `onError` (which logs it, or ends the process over a broken
+ * invariant) and every other timer runs on; without it, the error is the host's uncaught exception.
+ */
+export function createWallClock(onError?: (e: unknown) => void): Clock {
   const origin = performance.now();
   const immediates = new ChurnMap<number, NodeJS.Immediate>();
   let nextImmediate = 0;
+  // One function for every timer (the callback is its argument): no closure per timer.
+  const run = onError
+    ? (fn: () => void): void => {
+        try {
+          fn();
+        } catch (e) {
+          onError(e);
+        }
+      }
+    : (fn: () => void): void => fn();
   return {
     now: () => performance.now() - origin,
     setTimeout: (fn, ms) => {
-      if (ms > 0) return setTimeout(fn, ms) as unknown as TimerId;
+      if (ms > 0) return setTimeout(run, ms, fn) as unknown as TimerId;
       // Node clamps setTimeout(fn, 0) to 1 ms; a zero delay runs on the next turn of the event loop instead.
       const id = -++nextImmediate;
       immediates.set(
         id,
         setImmediate(() => {
           immediates.delete(id);
-          fn();
+          run(fn);
         }),
       );
       return id;

@@ -93,16 +93,24 @@ export function createDeadlineWheel(clock: Clock, compactMin = COMPACT_MIN): Dea
     timer = null;
     timerAt = Infinity;
     const now = clock.now();
+    // One deadline's callback that throws fails alone: the others due fire, the wheel is armed for the next, and then
+    // the first error goes on up to the clock (whose caller contains or reports it).
+    let failed: { error: unknown } | null = null;
     while (heap.length > 0 && heap[0]!.at <= now) {
       const e = pop()!;
       const fire = e.fire;
       if (fire === null) continue;
       // Fired, it is out of the heap: a later disarm is a no-op and counts nothing.
       e.fire = null;
-      fire();
+      try {
+        fire();
+      } catch (error) {
+        failed ??= { error };
+      }
     }
     schedule();
     bound();
+    if (failed) throw failed.error;
   };
   return {
     arm: (at, fire) => {

@@ -22,6 +22,11 @@ export type Msg = Message;
 export interface ActorFault {
   actor: string;
   error: unknown;
+  /** The requests it touched, when the actor knows them. */
+  requests?: readonly string[];
+  /** Contained: the actor gave up what it held as a unit (a replica fails, its requests resumed or failed) and the
+   * process serves on. Absent: the actor is dead and its part of the state unknown. */
+  contained?: true;
 }
 
 /**
@@ -87,6 +92,8 @@ export interface Runtime {
   group(name: string): ActorGroup;
   /** Errors raised inside actors (a broken invariant), in order. */
   readonly faults: ActorFault[];
+  /** Records a fault an actor contained itself (or one it reports by hand), as its errors are. */
+  fault(f: ActorFault): void;
   /** Messages that found no destination, by message type. */
   readonly dropped: Map<string, number>;
   /** Inspects every live supervised actor (replaying each one's current snapshot first) until cleared with null;
@@ -148,10 +155,16 @@ export function createRuntime(opts: {
   ids?: IdGen;
   /** Every event through the machines, always (the simulator's reference run; see `stepByStep()`). */
   stepByStep?: boolean;
+  /** Hears each fault as it is recorded (serving logs it, and ends the process over one not contained). */
+  onFault?(f: ActorFault): void;
 }): Runtime {
   const local = new Map<string, (msg: Msg) => void>();
   const dropped = new Map<string, number>();
   const faults: ActorFault[] = [];
+  const fault = (f: ActorFault): void => {
+    faults.push(f);
+    opts.onFault?.(f);
+  };
   let remote: ((to: string, msg: Msg) => void) | null = null;
   // Live supervised actors, so that an inspector set later also sees the ones already running.
   const inspectable = new Map<string, { actor: AnyActorRef; sub: Subscription | null }>();
@@ -178,7 +191,7 @@ export function createRuntime(opts: {
       } else if (type.startsWith(ERROR)) {
         const id = type.slice(ERROR.length);
         members.delete(id);
-        faults.push({ actor: id, error: (event as EventObject & { error?: unknown }).error });
+        fault({ actor: id, error: (event as EventObject & { error?: unknown }).error });
       }
     };
     const parent = createActor(groupLogic(hear), { id: name, clock: opts.clock });
@@ -223,7 +236,7 @@ export function createRuntime(opts: {
       };
       actor.subscribe({
         error: (error) => {
-          faults.push({ actor: id, error });
+          fault({ actor: id, error });
           forget();
         },
         complete: forget,
@@ -231,6 +244,7 @@ export function createRuntime(opts: {
     },
     group,
     faults,
+    fault,
     dropped,
     stepByStep: () => inspector !== null || opts.stepByStep === true,
     // An inspector must see every step's reports: no lane while one watches.

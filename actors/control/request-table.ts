@@ -18,7 +18,7 @@ import type { DecisionTrace } from '../router/router.ts';
 import type { Runtime } from '../../runtime/system.ts';
 import type { DeadlineWheel } from '../../runtime/deadlines.ts';
 import { ChurnMap } from '../../runtime/churn-map.ts';
-import { BrokenInvariant } from '../../runtime/contain.ts';
+import { BrokenInvariant, contained } from '../../runtime/contain.ts';
 import { HELD_ADDRESS } from './held-queue.ts';
 import type { Live, RequestActor } from './types.ts';
 
@@ -37,6 +37,8 @@ export interface RequestTableDeps {
   /** A request's first scheduling (invariant checks and estimate error). */
   scheduled(l: Live, t: number): void;
   onIdle?(): void;
+  /** The operator's log: a request whose client side threw (it alone fails, with `internal`). */
+  log?(line: string): void;
 }
 
 /** The live requests of a control plane. */
@@ -57,6 +59,17 @@ export interface RequestTable {
   markScheduled(l: Live, t: number): void;
   /** A new sequence for `l` that has `generated` tokens already (re-prefilled on a resume). */
   newSequence(l: Live, generated: number): Sequence;
+  /**
+   * Hands `n` tokens (the first numbered `seq`) to a request's client. A client side that throws fails that request
+   * alone (`internal`, logged), once the step or turn delivering them is done: the others in it go on.
+   */
+  deliver(l: Live, seq: number, n: number, t: number, text?: string): void;
+  /**
+   * Contains an exception raised while `what` for one request, outside its actor: logged, and the request alone fails
+   * (`internal`, fail()) at once, or with `later` once the step or turn that raised it is done. A BrokenInvariant is
+   * not contained: it goes on up.
+   */
+  contain(id: string, what: string, e: unknown, later?: boolean): void;
   cancel(id: string): boolean;
   /**
    * Ends a live request whose handling threw with `internal`: it leaves the queue it waits in (its replica's, or the
@@ -145,6 +158,7 @@ function sequenceListener(
   streams: boolean,
   markScheduled: (l: Live, t: number) => void,
   collector: Collector,
+  deliver: RequestTable['deliver'],
 ): SequenceListener {
   return {
     scheduled: (seq, t) => {
@@ -166,8 +180,7 @@ function sequenceListener(
         collector.tbt(model, t - seq.lastTokenAt);
       }
       if (!streams) return;
-      const l = seq.tag as Live;
-      l.listener!.tokens!(l.id, seq.generated - n, n, t, seq.tokens?.lastText);
+      deliver(seq.tag as Live, seq.generated - n, n, t, seq.tokens?.lastText);
     },
     finished: (seq, t) => {
       (seq.tag as Live).actor.send({ type: 'request.finished', tokens: seq.generated, t });
@@ -203,6 +216,55 @@ function liveOf(rec: Omit<Live, 'actor' | 'streams'>, actor: Live['actor']): Liv
     heldSince: rec.heldSince,
     disarm: rec.disarm,
   };
+}
+
+/** Ending one request whose handling threw, alone (fail), containing such a throw (contain), and handing tokens to a
+ * client whose side may throw (deliver): see RequestTable. */
+function failingAlone(
+  deps: RequestTableDeps,
+  live: ChurnMap<string, Live>,
+): Pick<RequestTable, 'fail' | 'contain' | 'deliver'> {
+  const { clock } = deps.runtime;
+  const fail = (id: string, message: string): boolean => {
+    const l = live.get(id);
+    if (!l) return false;
+    try {
+      const t = clock.now();
+      const at = l.actor.getSnapshot().context.replica;
+      l.actor.send({ type: 'request.failed', code: 'internal', message, tokens: streamedOf(l), t });
+      // As a cancel withdraws it (the request machine's `withdraw`), from wherever it was handed (or the hold).
+      deps.runtime.send(at ?? HELD_ADDRESS, { type: 'request.withdraw', id });
+    } catch (e) {
+      throw new BrokenInvariant(`failing ${id} after its handling threw, threw again`, [id], e);
+    }
+    return true;
+  };
+
+  // Requests to fail once the step (or turn) that raised their failure is done, each once.
+  const failing = new Set<string>();
+  const contain = (id: string, what: string, e: unknown, later = false): void => {
+    deps.log?.(`request ${id}: ${what} failed: ${contained(e)}`);
+    const message = `the server failed while ${what} (request ${id})`;
+    if (!later) {
+      fail(id, message);
+      return;
+    }
+    if (failing.has(id)) return;
+    failing.add(id);
+    clock.setTimeout(() => {
+      failing.delete(id);
+      fail(id, message);
+    }, 0);
+  };
+  const deliver = (l: Live, seq: number, n: number, t: number, text?: string): void => {
+    try {
+      l.listener?.tokens?.(l.id, seq, n, t, text);
+    } catch (e) {
+      // The step goes on for the others; this request alone fails once it is done.
+      contain(l.id, 'delivering its tokens', e, true);
+    }
+  };
+  return { fail, contain, deliver };
 }
 
 /** Creates the request table. */
@@ -243,9 +305,11 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
   const listenerOf = (model: string, streams: boolean): SequenceListener => {
     const key = streams ? `${model}\u0000streams` : model;
     let x = listeners.get(key);
-    if (!x) listeners.set(key, (x = sequenceListener(model, streams, markScheduled, deps.collector)));
+    if (!x) listeners.set(key, (x = sequenceListener(model, streams, markScheduled, deps.collector, deliver)));
     return x;
   };
+
+  const { fail, contain, deliver } = failingAlone(deps, live);
 
   const newSequence = (l: Live, generated: number): Sequence => {
     const seq = createSequence({
@@ -289,14 +353,19 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       resumes: c.resumes,
       preemptions: c.preemptions,
     });
-    l.listener?.terminal?.(l.id, {
-      outcome,
-      code: c.code,
-      message: c.message,
-      tokens: streamedOf(l),
-      ...(l.retryAfterMs !== undefined ? { retryAfterMs: l.retryAfterMs } : {}),
-      timings: { receivedAt: l.receivedAt, firstTokenAt: c.firstTokenAt, finishedAt },
-    });
+    try {
+      l.listener?.terminal?.(l.id, {
+        outcome,
+        code: c.code,
+        message: c.message,
+        tokens: streamedOf(l),
+        ...(l.retryAfterMs !== undefined ? { retryAfterMs: l.retryAfterMs } : {}),
+        timings: { receivedAt: l.receivedAt, firstTokenAt: c.firstTokenAt, finishedAt },
+      });
+    } catch (e) {
+      // The request has ended and released what it held: only telling its client failed.
+      deps.log?.(`request ${l.id}: delivering its end failed: ${contained(e)}`);
+    }
     if (live.size === 0) deps.onIdle?.();
   };
 
@@ -329,26 +398,15 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
     addTrace,
     markScheduled,
     newSequence,
+    deliver,
+    contain,
     cancel: (id) => {
       const l = live.get(id);
       if (!l) return false;
       l.actor.send({ type: 'request.cancel', t: clock.now() });
       return true;
     },
-    fail: (id, message) => {
-      const l = live.get(id);
-      if (!l) return false;
-      try {
-        const t = clock.now();
-        const at = l.actor.getSnapshot().context.replica;
-        l.actor.send({ type: 'request.failed', code: 'internal', message, tokens: streamedOf(l), t });
-        // As a cancel withdraws it (the request machine's `withdraw`), from wherever it was handed (or the hold).
-        deps.runtime.send(at ?? HELD_ADDRESS, { type: 'request.withdraw', id });
-      } catch (e) {
-        throw new BrokenInvariant(`failing ${id} after its handling threw, threw again`, [id], e);
-      }
-      return true;
-    },
+    fail,
     progress: (id) => {
       const l = live.get(id);
       return l ? { tokens: streamedOf(l), firstTokenAt: l.actor.getSnapshot().context.firstTokenAt } : null;

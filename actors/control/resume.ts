@@ -78,25 +78,35 @@ export function createResumer(deps: ResumeDeps): Resumer {
     }
   };
 
+  /** One request a replica gave up: resumed elsewhere, held, or (its resumes spent) ended by its machine. */
+  const interruptOne = (l: Live, s: Sequence, reason: OutcomeCode, t: number): void => {
+    if (l.actor.getSnapshot().status !== 'active') return;
+    const from = l.actor.getSnapshot().context.replica;
+    l.actor.send({
+      type: 'request.interrupted',
+      code: reason,
+      message: `the replica serving it failed (${reason})`,
+      tokens: s.generated,
+      t,
+    });
+    if (l.actor.getSnapshot().status !== 'active') return;
+    // Resumed: re-prefill what the client already has, on another replica of the same model@version.
+    if (resume(l, s.generated, from, true, true)) return;
+    held.pushFront(l);
+    deps.demand(l.model);
+  };
+
   return {
     interrupted: (seqs, reason) => {
       const t = clock.now();
       for (const s of seqs) {
         const l = s.tag as Live;
-        if (l.actor.getSnapshot().status !== 'active') continue;
-        const from = l.actor.getSnapshot().context.replica;
-        l.actor.send({
-          type: 'request.interrupted',
-          code: reason,
-          message: `the replica serving it failed (${reason})`,
-          tokens: s.generated,
-          t,
-        });
-        if (l.actor.getSnapshot().status !== 'active') continue;
-        // Resumed: re-prefill what the client already has, on another replica of the same model@version.
-        if (resume(l, s.generated, from, true, true)) continue;
-        held.pushFront(l);
-        deps.demand(l.model);
+        try {
+          interruptOne(l, s, reason, t);
+        } catch (e) {
+          // This request alone fails; the others the replica gave up are resumed or held as usual.
+          table.contain(l.id, 'resuming it', e);
+        }
       }
     },
     replicaReady: (r) => dispatch(r.model, r.version),

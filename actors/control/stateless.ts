@@ -11,6 +11,8 @@ export interface StatelessDeps {
   replicas(): Iterable<ReplicaHandle>;
   ejected(id: string): string | null;
   markScheduled(l: Live, t: number): void;
+  /** Hands tokens to a request's client (RequestTable.deliver: a client that throws fails alone). */
+  deliver(l: Live, seq: number, n: number, t: number): void;
 }
 
 /** Stateless dispatch. */
@@ -64,7 +66,7 @@ export function createStatelessDispatch(deps: StatelessDeps): StatelessDispatch 
           return;
         }
         l.actor.send({ type: 'request.firstToken', t });
-        l.listener?.tokens?.(l.id, 0, 1, t);
+        deps.deliver(l, 0, 1, t);
         l.streamed = 1;
         l.actor.send({ type: 'request.finished', tokens: 1, t });
       },

@@ -7,7 +7,8 @@ import { createActor } from 'xstate';
 import { nodeAgentMachine } from '../../machines/node-agent.machine.ts';
 import { createWallClock, type Clock } from '../../runtime/clock.ts';
 import { createRng } from '../../runtime/rng.ts';
-import { createRuntime, type Runtime } from '../../runtime/system.ts';
+import { createRuntime, type Msg, type Runtime } from '../../runtime/system.ts';
+import { contained, faultHandler, timerFailed } from '../../runtime/contain.ts';
 import {
   createCostModelExecutor,
   createTimedExecutor,
@@ -68,12 +69,34 @@ export function createExecutor(kind: ExecutorKind, clock: Clock, timeScale = 1, 
   return createCostModelExecutor(clock, timeScale);
 }
 
+/** The worker's runtime for one registration: a fault an actor contained is logged; one it did not (its state
+ * unknown) ends the process. */
+function nodeRuntime(epoch: number, clock: Clock, log: (line: string) => void): Runtime {
+  return createRuntime({
+    name: `node@${epoch}`,
+    clock,
+    rng: createRng(epoch).fork('node'),
+    onFault: faultHandler(log),
+  });
+}
+
+/** Hands one message from the control plane to its entity. Its handling failing refuses it alone (logged): the worker
+ * serves its other replicas on, and a step it dropped is the control plane's to detect (no progress fails that
+ * replica as a unit). */
+function deliverOne(runtime: Runtime, to: string, msg: Msg, log: (line: string) => void): void {
+  try {
+    runtime.send(to, msg);
+  } catch (e) {
+    log(`handling ${msg.type} for ${to} failed: ${contained(e)}`);
+  }
+}
+
 const nodeAccepts = (to: string): boolean => to === 'link' || to === 'node' || /^gpu\.\d+$/.test(to);
 
 /** Runs a worker until `stop()`: connects, registers its GPUs, executes steps, and reconnects when the link drops. */
 export function startNodeProcess(opts: NodeProcessOptions): NodeProcess {
-  const clock = opts.clock ?? createWallClock();
   const log = opts.log ?? (() => {});
+  const clock = opts.clock ?? createWallClock(timerFailed(log));
   const nodeName = opts.node ?? 'node';
   const scale = opts.timeScale ?? 1;
   const executor = createExecutor(opts.executor ?? 'cost-model', clock, scale, opts.fixedStepMs);
@@ -131,7 +154,7 @@ export function startNodeProcess(opts: NodeProcessOptions): NodeProcess {
                 }
                 return;
               }
-              runtime?.send(to, msg);
+              if (runtime) deliverOne(runtime, to, msg, log);
             },
             onRefused: (reason) => log(`refused frame from the control plane: ${reason}`),
           });
@@ -170,7 +193,7 @@ export function startNodeProcess(opts: NodeProcessOptions): NodeProcess {
           return;
         }
         const repairMs = opts.repairMs ?? (settings.repairMs !== undefined ? settings.repairMs * scale : undefined);
-        runtime = createRuntime({ name: `node@${context.epoch}`, clock, rng: createRng(context.epoch).fork('node') });
+        runtime = nodeRuntime(context.epoch, clock, log);
         runtime.setRemote((to, msg) => l?.send(to, msg));
         agent = startNodeAgent(runtime, {
           id: 'node',

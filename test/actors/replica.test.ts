@@ -8,11 +8,12 @@ import { createCostModel } from '../../actors/gpu/cost-model.ts';
 import { gpuProfile, modelProfile } from '../../actors/gpu/profiles.ts';
 import { createSequence } from '../../actors/batcher/sequence.ts';
 import type { MessageOf } from '../../machines/messages.ts';
+import { BrokenInvariant } from '../../runtime/contain.ts';
 
 const ID = 'replica.big@v1#0';
 
 /** A TP-2 replica whose GPUs live elsewhere: every command it sends is recorded with its virtual time. */
-function setup(opts: { stepByStep?: boolean; onStep?: () => void } = {}) {
+function setup(opts: { stepByStep?: boolean; onStep?: () => void; onInterrupted?: (ids: string[]) => void } = {}) {
   const clock = createVirtualClock();
   const runtime = createRuntime({ name: 't', clock, rng: createRng(1), stepByStep: opts.stepByStep === true });
   const sent: { t: number; to: string; msg: Msg }[] = [];
@@ -36,14 +37,14 @@ function setup(opts: { stepByStep?: boolean; onStep?: () => void } = {}) {
       // Llama-3-70B leaves no room for KV on two GPUs; the steps tests need some.
       blocksTotal: 1024,
     },
-    onInterrupted: () => {},
+    onInterrupted: (seqs) => opts.onInterrupted?.(seqs.map((q) => q.id)),
     ...(opts.onStep ? { onStep: opts.onStep } : {}),
   });
   return { r, sent, runtime, run: (ms: number) => void clock.run(clock.now() + ms) };
 }
 
 /** A loaded replica with `n` sequences of 3 output tokens; `report()` answers the step in flight from both ranks. */
-function stepping(opts: { stepByStep?: boolean; onStep?: () => void }) {
+function stepping(opts: { stepByStep?: boolean; onStep?: () => void; onInterrupted?: (ids: string[]) => void }) {
   const t = setup(opts);
   t.r.send({ type: 'replica.start' });
   for (const gpu of [0, 1]) t.r.send({ type: 'gpu.loaded', gpu, epoch: 1 });
@@ -122,8 +123,37 @@ describe('replica', () => {
         expect(r.state()).toBe('ready.idle');
       });
 
-      it(`fails the actor with a broken invariant of the step loop (stepByStep ${stepByStep})`, () => {
-        const broken = new Error('ledger drift');
+      it(`fails as a unit when its step loop throws, its requests handed back once (stepByStep ${stepByStep})`, () => {
+        const thrown = new Error('ledger drift');
+        let n = 0;
+        const interrupted: string[][] = [];
+        const { r, runtime, report, sent } = stepping({
+          stepByStep,
+          onStep: () => {
+            if (++n === 2) throw thrown;
+          },
+          onInterrupted: (ids) => interrupted.push(ids),
+        });
+        report();
+        report();
+        // Reported as a fault (the simulator's checks still see it), contained, naming the requests it held.
+        expect(runtime.faults).toEqual([{ actor: ID, error: thrown, requests: ['a', 'b'], contained: true }]);
+        expect(interrupted).toEqual([['a', 'b']]);
+        expect(r.hasTag('failed')).toBe(true);
+        expect(r.epoch).toBe(2);
+        expect(r.actor.getSnapshot().status).toBe('active');
+        expect(sent.filter((x) => x.msg.type === 'replica.failed').map((x) => x.to)).toEqual(['placement']);
+        expect(to(sent, 'gpu.release')).toEqual(['gpu.0', 'gpu.1']);
+        // No step after it: a late report of the dead epoch changes nothing.
+        const steps = to(sent, 'step.execute').length;
+        for (const gpu of [0, 1])
+          runtime.send(ID, { type: 'step.completed', gpu, replica: ID, epoch: 1, step: 2, busyMs: 1 });
+        expect(to(sent, 'step.execute')).toHaveLength(steps);
+        expect(interrupted).toHaveLength(1);
+      });
+
+      it(`errors, not contained, on a broken invariant of the step loop (stepByStep ${stepByStep})`, () => {
+        const broken = new BrokenInvariant('ledger drift', ['a']);
         let n = 0;
         const { r, runtime, report } = stepping({
           stepByStep,

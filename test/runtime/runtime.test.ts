@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { createVirtualClock } from '../../runtime/clock.ts';
+import { createVirtualClock, createWallClock } from '../../runtime/clock.ts';
 import { createRng } from '../../runtime/rng.ts';
 import fc from 'fast-check';
 import { createDeadlineWheel } from '../../runtime/deadlines.ts';
@@ -102,6 +102,25 @@ describe('seeded rng', () => {
 });
 
 describe('deadline wheel', () => {
+  it('fires the others due and later ones when one callback throws, then passes its error on to the clock', () => {
+    const c = createVirtualClock();
+    const w = createDeadlineWheel(c);
+    const fired: string[] = [];
+    const boom = new Error('one deadline broke');
+    w.arm(10, () => fired.push('a@10'));
+    w.arm(10, () => {
+      throw boom;
+    });
+    w.arm(10, () => fired.push('c@10'));
+    w.arm(20, () => fired.push('d@20'));
+    expect(() => c.run()).toThrow(boom);
+    expect(fired).toEqual(['a@10', 'c@10']);
+    // The wheel is armed again for what is left: the later deadline still fires.
+    c.run();
+    expect(fired).toEqual(['a@10', 'c@10', 'd@20']);
+    expect(w.armed).toBe(0);
+  });
+
   it('fires every deadline at its time with one clock timer at a time', () => {
     const c = createVirtualClock();
     const w = createDeadlineWheel(c);
@@ -228,5 +247,29 @@ describe('runtime', () => {
     rt.setRemote((to, m) => remote.push(`${to}:${m.type}`));
     rt.send('b', { type: 'gpu.fence', gpu: 1, code: 'xid_79' });
     expect(remote).toEqual(['b:gpu.fence']);
+  });
+});
+
+describe('wall clock', () => {
+  it("hands a timer's error to onError and runs the other timers on", async () => {
+    const errors: unknown[] = [];
+    const c = createWallClock((e) => errors.push(e));
+    const boom = new Error('one timer broke');
+    const ran: string[] = [];
+    await new Promise<void>((resolve) => {
+      c.setTimeout(() => {
+        throw boom;
+      }, 0);
+      c.setTimeout(() => ran.push('immediate'), 0);
+      c.setTimeout(() => {
+        throw boom;
+      }, 1);
+      c.setTimeout(() => {
+        ran.push('later');
+        resolve();
+      }, 5);
+    });
+    expect(ran).toEqual(['immediate', 'later']);
+    expect(errors).toEqual([boom, boom]);
   });
 });

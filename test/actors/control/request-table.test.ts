@@ -124,7 +124,7 @@ describe('request actors started from the initial snapshot', () => {
   });
 });
 
-function table(): {
+function table(log?: (line: string) => void): {
   t: RequestTable;
   wheel: ReturnType<typeof createDeadlineWheel>;
   clock: ReturnType<typeof createVirtualClock>;
@@ -141,6 +141,7 @@ function table(): {
     oracle: () => false,
     expiryTrace: () => ({}) as DecisionTrace,
     scheduled: () => {},
+    ...(log ? { log } : {}),
   });
   return { t, wheel, clock, runtime };
 }
@@ -207,5 +208,31 @@ describe('failing a request whose handling threw', () => {
     expect((thrown as BrokenInvariant).requests).toEqual(['req.7']);
     expect(() => contained(thrown)).toThrow(/req\.7/);
     expect(contained(new Error('one request only'))).toMatch(/one request only/);
+  });
+});
+
+describe('a client that throws when told its request expired', () => {
+  it('leaves the request ended and released, logged, with no fault', () => {
+    const lines: string[] = [];
+    const { t, clock, runtime } = table((line) => lines.push(line));
+    const ends: string[] = [];
+    const broken = {
+      terminal: () => {
+        throw new Error('the client of a broke');
+      },
+    };
+    t.start({ ...rec('a'), listener: broken }, { budgetMs: 50, maxResumes: 1 }, { replica: 'r', t: 0 });
+    t.start(
+      { ...rec('b'), listener: { terminal: (id) => void ends.push(id) } },
+      { budgetMs: 50, maxResumes: 1 },
+      { replica: 'r', t: 0 },
+    );
+    clock.run();
+    expect(runtime.faults).toEqual([]);
+    expect(t.size).toBe(0);
+    expect(ends).toEqual(['b']);
+    expect(lines).toEqual([
+      expect.stringMatching(/^request a: delivering its end failed: Error: the client of a broke/),
+    ]);
   });
 });

@@ -14,6 +14,18 @@ const until = async (f: () => boolean, ms = 15_000): Promise<void> => {
   }
 };
 
+/** Submits one request of 5 tokens to `s` and waits for all of them. */
+async function servesOne(s: RunningServer): Promise<void> {
+  let tokens = 0;
+  const r = s.serving.submit(
+    { model: 'llama-3-8b', promptTokens: 4, maxTokens: 5 },
+    { tokens: (_seq, n) => (tokens += n), done: () => {}, failed: () => {} },
+    { text: false },
+  );
+  expect(r.ok).toBe(true);
+  await until(() => tokens === 5);
+}
+
 let server: RunningServer | null = null;
 let worker: NodeProcess | null = null;
 afterEach(async () => {
@@ -50,14 +62,46 @@ describe('node process', () => {
     expect(w.state()).toBe('serving');
     await until(() => s.serving.readiness()['llama-3-8b']!.ready);
 
-    let tokens = 0;
-    const r = s.serving.submit(
-      { model: 'llama-3-8b', promptTokens: 4, maxTokens: 5 },
-      { tokens: (_seq, n) => (tokens += n), done: () => {}, failed: () => {} },
-      { text: false },
-    );
-    expect(r.ok).toBe(true);
-    await until(() => tokens === 5);
+    await servesOne(s);
+  });
+
+  it('refuses a control-plane message whose handling throws and serves on', async () => {
+    const scenario = normalizeScenario({
+      name: 't',
+      models: [{ name: 'llama-3-8b', profile: 'llama-3-8b', tp: 1, replicas: 1 }],
+    });
+    server = await startServer({ scenario, port: 0, workerTokens: ['w'], adminTokens: ['a'] });
+    const lines: string[] = [];
+    worker = startNodeProcess({
+      url: server.nodeUrl,
+      token: 'w',
+      gpus: [0, 1],
+      timeScale: 0.001,
+      log: (line) => lines.push(line),
+    });
+    const s = server;
+    await until(() => s.serving.readiness()['llama-3-8b']!.ready);
+    const [replica] = [...s.cp.placement.replicas.values()];
+    const spare = [0, 1].find((g) => !replica!.gpus.includes(g))!;
+    // A well-formed assignment the worker cannot carry out: its model has no profile there, so handling it throws.
+    s.runtime.send(`gpu.${spare}`, {
+      type: 'gpu.assign',
+      gpu: spare,
+      replica: 'replica.nothing@v1#0',
+      epoch: 1,
+      model: 'no-such-model',
+      gpuType: 'H100-SXM',
+      tp: 1,
+      loadMs: 1,
+      unloadMs: 1,
+    });
+    s.node.flush();
+    await until(() => lines.some((l) => l.startsWith('handling gpu.assign for gpu.')));
+    expect(lines.find((l) => l.startsWith('handling gpu.assign'))).toMatch(/no-such-model/);
+    // The replica it already held serves on.
+    await servesOne(s);
+    expect(worker.state()).toBe('serving');
+    expect(s.node.status().registrations).toBe(1);
   });
 
   it('reports a refused token instead of retrying forever', async () => {
