@@ -270,13 +270,15 @@ function nodeSummary(cp: ControlPlane, placementView: PlacementView, memoryBytes
       steps: r.steps.count,
     });
   }
-  const unavailable: Record<string, string> = {};
+  const held: [string, string][] = [];
   for (const m of cp.scenario.models) {
     // A model held for a repair refuses nothing, but it is not served either: the page says why, and that it waits.
     const refused = cp.placement.unavailable(m.name);
     const unplaced = refused ?? cp.placement.unplaced(m.name);
-    if (unplaced) unavailable[m.name] = refused ? refused : `held until repaired: ${unplaced}`;
+    if (unplaced) held.push([m.name, refused ? refused : `held until repaired: ${unplaced}`]);
   }
+  // Made from entries: a model named `__proto__` is then a key like any other.
+  const unavailable: Record<string, string> = Object.fromEntries(held);
   const ctx = placementView.ctx;
   return {
     k: 'node',

@@ -110,7 +110,7 @@ const whyRefused = async (token) => {
     if (r.status === 401)
       return token
         ? 'refused: the token in the address (#token=…) is not accepted; not retrying'
-        : 'refused: this server needs a client token: open the page as /inspector/#token=<token>; not retrying';
+        : 'refused: the inspector needs the admin or the inspector token: open the page as /inspector/#token=<token>; not retrying';
     if (r.status === 403) return 'refused: this page’s origin or host is not allowed (--allowed-origin); not retrying';
     return null;
   } catch {
