@@ -88,7 +88,19 @@ export interface Serving {
   /** The prompt as admission counts it: a real engine's tokenizer, else the client's count or the estimate. */
   count(req: ClientRequest): CountedPrompt;
   readiness(): Record<string, ModelReadiness>;
-  models(): { name: string; versions: string[]; aliases: Record<string, string>; tp: number; kind: string }[];
+  models(): {
+    name: string;
+    versions: string[];
+    aliases: Record<string, string>;
+    tp: number;
+    kind: string;
+    /** What serves it: `llama.cpp` or `simulated` (backendOf). */
+    backend: string;
+    /** What it runs on, in words: the engine and its file, or the simulated executor. */
+    runs: string;
+  }[];
+  /** The backends of every model, joined: what a client is told serves this server (`llama.cpp`, `simulated`). */
+  backend(): string;
   readonly cp: ControlPlane;
 }
 
@@ -276,6 +288,18 @@ export function createServing(
         aliases: m.aliases,
         tp: m.tp,
         kind: m.kind,
+        ...backendOf(m),
       })),
+    backend: () => [...new Set(cp.scenario.models.map((m) => backendOf(m).backend))].sort().join('+'),
   };
+}
+
+/** What serves a model: a llama.cpp engine on its GGUF file (real tokens), or the simulated cost-model executor. */
+export function backendOf(m: { engine?: { kind: string; file: string; gpu?: string } }): {
+  backend: string;
+  runs: string;
+} {
+  if (!m.engine) return { backend: 'simulated', runs: 'simulated: cost-model executor, deterministic pseudo-text' };
+  const where = m.engine.gpu && m.engine.gpu !== 'cpu' ? `, gpu ${m.engine.gpu}` : ', cpu';
+  return { backend: m.engine.kind, runs: `${m.engine.kind} on ${m.engine.file}${where}: real tokens` };
 }

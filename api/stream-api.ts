@@ -202,7 +202,7 @@ export function createStreamApi(serving: Serving, metrics: ServerMetrics, opts: 
       type: 'hello',
       protocol: CLIENT_PROTOCOL_VERSION,
       server: 'switchyard',
-      backend: 'simulated',
+      backend: serving.backend(),
       models: serving.models().map((x) => x.name),
     });
   };

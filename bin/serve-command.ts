@@ -7,6 +7,7 @@ import { ConfigError, loadScenario, type Scenario } from '../actors/config.ts';
 import type { PromptTokenizer } from '../api/serving.ts';
 import { createWallClock } from '../runtime/clock.ts';
 import { timerFailed } from '../runtime/contain.ts';
+import { backendOf } from '../api/serving.ts';
 import { ServeError, startServer, type RunningServer, type ServerOptions } from '../api/server.ts';
 import { superviseWorker, type WorkerSupervisor } from '../actors/worker-supervisor.ts';
 import { servedModelRoots } from '../actors/worker/model-roots.ts';
@@ -390,11 +391,13 @@ function printBanner(
   out(
     `switchyard serving "${scenario.name}" on a simulated ${scenario.node.gpus}x${scenario.node.gpu} node: ${models}; placement ${scenario.placement.policy}`,
   );
-  out(
-    `  backend        simulated (${o.executor} executor${o.executor === 'cost-model' ? `, time scale ${o.timeScale}` : ''}; text is deterministic pseudo-text)`,
-  );
+  const simulated = scenario.models.filter((x) => !x.engine).map((x) => x.name);
+  if (simulated.length > 0)
+    out(
+      `  backend        ${simulated.join(', ')}: simulated (${o.executor} executor${o.executor === 'cost-model' ? `, time scale ${o.timeScale}` : ''}; text is deterministic pseudo-text)`,
+    );
   for (const m of scenario.models.filter((x) => x.engine))
-    out(`  engine         ${m.name}: llama.cpp on ${m.engine!.file} (real tokens; one engine host per replica)`);
+    out(`  backend        ${m.name}: ${backendOf(m).runs} (one engine host per replica)`);
   out(`  OpenAI HTTP    ${server.url}/v1  (POST /v1/chat/completions, /v1/completions, GET /v1/models)`);
   out(`  streaming      ${server.wsUrl}  (subprotocols switchyard.v1.msgpack, switchyard.v1.json)`);
   out(`  metrics        ${server.url}/metrics    health ${server.url}/healthz    ready ${server.url}/readyz`);

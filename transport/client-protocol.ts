@@ -74,7 +74,8 @@ export const serverMessageSchema = union('type', {
   hello: obj({
     protocol: int({ min: 0 }),
     server: name,
-    backend: oneOf('simulated', 'engine'),
+    /** What serves the models: `simulated`, `llama.cpp`, or several joined by `+`. */
+    backend: str({ min: 1, max: 64 }),
     models: arr(name, { max: 64 }),
   }),
   accepted: obj({ id: reqId, request: name, model: name, version: str({ max: 50 }) }),

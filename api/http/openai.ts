@@ -379,23 +379,19 @@ export async function handleCompletion(
     });
 }
 
-/** Handles GET /v1/models: every configured model, marked as served by the simulated backend. */
+/** Handles GET /v1/models: every configured model, with the backend that serves it (llama.cpp or simulated). */
 export function handleModels(serving: Serving, res: ServerResponse): void {
   const created = Math.floor(unixTimeMs() / 1000);
   const ready = serving.readiness();
   sendJson(res, 200, {
     object: 'list',
-    data: serving.models().map((m) => ({
+    data: serving.models().map(({ backend, runs, ...m }) => ({
       id: m.name,
       object: 'model',
       created,
       owned_by: 'switchyard',
-      backend: 'simulated',
-      switchyard: {
-        backend: 'simulated: cost-model executor, deterministic pseudo-text',
-        ...m,
-        ready: ready[m.name]?.ready ?? false,
-      },
+      backend,
+      switchyard: { backend: runs, ...m, ready: ready[m.name]?.ready ?? false },
     })),
   });
 }

@@ -50,7 +50,10 @@ function fakeServing(): Serving {
       promptTokens: 1,
       cancel: () => {},
     }),
-    models: () => [{ name: 'm', versions: ['v1'], aliases: {}, tp: 1, kind: 'generate' }],
+    models: () => [
+      { name: 'm', versions: ['v1'], aliases: {}, tp: 1, kind: 'generate', backend: 'simulated', runs: 'simulated' },
+    ],
+    backend: () => 'simulated',
     readiness: () => ({}),
   } as unknown as Serving;
 }

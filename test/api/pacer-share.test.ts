@@ -64,6 +64,7 @@ describe('frame pacing', () => {
         return { ok: true, request: `r${handled}`, model: 'm', version: 'v1', promptTokens: 1, cancel: () => {} };
       },
       models: () => [],
+      backend: () => 'simulated',
       readiness: () => ({}),
     } as unknown as Serving;
     const metrics = { refused: () => {} } as unknown as ServerMetrics;
@@ -106,6 +107,7 @@ describe('frame pacing', () => {
         return { ok: true, request: `r${log.length}`, model: 'm', version: 'v1', promptTokens: 1, cancel: () => {} };
       },
       models: () => [],
+      backend: () => 'simulated',
       readiness: () => ({}),
     } as unknown as Serving;
     const metrics = { refused: () => {} } as unknown as ServerMetrics;

@@ -67,7 +67,10 @@ function fakeServing(opts: { reject?: boolean } = {}) {
         cancel: () => cancelled.push(request),
       };
     },
-    models: () => [{ name: 'm', versions: ['v1'], aliases: {}, tp: 1, kind: 'generate' }],
+    models: () => [
+      { name: 'm', versions: ['v1'], aliases: {}, tp: 1, kind: 'generate', backend: 'simulated', runs: 'simulated' },
+    ],
+    backend: () => 'simulated',
     readiness: () => ({}),
   } as unknown as Serving;
   return { serving, sinks, cancelled, submitted };

@@ -156,6 +156,7 @@ function fakeControlPlane(clock: VirtualClock): Fake {
     cp,
     readiness: () => ({}),
     models: () => [],
+    backend: () => 'simulated',
     // The count admission uses, as the real facade makes it for a cost-model model.
     count: (req: ClientRequest) => ({
       promptTokens: req.promptTokens ?? estimateTokens(req.prompt ?? ''),

@@ -126,6 +126,7 @@ function fakeInner(): { inner: Serving; got: Got[]; refuse: { on: boolean } } {
     cp,
     readiness: () => ({}),
     models: () => [],
+    backend: () => 'simulated',
     // The count admission uses, as the real facade makes it for a cost-model model.
     count: (req: ClientRequest) => ({
       promptTokens: req.promptTokens ?? estimateTokens(req.prompt ?? ''),

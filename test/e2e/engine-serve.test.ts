@@ -69,6 +69,21 @@ models:
     expect(usage?.completion_tokens).toBe(direct.n);
   });
 
+  it('names the real backend and its file in /v1/models and the WebSocket hello', async () => {
+    const models = (await s.get('/v1/models')).body as {
+      data: { id: string; backend: string; switchyard: { backend: string } }[];
+    };
+    expect(models.data[0]).toMatchObject({ id: 'tiny', backend: 'llama.cpp' });
+    expect(models.data[0]!.switchyard.backend).toBe(`llama.cpp on ${file}, cpu: real tokens`);
+    const c = await connectClient(s.wsUrl);
+    expect(c.backend).toBe('llama.cpp');
+    c.close();
+    expect(s.lines).toContain(
+      `  backend        tiny: llama.cpp on ${file}, cpu: real tokens (one engine host per replica)`,
+    );
+    expect(s.lines.join('\n')).not.toMatch(/pseudo-text/);
+  });
+
   it('streams the same text over /v1/ws', async () => {
     const prompt = 'hello, engine';
     const direct = await directText(file, prompt, 16);
