@@ -6,6 +6,7 @@ import type { Scenario } from './config.ts';
 import { withoutEngines } from './engine-config.ts';
 import { createCollector, type Collector } from './metrics/collector.ts';
 import { startPlacement, type Placement } from './placement/placement.ts';
+import type { ReplicaEvent } from './placement/timeline.ts';
 import type { ReplicaHandle } from './replica.ts';
 import { createRegistry } from './router/registry.ts';
 import {
@@ -244,7 +245,9 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
     handTo,
     demand: (m) => placement.demand(m),
     ...(mutations.heldOnReadyOnly ? { heldOnReadyOnly: true } : {}),
+    ...(opts.log ? { log: opts.log } : {}),
   });
+  if (opts.log) placement.subscribe(replicaLog(opts.log));
   const conservation = createConservationMonitor({
     held: () => held.all(),
     replicas: () => placement.replicas.values(),
@@ -278,4 +281,14 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
     health,
   };
   return cp;
+}
+
+/** The operator's log lines of replicas' lives: each (re)load placed, ready, failed (with why) and removed. */
+function replicaLog(log: (line: string) => void): (e: ReplicaEvent) => void {
+  return (e) => {
+    if (e.kind === 'replica.created') log(`${e.replica} loading on GPU ${e.gpus.join(',')}`);
+    else if (e.kind === 'replica.ready') log(`${e.replica} ready`);
+    else if (e.kind === 'replica.failed') log(`${e.replica} failed: ${e.reason}`);
+    else log(`${e.replica} removed`);
+  };
 }

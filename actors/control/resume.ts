@@ -27,6 +27,8 @@ export interface ResumeDeps {
    * and held requests are dispatched only when a replica becomes ready. Work conservation (P10) catches it.
    */
   heldOnReadyOnly?: boolean;
+  /** The operator's log: a line for each replica's requests given up, and where they went. */
+  log?(line: string): void;
 }
 
 /** Resuming and dispatching held requests. */
@@ -79,8 +81,8 @@ export function createResumer(deps: ResumeDeps): Resumer {
   };
 
   /** One request a replica gave up: resumed elsewhere, held, or (its resumes spent) ended by its machine. */
-  const interruptOne = (l: Live, s: Sequence, reason: OutcomeCode, t: number): void => {
-    if (l.actor.getSnapshot().status !== 'active') return;
+  const interruptOne = (l: Live, s: Sequence, reason: OutcomeCode, t: number): 'resumed' | 'held' | 'ended' => {
+    if (l.actor.getSnapshot().status !== 'active') return 'ended';
     const from = l.actor.getSnapshot().context.replica;
     l.actor.send({
       type: 'request.interrupted',
@@ -89,25 +91,41 @@ export function createResumer(deps: ResumeDeps): Resumer {
       tokens: s.generated,
       t,
     });
-    if (l.actor.getSnapshot().status !== 'active') return;
+    if (l.actor.getSnapshot().status !== 'active') return 'ended';
     // Resumed: re-prefill what the client already has, on another replica of the same model@version.
-    if (resume(l, s.generated, from, true, true)) return;
+    if (resume(l, s.generated, from, true, true)) return 'resumed';
     held.pushFront(l);
     deps.demand(l.model);
+    return 'held';
+  };
+  /** The log line of one replica's interrupted requests, by where each went. */
+  const report = (from: string, count: number, reason: OutcomeCode, went: Map<string, number>): void => {
+    const n = (k: string): number => went.get(k) ?? 0;
+    deps.log?.(
+      `${from} gave up ${count} request(s) (${reason}): ${n('resumed')} resumed elsewhere, ${n('held')} held ` +
+        `for a replica, ${n('ended')} ended, ${n('internal')} failed internal`,
+    );
   };
 
   return {
     interrupted: (seqs, reason) => {
       const t = clock.now();
+      const went = new Map<string, number>();
+      // Where they were, read before any is moved (for the log line).
+      const from = deps.log && seqs.length > 0 ? (seqs[0]!.tag as Live).actor.getSnapshot().context.replica : null;
       for (const s of seqs) {
         const l = s.tag as Live;
+        let where: string;
         try {
-          interruptOne(l, s, reason, t);
+          where = interruptOne(l, s, reason, t);
         } catch (e) {
           // This request alone fails; the others the replica gave up are resumed or held as usual.
           table.contain(l.id, 'resuming it', e);
+          where = 'internal';
         }
+        went.set(where, (went.get(where) ?? 0) + 1);
       }
+      if (deps.log && seqs.length > 0) report(from ?? 'a replica', seqs.length, reason, went);
     },
     replicaReady: (r) => dispatch(r.model, r.version),
     stepCompleted: (r) => {

@@ -166,6 +166,15 @@ models:
     expect(alive(other!.pid)).toBe(true);
     // Placement replaces the failed replica with a new host on the reset GPU.
     await until('a new host', () => hosts().length === 2 && !hosts().some((h) => h.pid === victim!.pid), 60_000);
+    // The operator's log says which replica failed and why, where its requests went, and its reload.
+    const failed = s.lines.find((l) => /^replica\.tiny@\S+ failed: /.test(l));
+    expect(failed).toBeDefined();
+    const id = failed!.split(' ')[0]!;
+    expect(s.lines.some((l) => l.startsWith(`${id} gave up `) && /\d+ resumed elsewhere/.test(l))).toBe(true);
+    // A replica of the same model is placed again on the reset GPU and becomes ready: both logged after the failure.
+    const after = (): string[] => s.lines.slice(s.lines.indexOf(failed!) + 1);
+    await until('the reload logged', () => after().some((l) => /^replica\.tiny@\S+ ready$/.test(l)), 60_000);
+    expect(after().some((l) => /^replica\.tiny@\S+ loading on GPU \d+$/.test(l))).toBe(true);
   }, 90_000);
 
   it('frees the engine process when its replica is drained', async () => {
