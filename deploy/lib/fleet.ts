@@ -1,15 +1,35 @@
 // The fleet description (deploy/fleets/*.yaml): pools of 8-GPU nodes, validated with errors naming the field.
 import { parse } from 'yaml';
+import { engineFields } from '../../actors/engine-config.ts';
+import { validate, type Schema } from '../../transport/schema.ts';
 
 /** Each pod is one node of this many GPUs; a pool's mode decides how they are split among its models. */
 export const GPUS_PER_NODE = 8;
+
+/** Where a model's GGUF file lives: a PersistentVolumeClaim or a folder of the node, mounted read-only. */
+export type ModelVolume = { claim: string } | { hostPath: string };
+
+/** A model served by llama.cpp: its file inside the volume, and the offload settings of the serve config. */
+export interface FleetEngine {
+  volume: ModelVolume;
+  /** The GGUF file's path inside the volume (relative, no `..`). */
+  file: string;
+  gpu: 'cpu' | 'auto' | 'cuda' | 'vulkan' | 'metal';
+  gpuLayers?: number;
+  threads: number;
+  contextTokens: number;
+  sequences: number;
+}
 
 /** A model a pool serves; `replicas` is only for small pools (one GPU each), `classes` passes through. */
 export interface FleetModel {
   name: string;
   profile: string;
   replicas: number;
-  classes?: Record<string, Record<string, number>>;
+  /** Class name → limit name → value, in the order written (names from the file are Map keys). */
+  classes?: Map<string, Map<string, number>>;
+  /** Absent: the cost-model simulation (`engine: cost-model`, the default). */
+  engine?: FleetEngine;
 }
 
 /** CPU and memory of a node's worker container (the GPUs are always all eight). */
@@ -27,6 +47,8 @@ export interface Pool {
   image: string;
   startupSeconds: number;
   resources: PoolResources;
+  /** Extended resources the worker requests and is limited to: the node's GPUs (`nvidia.com/gpu: 8`) and any other. */
+  gpuResources: Map<string, number>;
   nodeSelector: Record<string, string>;
   models: FleetModel[];
 }
@@ -111,8 +133,89 @@ function optional<T>(raw: Raw, key: string, path: string, read: (v: unknown, p: 
   return raw[key] === undefined ? fallback : read(raw[key], `${path}.${key}`);
 }
 
+const MODEL_KEYS = new Set(['name', 'profile', 'replicas', 'classes', 'engine', 'volume', 'file']);
+const OFFLOAD_KEYS = ['gpu', 'gpuLayers', 'threads', 'contextTokens', 'sequences'] as const;
+const LLAMA_KEYS = ['volume', 'file', ...OFFLOAD_KEYS];
+for (const k of OFFLOAD_KEYS) MODEL_KEYS.add(k);
+/** A Kubernetes object name (DNS subdomain), as a PersistentVolumeClaim's. */
+const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+/** A path of plain segments: no empty segment, no `.` or `..`, no leading or trailing slash. */
+const PLAIN_PATH = /^(?!.*(^|\/)\.{1,2}(\/|$))[^/\0]+(\/[^/\0]+)*$/;
+
+/** One value checked by the serve config's own schema for that field (engine-config.ts): one set of ranges. */
+function engineField<T>(schema: Schema<T>, v: unknown, path: string): T {
+  const r = validate(schema, v);
+  if (!r.ok) throw new FleetError(path, r.error.message);
+  return r.value;
+}
+
+function parseVolume(v: unknown, path: string): ModelVolume {
+  const raw = new Map(Object.entries(record(v, path)));
+  const keys = [...raw.keys()];
+  if (keys.length !== 1 || (keys[0] !== 'claim' && keys[0] !== 'hostPath')) {
+    throw new FleetError(path, 'must give exactly one of claim (a PersistentVolumeClaim) or hostPath (a node folder)');
+  }
+  if (keys[0] === 'claim') return { claim: text(raw.get('claim'), `${path}.claim`, DNS_SUBDOMAIN) };
+  const host = text(raw.get('hostPath'), `${path}.hostPath`, undefined, 4096);
+  if (!host.startsWith('/') || host === '/' || !PLAIN_PATH.test(host.slice(1))) {
+    throw new FleetError(
+      `${path}.hostPath`,
+      `must be an absolute folder without . or .. segments (not /); got "${host}"`,
+    );
+  }
+  return { hostPath: host };
+}
+
+/** The llama.cpp fields of a model entry (null for the cost model); any of them without `engine: llama.cpp` is refused. */
+function parseEngine(raw: Raw, path: string): FleetEngine | null {
+  const engine = engineField(engineFields.engine, raw['engine'], `${path}.engine`);
+  if (engine !== 'llama.cpp') {
+    const stray = LLAMA_KEYS.find((k) => raw[k] !== undefined);
+    if (stray) throw new FleetError(`${path}.${stray}`, 'is only for engine llama.cpp (the cost model reads no file)');
+    return null;
+  }
+  if (raw['volume'] === undefined) throw new FleetError(`${path}.volume`, 'is required for engine llama.cpp');
+  const volume = parseVolume(raw['volume'], `${path}.volume`);
+  const file = text(raw['file'], `${path}.file`, undefined, 1024);
+  if (!PLAIN_PATH.test(file) || !file.toLowerCase().endsWith('.gguf')) {
+    throw new FleetError(
+      `${path}.file`,
+      `must be a .gguf path inside the volume, without . or .. segments; got "${file}"`,
+    );
+  }
+  const gpuLayers =
+    raw['gpuLayers'] === undefined
+      ? undefined
+      : engineField(engineFields.gpuLayers, raw['gpuLayers'], `${path}.gpuLayers`);
+  return {
+    volume,
+    file,
+    gpu: engineField(engineFields.gpu, raw['gpu'], `${path}.gpu`),
+    ...(gpuLayers !== undefined ? { gpuLayers } : {}),
+    threads: engineField(engineFields.threads, raw['threads'], `${path}.threads`),
+    contextTokens: engineField(engineFields.contextTokens, raw['contextTokens'], `${path}.contextTokens`),
+    sequences: engineField(engineFields.sequences, raw['sequences'], `${path}.sequences`),
+  };
+}
+
+function parseClasses(v: unknown, path: string): Map<string, Map<string, number>> {
+  const classes = new Map<string, Map<string, number>>();
+  for (const [cls, limits] of Object.entries(record(v, path))) {
+    const values = new Map<string, number>();
+    for (const [k, n] of Object.entries(record(limits, `${path}.${cls}`))) {
+      values.set(k, integer(n, `${path}.${cls}.${k}`, 0, 1e9));
+    }
+    classes.set(cls, values);
+  }
+  return classes;
+}
+
 function parseModel(v: unknown, path: string, mode: Pool['mode']): FleetModel {
   const raw = record(v, path);
+  const unknown = Object.keys(raw).find((k) => !MODEL_KEYS.has(k));
+  if (unknown !== undefined) {
+    throw new FleetError(`${path}.${unknown}`, `unknown field (known: ${[...MODEL_KEYS].join(', ')})`);
+  }
   const name = text(raw['name'], `${path}.name`, MODEL_NAME, 50);
   const profile = text(raw['profile'], `${path}.profile`);
   if (!PROFILES.includes(profile)) throw new FleetError(`${path}.profile`, `must be one of ${PROFILES.join(', ')}`);
@@ -121,16 +224,9 @@ function parseModel(v: unknown, path: string, mode: Pool['mode']): FleetModel {
   }
   const replicas = mode === 'large' ? 1 : optional(raw, 'replicas', path, (x, p) => integer(x, p, 1, GPUS_PER_NODE), 0);
   const model: FleetModel = { name, profile, replicas };
-  if (raw['classes'] !== undefined) {
-    const classes: Record<string, Record<string, number>> = {};
-    for (const [cls, limits] of Object.entries(record(raw['classes'], `${path}.classes`))) {
-      classes[cls] = {};
-      for (const [k, n] of Object.entries(record(limits, `${path}.classes.${cls}`))) {
-        classes[cls][k] = integer(n, `${path}.classes.${cls}.${k}`, 0, 1e9);
-      }
-    }
-    model.classes = classes;
-  }
+  if (raw['classes'] !== undefined) model.classes = parseClasses(raw['classes'], `${path}.classes`);
+  const engine = parseEngine(raw, path);
+  if (engine) model.engine = engine;
   return model;
 }
 
@@ -145,6 +241,33 @@ function splitSmallReplicas(models: FleetModel[], path: string): void {
   unstated.forEach((m, i) => {
     m.replicas = Math.floor(left / unstated.length) + (i < left % unstated.length ? 1 : 0);
   });
+}
+
+/** An extended resource's name: a domain prefix, a slash, a name (`nvidia.com/gpu`, `amd.com/gpu`). */
+const EXTENDED_RESOURCE = /^[a-z0-9]([-a-z0-9.]*[a-z0-9])?\/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
+
+/**
+ * The worker's extended resources, default `nvidia.com/gpu: 8`. A pod is one whole node: exactly one entry is the
+ * node's GPUs (a name ending in `/gpu`), counting eight; other entries (an RDMA device, say) pass through.
+ */
+function parseGpuResources(raw: Raw, path: string): Map<string, number> {
+  if (raw['gpuResources'] === undefined) return new Map([['nvidia.com/gpu', GPUS_PER_NODE]]);
+  const out = new Map<string, number>();
+  for (const [name, n] of Object.entries(record(raw['gpuResources'], `${path}.gpuResources`))) {
+    const at = `${path}.gpuResources.${name}`;
+    if (!EXTENDED_RESOURCE.test(name) || name.length > 253 || name.split('/')[0]!.endsWith('kubernetes.io')) {
+      throw new FleetError(at, 'must be an extended resource name with a domain prefix (e.g. nvidia.com/gpu)');
+    }
+    out.set(name, integer(n, at, 1, 1024));
+  }
+  const gpus = [...out].filter(([name]) => name.endsWith('/gpu'));
+  if (gpus.length !== 1 || gpus[0]![1] !== GPUS_PER_NODE) {
+    throw new FleetError(
+      `${path}.gpuResources`,
+      `must ask for the node's ${GPUS_PER_NODE} GPUs once (one <vendor>/gpu: ${GPUS_PER_NODE} entry)`,
+    );
+  }
+  return out;
 }
 
 function parsePool(v: unknown, path: string, image: string): Pool {
@@ -177,6 +300,7 @@ function parsePool(v: unknown, path: string, image: string): Pool {
       cpu: optional(res, 'cpu', `${path}.resources`, (x, p) => text(String(x), p, QUANTITY), '32'),
       memory: optional(res, 'memory', `${path}.resources`, (x, p) => text(x, p, QUANTITY), '256Gi'),
     },
+    gpuResources: parseGpuResources(raw, path),
     nodeSelector: optional(raw, 'nodeSelector', path, labels, {}),
     models,
   };
