@@ -1,36 +1,10 @@
 // The fleet description (deploy/fleets/*.yaml): pools of 8-GPU nodes, validated with errors naming the field.
 import { parse } from 'yaml';
-import { engineFields } from '../../actors/engine-config.ts';
-import { validate, type Schema } from '../../transport/schema.ts';
+import { FleetError, GPUS_PER_NODE, integer, labels, list, optional, record, text, type Raw } from './fleet-fields.ts';
+import { parseModel, type FleetModel } from './fleet-model.ts';
 
-/** Each pod is one node of this many GPUs; a pool's mode decides how they are split among its models. */
-export const GPUS_PER_NODE = 8;
-
-/** Where a model's GGUF file lives: a PersistentVolumeClaim or a folder of the node, mounted read-only. */
-export type ModelVolume = { claim: string } | { hostPath: string };
-
-/** A model served by llama.cpp: its file inside the volume, and the offload settings of the serve config. */
-export interface FleetEngine {
-  volume: ModelVolume;
-  /** The GGUF file's path inside the volume (relative, no `..`). */
-  file: string;
-  gpu: 'cpu' | 'auto' | 'cuda' | 'vulkan' | 'metal';
-  gpuLayers?: number;
-  threads: number;
-  contextTokens: number;
-  sequences: number;
-}
-
-/** A model a pool serves; `replicas` is only for small pools (one GPU each), `classes` passes through. */
-export interface FleetModel {
-  name: string;
-  profile: string;
-  replicas: number;
-  /** Class name → limit name → value, in the order written (names from the file are Map keys). */
-  classes?: Map<string, Map<string, number>>;
-  /** Absent: the cost-model simulation (`engine: cost-model`, the default). */
-  engine?: FleetEngine;
-}
+export { FleetError, GPUS_PER_NODE } from './fleet-fields.ts';
+export type { FleetEngine, FleetModel, ModelVolume } from './fleet-model.ts';
 
 /** CPU and memory of a node's worker container (the GPUs are always all eight). */
 export interface PoolResources {
@@ -77,158 +51,11 @@ export interface Fleet {
   pools: Pool[];
 }
 
-/** A fleet file error; `path` names the offending field. */
-export class FleetError extends Error {
-  constructor(
-    readonly path: string,
-    message: string,
-  ) {
-    super(`${path}: ${message}`);
-    this.name = 'FleetError';
-  }
-}
-
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
-const MODEL_NAME = /^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/;
 const GPU_TYPES = ['H100-SXM', 'H200', 'A100-80GB'];
-const PROFILES = ['llama-3-8b', 'llama-3-70b', 'llama-3-70b-fp8'];
 const QUANTITY = /^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$/;
 const HOSTNAME = /^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const CIDR = /^(\d{1,3}\.){3}\d{1,3}\/\d{1,2}$|^[0-9a-f:]+\/\d{1,3}$/i;
-
-type Raw = Record<string, unknown>;
-
-function record(v: unknown, path: string): Raw {
-  if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new FleetError(path, 'must be a mapping');
-  return v as Raw;
-}
-
-function text(v: unknown, path: string, pattern?: RegExp, max = 253): string {
-  if (typeof v !== 'string' || v.length === 0 || v.length > max) {
-    throw new FleetError(path, `must be a non-empty string of at most ${max} characters`);
-  }
-  if (pattern && !pattern.test(v)) throw new FleetError(path, `"${v}" does not match ${String(pattern)}`);
-  return v;
-}
-
-function integer(v: unknown, path: string, min: number, max: number): number {
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
-    throw new FleetError(path, `must be an integer from ${min} to ${max}`);
-  }
-  return v;
-}
-
-function labels(v: unknown, path: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [k, val] of Object.entries(record(v, path))) out[k] = text(val, `${path}.${k}`, undefined, 63);
-  return out;
-}
-
-function list<T>(v: unknown, path: string, item: (x: unknown, p: string) => T, max = 64): T[] {
-  if (!Array.isArray(v) || v.length > max) throw new FleetError(path, `must be a list of at most ${max} entries`);
-  return v.map((x, i) => item(x, `${path}[${i}]`));
-}
-
-function optional<T>(raw: Raw, key: string, path: string, read: (v: unknown, p: string) => T, fallback: T): T {
-  return raw[key] === undefined ? fallback : read(raw[key], `${path}.${key}`);
-}
-
-const MODEL_KEYS = new Set(['name', 'profile', 'replicas', 'classes', 'engine', 'volume', 'file']);
-const OFFLOAD_KEYS = ['gpu', 'gpuLayers', 'threads', 'contextTokens', 'sequences'] as const;
-const LLAMA_KEYS = ['volume', 'file', ...OFFLOAD_KEYS];
-for (const k of OFFLOAD_KEYS) MODEL_KEYS.add(k);
-/** A Kubernetes object name (DNS subdomain), as a PersistentVolumeClaim's. */
-const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-/** A path of plain segments: no empty segment, no `.` or `..`, no leading or trailing slash. */
-const PLAIN_PATH = /^(?!.*(^|\/)\.{1,2}(\/|$))[^/\0]+(\/[^/\0]+)*$/;
-
-/** One value checked by the serve config's own schema for that field (engine-config.ts): one set of ranges. */
-function engineField<T>(schema: Schema<T>, v: unknown, path: string): T {
-  const r = validate(schema, v);
-  if (!r.ok) throw new FleetError(path, r.error.message);
-  return r.value;
-}
-
-function parseVolume(v: unknown, path: string): ModelVolume {
-  const raw = new Map(Object.entries(record(v, path)));
-  const keys = [...raw.keys()];
-  if (keys.length !== 1 || (keys[0] !== 'claim' && keys[0] !== 'hostPath')) {
-    throw new FleetError(path, 'must give exactly one of claim (a PersistentVolumeClaim) or hostPath (a node folder)');
-  }
-  if (keys[0] === 'claim') return { claim: text(raw.get('claim'), `${path}.claim`, DNS_SUBDOMAIN) };
-  const host = text(raw.get('hostPath'), `${path}.hostPath`, undefined, 4096);
-  if (!host.startsWith('/') || host === '/' || !PLAIN_PATH.test(host.slice(1))) {
-    throw new FleetError(
-      `${path}.hostPath`,
-      `must be an absolute folder without . or .. segments (not /); got "${host}"`,
-    );
-  }
-  return { hostPath: host };
-}
-
-/** The llama.cpp fields of a model entry (null for the cost model); any of them without `engine: llama.cpp` is refused. */
-function parseEngine(raw: Raw, path: string): FleetEngine | null {
-  const engine = engineField(engineFields.engine, raw['engine'], `${path}.engine`);
-  if (engine !== 'llama.cpp') {
-    const stray = LLAMA_KEYS.find((k) => raw[k] !== undefined);
-    if (stray) throw new FleetError(`${path}.${stray}`, 'is only for engine llama.cpp (the cost model reads no file)');
-    return null;
-  }
-  if (raw['volume'] === undefined) throw new FleetError(`${path}.volume`, 'is required for engine llama.cpp');
-  const volume = parseVolume(raw['volume'], `${path}.volume`);
-  const file = text(raw['file'], `${path}.file`, undefined, 1024);
-  if (!PLAIN_PATH.test(file) || !file.toLowerCase().endsWith('.gguf')) {
-    throw new FleetError(
-      `${path}.file`,
-      `must be a .gguf path inside the volume, without . or .. segments; got "${file}"`,
-    );
-  }
-  const gpuLayers =
-    raw['gpuLayers'] === undefined
-      ? undefined
-      : engineField(engineFields.gpuLayers, raw['gpuLayers'], `${path}.gpuLayers`);
-  return {
-    volume,
-    file,
-    gpu: engineField(engineFields.gpu, raw['gpu'], `${path}.gpu`),
-    ...(gpuLayers !== undefined ? { gpuLayers } : {}),
-    threads: engineField(engineFields.threads, raw['threads'], `${path}.threads`),
-    contextTokens: engineField(engineFields.contextTokens, raw['contextTokens'], `${path}.contextTokens`),
-    sequences: engineField(engineFields.sequences, raw['sequences'], `${path}.sequences`),
-  };
-}
-
-function parseClasses(v: unknown, path: string): Map<string, Map<string, number>> {
-  const classes = new Map<string, Map<string, number>>();
-  for (const [cls, limits] of Object.entries(record(v, path))) {
-    const values = new Map<string, number>();
-    for (const [k, n] of Object.entries(record(limits, `${path}.${cls}`))) {
-      values.set(k, integer(n, `${path}.${cls}.${k}`, 0, 1e9));
-    }
-    classes.set(cls, values);
-  }
-  return classes;
-}
-
-function parseModel(v: unknown, path: string, mode: Pool['mode']): FleetModel {
-  const raw = record(v, path);
-  const unknown = Object.keys(raw).find((k) => !MODEL_KEYS.has(k));
-  if (unknown !== undefined) {
-    throw new FleetError(`${path}.${unknown}`, `unknown field (known: ${[...MODEL_KEYS].join(', ')})`);
-  }
-  const name = text(raw['name'], `${path}.name`, MODEL_NAME, 50);
-  const profile = text(raw['profile'], `${path}.profile`);
-  if (!PROFILES.includes(profile)) throw new FleetError(`${path}.profile`, `must be one of ${PROFILES.join(', ')}`);
-  if (mode === 'large' && raw['replicas'] !== undefined) {
-    throw new FleetError(`${path}.replicas`, 'a large pool runs exactly one replica over all eight GPUs');
-  }
-  const replicas = mode === 'large' ? 1 : optional(raw, 'replicas', path, (x, p) => integer(x, p, 1, GPUS_PER_NODE), 0);
-  const model: FleetModel = { name, profile, replicas };
-  if (raw['classes'] !== undefined) model.classes = parseClasses(raw['classes'], `${path}.classes`);
-  const engine = parseEngine(raw, path);
-  if (engine) model.engine = engine;
-  return model;
-}
 
 /** Gives each small-pool model its share of the eight GPUs: stated replicas, the rest split evenly. */
 function splitSmallReplicas(models: FleetModel[], path: string): void {
