@@ -38,8 +38,10 @@ const LLAMA_KEYS = ['volume', 'file', 'gpu', 'gpuLayers', 'threads', 'contextTok
 const MODEL_KEYS = new Set(['name', 'profile', 'replicas', 'classes', 'engine', ...LLAMA_KEYS]);
 /** A Kubernetes object name (DNS subdomain), as a PersistentVolumeClaim's. */
 const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-/** A path of plain segments: no empty segment, no `.` or `..`, no leading or trailing slash. */
-const PLAIN_PATH = /^(?!.*(^|\/)\.{1,2}(\/|$))[^/\0]+(\/[^/\0]+)*$/;
+/** A path of plain segments: none empty, `.` or `..`, none with a control character; no leading or trailing slash. */
+function plainPath(path: string): boolean {
+  return path.split('/').every((seg) => seg !== '' && seg !== '.' && seg !== '..' && !/[\x00-\x1f\x7f]/.test(seg));
+}
 
 /** One value checked by the serve config's own schema for that field (engine-config.ts): one set of ranges. */
 function engineField<T>(schema: Schema<T>, v: unknown, path: string): T {
@@ -56,10 +58,10 @@ function parseVolume(v: unknown, path: string): ModelVolume {
   }
   if (keys[0] === 'claim') return { claim: text(raw.get('claim'), `${path}.claim`, DNS_SUBDOMAIN) };
   const host = text(raw.get('hostPath'), `${path}.hostPath`, undefined, 4096);
-  if (!host.startsWith('/') || host === '/' || !PLAIN_PATH.test(host.slice(1))) {
+  if (!host.startsWith('/') || host === '/' || !plainPath(host.slice(1))) {
     throw new FleetError(
       `${path}.hostPath`,
-      `must be an absolute folder without . or .. segments (not /); got "${host}"`,
+      `must be an absolute folder without . or .. segments (not /); got ${JSON.stringify(host)}`,
     );
   }
   return { hostPath: host };
@@ -76,12 +78,15 @@ function parseEngine(raw: Raw, path: string): FleetEngine | null {
   if (raw['volume'] === undefined) throw new FleetError(`${path}.volume`, 'is required for engine llama.cpp');
   const volume = parseVolume(raw['volume'], `${path}.volume`);
   const file = text(raw['file'], `${path}.file`, undefined, 1024);
-  if (!PLAIN_PATH.test(file) || !file.toLowerCase().endsWith('.gguf')) {
+  if (!plainPath(file) || !file.toLowerCase().endsWith('.gguf')) {
     throw new FleetError(
       `${path}.file`,
-      `must be a .gguf path inside the volume, without . or .. segments; got "${file}"`,
+      `must be a .gguf path inside the volume, without . or .. segments; got ${JSON.stringify(file)}`,
     );
   }
+  const gpu = engineField(engineFields.gpu, raw['gpu'], `${path}.gpu`);
+  if (gpu === 'metal')
+    throw new FleetError(`${path}.gpu`, 'is metal, which no fleet node (Linux) has: use cuda, vulkan, auto or cpu');
   const gpuLayers =
     raw['gpuLayers'] === undefined
       ? undefined
@@ -89,7 +94,7 @@ function parseEngine(raw: Raw, path: string): FleetEngine | null {
   return {
     volume,
     file,
-    gpu: engineField(engineFields.gpu, raw['gpu'], `${path}.gpu`),
+    gpu,
     ...(gpuLayers !== undefined ? { gpuLayers } : {}),
     threads: engineField(engineFields.threads, raw['threads'], `${path}.threads`),
     contextTokens: engineField(engineFields.contextTokens, raw['contextTokens'], `${path}.contextTokens`),

@@ -578,6 +578,7 @@ describe('the fleet file parser', () => {
 
   it.each([
     [', gpu: tpu', 'pools[0].models[0].gpu'],
+    [', gpu: metal', 'pools[0].models[0].gpu'],
     [', gpuLayers: -1', 'pools[0].models[0].gpuLayers'],
     [', threads: 0', 'pools[0].models[0].threads'],
     [', sequences: 1000', 'pools[0].models[0].sequences'],
@@ -591,6 +592,9 @@ describe('the fleet file parser', () => {
   it.each([
     ['engine: llama.cpp, volume: { claim: weights }, file: ../etc/a.gguf', 'pools[0].models[0].file'],
     ['engine: llama.cpp, volume: { claim: weights }, file: /abs/a.gguf', 'pools[0].models[0].file'],
+    ['engine: llama.cpp, volume: { claim: weights }, file: "x\\n/../../../etc/a.gguf"', 'pools[0].models[0].file'],
+    ['engine: llama.cpp, volume: { claim: weights }, file: a//b.gguf', 'pools[0].models[0].file'],
+    ['engine: llama.cpp, volume: { claim: weights }, file: a/./b.gguf', 'pools[0].models[0].file'],
     ['engine: llama.cpp, volume: { claim: weights }, file: a.bin', 'pools[0].models[0].file'],
     ['engine: llama.cpp, volume: { claim: weights }', 'pools[0].models[0].file'],
     ['engine: llama.cpp, file: a.gguf', 'pools[0].models[0].volume'],
