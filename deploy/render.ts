@@ -9,6 +9,7 @@ import { FleetError, fleetModels, parseFleet, type Fleet } from './lib/fleet.ts'
 import { eppNetworkPolicy, httpRoute, nodeNetworkPolicy, podMonitor, tokensSecretTemplate } from './lib/fleet-wide.ts';
 import { dnsName } from './lib/names.ts';
 import { poolConfigMap, poolDeployment, poolDisruptionBudget } from './lib/node-pool.ts';
+import { checkPoolConfig } from './lib/switchyard-config.ts';
 
 /** One output file: its path under the output directory and its exact text. */
 export interface RenderedFile {
@@ -41,10 +42,14 @@ function kustomization(paths: string[], source: string): RenderedFile {
   ]);
 }
 
-/** Renders every file of a fleet; `source` is the fleet file's path as named in each file's header. */
+/**
+ * Renders every file of a fleet; `source` is the fleet file's path as named in each file's header. Each pool's config
+ * must pass the serve config's schema first (FleetError naming the field otherwise).
+ */
 export function renderFleet(fleet: Fleet, source: string): RenderedFile[] {
   const m = (name: string): string => `${MANIFESTS_DIR}/${name}`;
   const files: RenderedFile[] = [];
+  for (const pool of fleet.pools) checkPoolConfig(fleet, pool);
   for (const pool of fleet.pools) {
     const job = `Pool "${pool.name}" (${pool.mode} mode, ${pool.nodes} nodes): config, node Deployment, PDB`;
     files.push(

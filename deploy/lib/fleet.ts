@@ -1,16 +1,10 @@
 // The fleet description (deploy/fleets/*.yaml): pools of 8-GPU nodes, validated with errors naming the field.
 import { parse } from 'yaml';
+import { FleetError, GPUS_PER_NODE, integer, labels, list, optional, record, text, type Raw } from './fleet-fields.ts';
+import { parseModel, type FleetModel } from './fleet-model.ts';
 
-/** Each pod is one node of this many GPUs; a pool's mode decides how they are split among its models. */
-export const GPUS_PER_NODE = 8;
-
-/** A model a pool serves; `replicas` is only for small pools (one GPU each), `classes` passes through. */
-export interface FleetModel {
-  name: string;
-  profile: string;
-  replicas: number;
-  classes?: Record<string, Record<string, number>>;
-}
+export { FleetError, GPUS_PER_NODE } from './fleet-fields.ts';
+export type { FleetEngine, FleetModel, ModelVolume } from './fleet-model.ts';
 
 /** CPU and memory of a node's worker container (the GPUs are always all eight). */
 export interface PoolResources {
@@ -27,6 +21,8 @@ export interface Pool {
   image: string;
   startupSeconds: number;
   resources: PoolResources;
+  /** Extended resources the worker requests and is limited to: the node's GPUs (`nvidia.com/gpu: 8`) and any other. */
+  gpuResources: Map<string, number>;
   nodeSelector: Record<string, string>;
   models: FleetModel[];
 }
@@ -55,84 +51,11 @@ export interface Fleet {
   pools: Pool[];
 }
 
-/** A fleet file error; `path` names the offending field. */
-export class FleetError extends Error {
-  constructor(
-    readonly path: string,
-    message: string,
-  ) {
-    super(`${path}: ${message}`);
-    this.name = 'FleetError';
-  }
-}
-
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
-const MODEL_NAME = /^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/;
 const GPU_TYPES = ['H100-SXM', 'H200', 'A100-80GB'];
-const PROFILES = ['llama-3-8b', 'llama-3-70b', 'llama-3-70b-fp8'];
 const QUANTITY = /^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$/;
 const HOSTNAME = /^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const CIDR = /^(\d{1,3}\.){3}\d{1,3}\/\d{1,2}$|^[0-9a-f:]+\/\d{1,3}$/i;
-
-type Raw = Record<string, unknown>;
-
-function record(v: unknown, path: string): Raw {
-  if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new FleetError(path, 'must be a mapping');
-  return v as Raw;
-}
-
-function text(v: unknown, path: string, pattern?: RegExp, max = 253): string {
-  if (typeof v !== 'string' || v.length === 0 || v.length > max) {
-    throw new FleetError(path, `must be a non-empty string of at most ${max} characters`);
-  }
-  if (pattern && !pattern.test(v)) throw new FleetError(path, `"${v}" does not match ${String(pattern)}`);
-  return v;
-}
-
-function integer(v: unknown, path: string, min: number, max: number): number {
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
-    throw new FleetError(path, `must be an integer from ${min} to ${max}`);
-  }
-  return v;
-}
-
-function labels(v: unknown, path: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [k, val] of Object.entries(record(v, path))) out[k] = text(val, `${path}.${k}`, undefined, 63);
-  return out;
-}
-
-function list<T>(v: unknown, path: string, item: (x: unknown, p: string) => T, max = 64): T[] {
-  if (!Array.isArray(v) || v.length > max) throw new FleetError(path, `must be a list of at most ${max} entries`);
-  return v.map((x, i) => item(x, `${path}[${i}]`));
-}
-
-function optional<T>(raw: Raw, key: string, path: string, read: (v: unknown, p: string) => T, fallback: T): T {
-  return raw[key] === undefined ? fallback : read(raw[key], `${path}.${key}`);
-}
-
-function parseModel(v: unknown, path: string, mode: Pool['mode']): FleetModel {
-  const raw = record(v, path);
-  const name = text(raw['name'], `${path}.name`, MODEL_NAME, 50);
-  const profile = text(raw['profile'], `${path}.profile`);
-  if (!PROFILES.includes(profile)) throw new FleetError(`${path}.profile`, `must be one of ${PROFILES.join(', ')}`);
-  if (mode === 'large' && raw['replicas'] !== undefined) {
-    throw new FleetError(`${path}.replicas`, 'a large pool runs exactly one replica over all eight GPUs');
-  }
-  const replicas = mode === 'large' ? 1 : optional(raw, 'replicas', path, (x, p) => integer(x, p, 1, GPUS_PER_NODE), 0);
-  const model: FleetModel = { name, profile, replicas };
-  if (raw['classes'] !== undefined) {
-    const classes: Record<string, Record<string, number>> = {};
-    for (const [cls, limits] of Object.entries(record(raw['classes'], `${path}.classes`))) {
-      classes[cls] = {};
-      for (const [k, n] of Object.entries(record(limits, `${path}.classes.${cls}`))) {
-        classes[cls][k] = integer(n, `${path}.classes.${cls}.${k}`, 0, 1e9);
-      }
-    }
-    model.classes = classes;
-  }
-  return model;
-}
 
 /** Gives each small-pool model its share of the eight GPUs: stated replicas, the rest split evenly. */
 function splitSmallReplicas(models: FleetModel[], path: string): void {
@@ -145,6 +68,33 @@ function splitSmallReplicas(models: FleetModel[], path: string): void {
   unstated.forEach((m, i) => {
     m.replicas = Math.floor(left / unstated.length) + (i < left % unstated.length ? 1 : 0);
   });
+}
+
+/** An extended resource's name: a domain prefix, a slash, a name (`nvidia.com/gpu`, `amd.com/gpu`). */
+const EXTENDED_RESOURCE = /^[a-z0-9]([-a-z0-9.]*[a-z0-9])?\/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
+
+/**
+ * The worker's extended resources, default `nvidia.com/gpu: 8`. A pod is one whole node: exactly one entry is the
+ * node's GPUs (a name ending in `/gpu`), counting eight; other entries (an RDMA device, say) pass through.
+ */
+function parseGpuResources(raw: Raw, path: string): Map<string, number> {
+  if (raw['gpuResources'] === undefined) return new Map([['nvidia.com/gpu', GPUS_PER_NODE]]);
+  const out = new Map<string, number>();
+  for (const [name, n] of Object.entries(record(raw['gpuResources'], `${path}.gpuResources`))) {
+    const at = `${path}.gpuResources.${name}`;
+    if (!EXTENDED_RESOURCE.test(name) || name.length > 253 || name.split('/')[0]!.endsWith('kubernetes.io')) {
+      throw new FleetError(at, 'must be an extended resource name with a domain prefix (e.g. nvidia.com/gpu)');
+    }
+    out.set(name, integer(n, at, 1, 1024));
+  }
+  const gpus = [...out].filter(([name]) => name.endsWith('/gpu'));
+  if (gpus.length !== 1 || gpus[0]![1] !== GPUS_PER_NODE) {
+    throw new FleetError(
+      `${path}.gpuResources`,
+      `must ask for the node's ${GPUS_PER_NODE} GPUs once (one <vendor>/gpu: ${GPUS_PER_NODE} entry)`,
+    );
+  }
+  return out;
 }
 
 function parsePool(v: unknown, path: string, image: string): Pool {
@@ -177,6 +127,7 @@ function parsePool(v: unknown, path: string, image: string): Pool {
       cpu: optional(res, 'cpu', `${path}.resources`, (x, p) => text(String(x), p, QUANTITY), '32'),
       memory: optional(res, 'memory', `${path}.resources`, (x, p) => text(x, p, QUANTITY), '256Gi'),
     },
+    gpuResources: parseGpuResources(raw, path),
     nodeSelector: optional(raw, 'nodeSelector', path, labels, {}),
     models,
   };

@@ -5,7 +5,8 @@ import type { IDeployment } from 'kubernetes-models/apps/v1';
 import type { IPodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { createHash } from 'node:crypto';
 import { stringify } from 'yaml';
-import { GPUS_PER_NODE, type Fleet, type Pool } from './fleet.ts';
+import type { Fleet, Pool } from './fleet.ts';
+import { modelPodVolumes, modelVolumeMounts } from './model-volumes.ts';
 import { fleetLabels, names, poolPodLabels, poolSelectorLabels } from './names.ts';
 import { poolConfig } from './switchyard-config.ts';
 import {
@@ -72,12 +73,14 @@ function controlPlane(fleet: Fleet, pool: Pool): IContainer {
     volumeMounts: [
       { name: 'config', mountPath: CONFIG_DIR, readOnly: true },
       { name: 'tmp', mountPath: '/tmp', subPath: 'control-plane' },
+      ...modelVolumeMounts(pool),
     ],
   };
 }
 
 function worker(fleet: Fleet, pool: Pool): IContainer {
   const s = fleet.shutdown;
+  const extended = Object.fromEntries(pool.gpuResources);
   return {
     name: 'worker',
     image: pool.image,
@@ -85,13 +88,16 @@ function worker(fleet: Fleet, pool: Pool): IContainer {
     env: [{ name: 'POD_NAME', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } }, secretEnv(fleet, 'worker')],
     // The worker outlives the control plane's drain: it is signalled only once running requests had their deadline.
     lifecycle: { preStop: { sleep: { seconds: s.preStopSeconds + s.drainDeadlineSeconds } } },
+    // Extended resources are requested and limited alike (Kubernetes refuses a request without an equal limit).
     resources: {
-      requests: { cpu: pool.resources.cpu, memory: pool.resources.memory, 'nvidia.com/gpu': GPUS_PER_NODE },
-      limits: { memory: pool.resources.memory, 'nvidia.com/gpu': GPUS_PER_NODE },
+      requests: { cpu: pool.resources.cpu, memory: pool.resources.memory, ...extended },
+      limits: { memory: pool.resources.memory, ...extended },
     },
     securityContext: RESTRICTED,
     volumeMounts: [
+      // The model root; each model volume is mounted read-only inside it, so every GGUF file stays under the root.
       { name: 'models', mountPath: MODELS_DIR },
+      ...modelVolumeMounts(pool),
       { name: 'tmp', mountPath: '/tmp', subPath: 'worker' },
       { name: 'dshm', mountPath: '/dev/shm' },
     ],
@@ -119,13 +125,17 @@ export function poolDeployment(fleet: Fleet, pool: Pool): IDeployment {
           automountServiceAccountToken: false,
           securityContext: { runAsNonRoot: true, fsGroup: 10001, seccompProfile: { type: 'RuntimeDefault' } },
           ...(Object.keys(pool.nodeSelector).length > 0 ? { nodeSelector: pool.nodeSelector } : {}),
-          tolerations: [{ key: 'nvidia.com/gpu', operator: 'Exists', effect: 'NoSchedule' }],
+          // GPU nodes are tainted with their GPU resource's name (the NVIDIA and AMD operators' convention).
+          tolerations: [...pool.gpuResources.keys()]
+            .filter((r) => r.endsWith('/gpu'))
+            .map((key) => ({ key, operator: 'Exists', effect: 'NoSchedule' })),
           containers: [controlPlane(fleet, pool), worker(fleet, pool)],
           volumes: [
             { name: 'config', configMap: { name: names.poolConfig(fleet, pool) } },
             { name: 'tmp', emptyDir: { sizeLimit: '1Gi' } },
             { name: 'models', emptyDir: { sizeLimit: pool.mode === 'large' ? '400Gi' : '100Gi' } },
             { name: 'dshm', emptyDir: { medium: 'Memory', sizeLimit: '16Gi' } },
+            ...modelPodVolumes(pool),
           ],
         },
       },

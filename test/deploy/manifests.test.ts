@@ -13,8 +13,9 @@ import type { INetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
 import { BlockList, isIPv4 } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments } from 'yaml';
-import { driftFrom, MANIFESTS_DIR, renderFleetFile, REPO_ROOT } from '../../deploy/render.ts';
+import { driftFrom, MANIFESTS_DIR, renderFleet, renderFleetFile, REPO_ROOT } from '../../deploy/render.ts';
 import { fleetModels, FleetError, parseFleet } from '../../deploy/lib/fleet.ts';
+import { normalizeScenario } from '../../actors/config.ts';
 import { TOKEN_PLACEHOLDER } from '../../deploy/lib/fleet-wide.ts';
 import { CLIENT_PATHS, METRICS, SOURCE_FLAGS, TOKEN_KEYS, WORKER_SOURCES } from '../../deploy/lib/switchyard-cli.ts';
 import { parseCommand } from '../../bin/args.ts';
@@ -24,7 +25,7 @@ import { checkHTTPRoute, checkInferencePool, checkPodMonitor } from './crd-check
 
 type Obj = Record<string, any>;
 
-const FLEETS = ['small-only', 'mixed-2x2', 'large-heavy'];
+const FLEETS = ['small-only', 'mixed-2x2', 'large-heavy', 'real-gguf'];
 
 /** kubernetes-models classes by kind: `validate()` throws on a schema violation. */
 const CORE: Record<string, (o: Obj) => { validate(): void }> = {
@@ -393,6 +394,71 @@ describe.each(FLEETS)('the %s fleet in a cluster', (fleetName) => {
     }
   });
 
+  it('embeds a config that the serve config schema accepts, naming llama.cpp, the file in the pod and the offload', () => {
+    for (const pool of fleet.pools) {
+      const cm = ofKind('ConfigMap').find((c) => c.metadata.name === `${fleet.name}-${pool.name}-config`)!;
+      const config = normalizeScenario(parse(cm.data['config.yaml'] as string));
+      pool.models.forEach((m, i) => {
+        const engine = config.models[i]!.engine;
+        if (!m.engine) {
+          expect(engine, m.name).toBeUndefined();
+          return;
+        }
+        expect(engine).toEqual({
+          kind: 'llama.cpp',
+          file: expect.stringMatching(new RegExp(`^/models/[^/]+/${m.engine.file.replace(/\./g, '\\.')}$`)),
+          contextTokens: m.engine.contextTokens,
+          sequences: m.engine.sequences,
+          threads: m.engine.threads,
+          ...(m.engine.gpu !== 'cpu' ? { gpu: m.engine.gpu } : {}),
+          ...(m.engine.gpuLayers !== undefined ? { gpuLayers: m.engine.gpuLayers } : {}),
+        });
+      });
+    }
+  });
+
+  it('mounts each GGUF volume read-only, under the model root, in both containers, with the file the config names', () => {
+    for (const pool of fleet.pools) {
+      const d = nodeDeployments.find((n) => n.metadata.name === `${fleet.name}-${pool.name}`)!;
+      const cm = ofKind('ConfigMap').find((c) => c.metadata.name === `${fleet.name}-${pool.name}-config`)!;
+      const files: string[] = (parse(cm.data['config.yaml'] as string) as Obj).models.flatMap((m: Obj) =>
+        m.engine === 'llama.cpp' ? [m.file] : [],
+      );
+      const worker = byName(d, 'worker');
+      const root = flagValue(worker.args!, '--model-root')!;
+      const sources = (d.spec.template.spec.volumes as Obj[]).filter((v) => v.persistentVolumeClaim || v.hostPath);
+      expect(sources).toHaveLength(
+        new Set(pool.models.flatMap((m) => (m.engine ? [m.engine.volume] : [])).map((v) => JSON.stringify(v))).size,
+      );
+      for (const v of sources) {
+        if (v.persistentVolumeClaim) expect(v.persistentVolumeClaim.readOnly).toBe(true);
+        for (const c of containers(d)) {
+          const mount = c.volumeMounts!.find((x) => x.name === v.name)!;
+          expect(mount.readOnly, `${c.name} ${v.name}`).toBe(true);
+          expect(mount.mountPath.startsWith(`${root}/`), mount.mountPath).toBe(true);
+        }
+      }
+      for (const file of files) {
+        const mount = worker.volumeMounts!.find((x) => file.startsWith(`${x.mountPath}/`) && x.name !== 'models');
+        expect(mount?.readOnly, file).toBe(true);
+        expect(file.startsWith(`${root}/`)).toBe(true);
+      }
+    }
+  });
+
+  it("requests and limits the pool's GPU resources on the worker, and tolerates the GPU nodes' taint", () => {
+    for (const pool of fleet.pools) {
+      const d = nodeDeployments.find((n) => n.metadata.name === `${fleet.name}-${pool.name}`)!;
+      const r = byName(d, 'worker').resources!;
+      for (const [name, count] of pool.gpuResources) {
+        expect(r.requests?.[name], name).toBe(count);
+        expect(r.limits?.[name], name).toBe(count);
+      }
+      const gpus = [...pool.gpuResources.keys()].filter((k) => k.endsWith('/gpu'));
+      expect(d.spec.template.spec.tolerations.map((t: Obj) => t.key)).toEqual(gpus);
+    }
+  });
+
   it('gives every pool a PodDisruptionBudget that selects its pods and lets one node go at a time', () => {
     for (const d of nodeDeployments) {
       const pdbs = ofKind('PodDisruptionBudget').filter((p) =>
@@ -410,6 +476,34 @@ describe.each(FLEETS)('the %s fleet in a cluster', (fleetName) => {
     expect(routed).toEqual(fleetModels(fleet).map((m) => [m, `${fleet.name}-${m.replace(/\./g, '-')}`]));
     expect(routed.every(([, p]: string[]) => pools.has(p!))).toBe(true);
     expect(route.spec.rules.every((r: Obj) => r.matches.length === CLIENT_PATHS.length)).toBe(true);
+  });
+});
+
+describe('the real-gguf fleet', () => {
+  const { fleet, nodeDeployments, byName, ofKind } = loadRendered('real-gguf');
+
+  it('serves every model with llama.cpp on CUDA from a GGUF on a read-only claim', () => {
+    const models = fleet.pools.flatMap((p) => p.models);
+    expect(models.length).toBeGreaterThan(1);
+    for (const m of models) {
+      expect(m.engine?.gpu, m.name).toBe('cuda');
+      expect(m.engine && 'claim' in m.engine.volume, m.name).toBe(true);
+    }
+    for (const d of nodeDeployments) {
+      const claims = (d.spec.template.spec.volumes as Obj[]).filter((v) => v.persistentVolumeClaim);
+      expect(claims).toHaveLength(1);
+      const mount = byName(d, 'worker').volumeMounts!.find((v) => v.name === claims[0]!.name)!;
+      expect(mount).toMatchObject({ readOnly: true, mountPath: expect.stringMatching(/^\/models\/[a-z0-9-]+$/) });
+      const config = parse(
+        ofKind('ConfigMap').find((c) => c.metadata.name === `${d.metadata.name}-config`)!.data['config.yaml'],
+      ) as Obj;
+      expect(config.models[0]).toMatchObject({
+        engine: 'llama.cpp',
+        gpu: 'cuda',
+        file: expect.stringMatching(/\.gguf$/),
+      });
+      expect(config.models[0].file.startsWith(`${mount.mountPath}/`)).toBe(true);
+    }
   });
 });
 
@@ -462,6 +556,91 @@ describe('the fleet file parser', () => {
     expect(() => parseFleet(pool('s', 'small', `${m8b('a', ', replicas: 8')}, ${m8b('b')}`))).toThrow(
       /pools\[0\]\.models: replicas must fit on 8 GPUs/,
     );
+  });
+
+  const gguf = (extra: string): string =>
+    pool('s', 'small', m8b('a', `, engine: llama.cpp, volume: { claim: weights }, file: a.gguf${extra}`));
+
+  it('reads a llama.cpp model: its volume, file and offload settings, with the serve config defaults', () => {
+    const m = parseFleet(gguf(', gpu: cuda, gpuLayers: 20')).pools[0]!.models[0]!;
+    expect(m.engine).toEqual({
+      volume: { claim: 'weights' },
+      file: 'a.gguf',
+      gpu: 'cuda',
+      gpuLayers: 20,
+      threads: 1,
+      contextTokens: 512,
+      sequences: 4,
+    });
+    const host = pool('s', 'small', m8b('a', ', engine: llama.cpp, volume: { hostPath: /srv/gguf }, file: x/a.gguf'));
+    expect(parseFleet(host).pools[0]!.models[0]!.engine?.volume).toEqual({ hostPath: '/srv/gguf' });
+  });
+
+  it.each([
+    [', gpu: tpu', 'pools[0].models[0].gpu'],
+    [', gpu: metal', 'pools[0].models[0].gpu'],
+    [', gpuLayers: -1', 'pools[0].models[0].gpuLayers'],
+    [', threads: 0', 'pools[0].models[0].threads'],
+    [', sequences: 1000', 'pools[0].models[0].sequences'],
+    [', contextTokens: 100', 'pools[0].models[0].contextTokens'],
+    [', gpulayers: 3', 'pools[0].models[0].gpulayers'],
+  ])('refuses a bad offload setting (%s), naming the field', (extra, field) => {
+    expect(() => parseFleet(gguf(extra))).toThrow(FleetError);
+    expect(() => parseFleet(gguf(extra))).toThrow(`${field}: `);
+  });
+
+  it.each([
+    ['engine: llama.cpp, volume: { claim: weights }, file: ../etc/a.gguf', 'pools[0].models[0].file'],
+    ['engine: llama.cpp, volume: { claim: weights }, file: /abs/a.gguf', 'pools[0].models[0].file'],
+    ['engine: llama.cpp, volume: { claim: weights }, file: "x\\n/../../../etc/a.gguf"', 'pools[0].models[0].file'],
+    ['engine: llama.cpp, volume: { claim: weights }, file: a//b.gguf', 'pools[0].models[0].file'],
+    ['engine: llama.cpp, volume: { claim: weights }, file: a/./b.gguf', 'pools[0].models[0].file'],
+    ['engine: llama.cpp, volume: { claim: weights }, file: a.bin', 'pools[0].models[0].file'],
+    ['engine: llama.cpp, volume: { claim: weights }', 'pools[0].models[0].file'],
+    ['engine: llama.cpp, file: a.gguf', 'pools[0].models[0].volume'],
+    ['engine: llama.cpp, volume: { claim: w, hostPath: /x }, file: a.gguf', 'pools[0].models[0].volume'],
+    ['engine: llama.cpp, volume: { hostPath: srv }, file: a.gguf', 'pools[0].models[0].volume.hostPath'],
+    ['engine: llama.cpp, volume: { hostPath: /srv/../etc }, file: a.gguf', 'pools[0].models[0].volume.hostPath'],
+    ['engine: llama.cpp, volume: { claim: Bad_Claim }, file: a.gguf', 'pools[0].models[0].volume.claim'],
+    ['engine: vllm', 'pools[0].models[0].engine'],
+    ['file: a.gguf', 'pools[0].models[0].file'],
+    ['gpu: cuda', 'pools[0].models[0].gpu'],
+  ])('refuses a bad model volume or file (%s), naming the field', (extra, field) => {
+    expect(() => parseFleet(pool('s', 'small', m8b('a', `, ${extra}`)))).toThrow(`${field}: `);
+  });
+
+  it('refuses at render what the serve config refuses (a context not a multiple of 256), naming the fleet field', () => {
+    const fleet = parseFleet(gguf(', contextTokens: 4000'));
+    expect(() => renderFleet(fleet, 'f.yaml')).toThrow(/^pools\[0\]\.models\[0\]\.contextTokens: .*multiple of 256/);
+  });
+
+  it("reads GPU resources per pool: the node's eight GPUs once, other extended resources alongside", () => {
+    const withGpus = (r: string): string =>
+      minimal(`  - { name: s, mode: small, nodes: 1, gpuResources: ${r}, models: [${m8b('a')}] }\n`);
+    const amd = parseFleet(withGpus('{ amd.com/gpu: 8, rdma/hca: 1 }')).pools[0]!;
+    expect([...amd.gpuResources]).toEqual([
+      ['amd.com/gpu', 8],
+      ['rdma/hca', 1],
+    ]);
+    expect(
+      parseFleet(minimal(`  - { name: s, mode: small, nodes: 1, models: [${m8b('a')}] }\n`)).pools[0]!.gpuResources,
+    ).toEqual(new Map([['nvidia.com/gpu', 8]]));
+    expect(() => parseFleet(withGpus('{ nvidia.com/gpu: 4 }'))).toThrow(/^pools\[0\]\.gpuResources: /);
+    expect(() => parseFleet(withGpus('{ rdma/hca: 1 }'))).toThrow(/^pools\[0\]\.gpuResources: /);
+    expect(() => parseFleet(withGpus('{ gpu: 8 }'))).toThrow(/^pools\[0\]\.gpuResources\.gpu: /);
+    expect(() => parseFleet(withGpus('{ nvidia.com/gpu: 8, rdma/hca: 0 }'))).toThrow(/gpuResources\.rdma\/hca: /);
+  });
+
+  it('keeps class names as keys of a Map (toString is a class), and refuses at render what serve refuses', () => {
+    const fleet = parseFleet(pool('s', 'small', m8b('a', ', classes: { toString: { ttftMs: 500 } }')));
+    const classes = fleet.pools[0]!.models[0]!.classes!;
+    expect([...classes.keys()]).toEqual(['toString']);
+    expect(classes.get('toString')?.get('ttftMs')).toBe(500);
+    const cm = renderFleet(fleet, 'f.yaml').find((f) => f.path.endsWith('pool-s.yaml'))!;
+    const config = parse(docs(cm.text)[0]!.data['config.yaml'] as string) as Obj;
+    expect(normalizeScenario(config).models[0]!.classes.map((c) => [c.name, c.ttftMs])).toEqual([['toString', 500]]);
+    const reserved = parseFleet(pool('s', 'small', m8b('a', ', classes: { constructor: { ttftMs: 500 } }')));
+    expect(() => renderFleet(reserved, 'f.yaml')).toThrow(/^pools\[0\]\.models\[0\]\.classes\.constructor: /);
   });
 
   it('refuses a pool name that is not a DNS label', () => {
