@@ -3,7 +3,7 @@
 import type { ClientListener, ControlPlane, TerminalOutcome } from '../actors/control-plane.ts';
 import { failure, type Failure } from '../machines/outcomes.ts';
 import type { NodeLink } from '../actors/node-link.ts';
-import type { ClientRequest, Sampling } from '../transport/client-protocol.ts';
+import type { ChatMessage, ClientRequest, Sampling } from '../transport/client-protocol.ts';
 import type { ServerMetrics } from './metrics.ts';
 import { estimateTokens, textRange, textSeed } from './pseudo-text.ts';
 
@@ -29,9 +29,11 @@ export interface CountedPrompt {
 /** A model's own tokenizer (a real engine's): prompt text to token ids. */
 export interface PromptTokenizer {
   tokenize(text: string): number[];
+  /** Chat messages rendered through the model's chat template, ready for the assistant's reply, as token ids. */
+  tokenizeChat?(messages: readonly ChatMessage[]): number[];
 }
 
-/** The prompt as a real engine's model tokenizes it, or null for a cost-model model (counted by estimate). */
+/** The prompt as a real engine's model tokenizes it (chat messages through its chat template), or null for a cost-model model (counted by estimate). */
 function engineInput(
   tokenizer: PromptTokenizer | undefined,
   req: ClientRequest,
@@ -44,7 +46,10 @@ function engineInput(
     ...(s.seed !== undefined ? { seed: s.seed } : {}),
     ...(s.stop !== undefined && s.stop.length > 0 ? { stop: [...s.stop] } : {}),
   };
-  return { prompt: tokenizer.tokenize(req.prompt ?? ''), sampling };
+  const { messages } = req;
+  const prompt =
+    messages && tokenizer.tokenizeChat ? tokenizer.tokenizeChat(messages) : tokenizer.tokenize(req.prompt ?? '');
+  return { prompt, sampling };
 }
 
 /** How a request ended well. */
