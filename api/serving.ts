@@ -3,7 +3,7 @@
 import type { ClientListener, ControlPlane, TerminalOutcome } from '../actors/control-plane.ts';
 import { failure, type Failure } from '../machines/outcomes.ts';
 import type { NodeLink } from '../actors/node-link.ts';
-import type { ClientRequest, Sampling } from '../transport/client-protocol.ts';
+import type { ChatMessage, ClientRequest, Sampling } from '../transport/client-protocol.ts';
 import type { ServerMetrics } from './metrics.ts';
 import { estimateTokens, textRange, textSeed } from './pseudo-text.ts';
 
@@ -24,18 +24,23 @@ export interface Delivery {
 export interface CountedPrompt {
   promptTokens: number;
   engine: { prompt: number[]; sampling: Sampling } | null;
+  /** Set when the model's chat template refused the messages: the request is refused with it, before any work. */
+  refused?: Failure;
 }
 
 /** A model's own tokenizer (a real engine's): prompt text to token ids. */
 export interface PromptTokenizer {
   tokenize(text: string): number[];
+  /** Chat messages rendered through the model's chat template, ready for the assistant's reply, as token ids. */
+  tokenizeChat?(messages: readonly ChatMessage[]): number[];
 }
 
-/** The prompt as a real engine's model tokenizes it, or null for a cost-model model (counted by estimate). */
+/** The prompt as a real engine's model tokenizes it (chat messages through its chat template), or null for a
+ * cost-model model (counted by estimate); a chat template that refuses the messages is a failure. */
 function engineInput(
   tokenizer: PromptTokenizer | undefined,
   req: ClientRequest,
-): { prompt: number[]; sampling: Sampling } | null {
+): { prompt: number[]; sampling: Sampling } | Failure | null {
   if (!tokenizer) return null;
   const s = req;
   const sampling = {
@@ -44,7 +49,15 @@ function engineInput(
     ...(s.seed !== undefined ? { seed: s.seed } : {}),
     ...(s.stop !== undefined && s.stop.length > 0 ? { stop: [...s.stop] } : {}),
   };
-  return { prompt: tokenizer.tokenize(req.prompt ?? ''), sampling };
+  const { messages } = req;
+  if (!messages || !tokenizer.tokenizeChat) return { prompt: tokenizer.tokenize(req.prompt ?? ''), sampling };
+  try {
+    return { prompt: tokenizer.tokenizeChat(messages), sampling };
+  } catch (e) {
+    // A template may raise (e.g. roles that do not alternate as it wants): that request alone is refused.
+    const why = (e instanceof Error ? e.message : String(e)).slice(0, 300);
+    return failure('invalid_request', `messages: the model's chat template refused them: ${why}`);
+  }
 }
 
 /** How a request ended well. */
@@ -210,10 +223,18 @@ export function createServing(
   // the client's count or the estimate.
   const count = (req: ClientRequest): CountedPrompt => {
     const engine = engineInput(tokenizers.get(req.model), req);
+    if (engine && 'code' in engine) return { promptTokens: 0, engine: null, refused: engine };
     return {
       promptTokens: engine ? engine.prompt.length : (req.promptTokens ?? estimateTokens(req.prompt ?? '')),
       engine,
     };
+  };
+  // A request refused here is counted as the control plane's rejection of it would be.
+  const rejected = (req: ClientRequest, f: Failure): { ok: false; failure: Failure } => {
+    const t = cp.runtime.clock.now();
+    const timings = { receivedAt: t, firstTokenAt: -1, finishedAt: t };
+    metrics.outcome(req.model, { outcome: 'rejected', code: f.code, message: f.message, tokens: 0, timings });
+    return { ok: false, failure: f };
   };
   const submit = (
     req: ClientRequest,
@@ -222,20 +243,10 @@ export function createServing(
   ): Accepted | { ok: false; failure: Failure } => {
     // A name the control plane does not know is refused here, before the prompt is counted or anything admitted.
     const unknown = cp.router.check(req);
-    if (unknown) {
-      // Counted as the control plane's rejection of it would be.
-      const t = cp.runtime.clock.now();
-      const timings = { receivedAt: t, firstTokenAt: -1, finishedAt: t };
-      metrics.outcome(req.model, {
-        outcome: 'rejected',
-        code: unknown.code,
-        message: unknown.message,
-        tokens: 0,
-        timings,
-      });
-      return { ok: false, failure: unknown };
-    }
-    const { engine, promptTokens } = delivery.counted ?? count(req);
+    if (unknown) return rejected(req, unknown);
+    const counted = delivery.counted ?? count(req);
+    if (counted.refused) return rejected(req, counted.refused);
+    const { engine, promptTokens } = counted;
     const mode = text(delivery, engine);
     // The words' seed (a hash of the prompt) only when the cost model's words are streamed.
     const seed = mode === Text.Words ? textSeed(`${req.model}\u0000${req.prompt ?? String(promptTokens)}`) : 0;

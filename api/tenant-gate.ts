@@ -275,6 +275,7 @@ export function createTenantGate(inner: Serving, opts: TenantGateOptions): Tenan
     const { priority, rank, budgetMs } = checked;
     // Charged by the prompt as admission counts it (a real engine's tokenizer), never by the client's own figure.
     const counted = inner.count(req);
+    if (counted.refused) return refuse(counted.refused);
     const work = counted.promptTokens + req.maxTokens;
     if (tenant.maxConcurrent !== null && s.inflight >= tenant.maxConcurrent)
       return refuse(

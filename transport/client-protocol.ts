@@ -46,8 +46,16 @@ const requestFields = {
 /** The schema of a request as every client API hands it to serving. */
 export const clientRequestSchema = obj(requestFields);
 
-/** The one request type from every client API to serving, which counts its prompt for the control plane. */
-export type ClientRequest = Infer<typeof clientRequestSchema>;
+/** One chat message, as the chat endpoint hands it to serving (its text parts joined). */
+export interface ChatMessage {
+  role: 'system' | 'user' | 'assistant';
+  content: string;
+}
+
+/** The one request type from every client API to serving, which counts its prompt for the control plane. The chat
+ * endpoint adds its messages: a real engine's model renders them through its own chat template (the prompt is then
+ * their `role: text` lines, which the cost model's estimate counts). */
+export type ClientRequest = Infer<typeof clientRequestSchema> & { messages?: readonly ChatMessage[] };
 
 /** The sampling parameters of a request. */
 export type Sampling = Pick<ClientRequest, 'temperature' | 'topP' | 'seed' | 'stop'>;

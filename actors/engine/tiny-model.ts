@@ -177,6 +177,11 @@ const outputRowScale = (id: number): number => {
   return 0.2;
 };
 
+/** The generated models' chat template (ChatML, in Jinja as GGUF files carry it): chat requests are rendered by it. */
+export const CHAT_TEMPLATE =
+  '{{ bos_token }}{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n' +
+  '{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}';
+
 /** llama_ftype of a model whose matrices are all of one type. */
 const FILE_TYPE: ReadonlyMap<GgufTensorType, number> = new Map([
   ['f32', 0],
@@ -211,6 +216,7 @@ const metadata = (spec: TinyModelSpec, vocab: { tokens: string[]; types: number[
     { key: 'tokenizer.ggml.eos_token_id', type: 'u32', value: TINY_VOCAB.eos },
     { key: 'tokenizer.ggml.add_bos_token', type: 'bool', value: true },
     { key: 'tokenizer.ggml.add_eos_token', type: 'bool', value: false },
+    { key: 'tokenizer.chat_template', type: 'string', value: CHAT_TEMPLATE },
   ];
 };
 

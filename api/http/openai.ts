@@ -4,7 +4,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { unixTimeMs, type Clock, type TimerId } from '../../runtime/clock.ts';
 import { failure, type Failure } from '../../machines/outcomes.ts';
-import type { ClientRequest } from '../../transport/client-protocol.ts';
+import type { ChatMessage, ClientRequest } from '../../transport/client-protocol.ts';
 import type { TerminalOutcome } from '../../actors/control-plane.ts';
 import { TOKEN_FLUSH_MS, type DoneInfo, type Serving, type StreamSink } from '../serving.ts';
 import { estimateTokens } from '../pseudo-text.ts';
@@ -19,6 +19,7 @@ import {
   nullable,
   num,
   obj,
+  oneOf,
   optional,
   refine,
   str,
@@ -48,7 +49,7 @@ interface Parsed extends ClientRequest {
 
 const bad = (message: string): Failure => failure('invalid_request', message);
 
-/** Fields both endpoints read; any other OpenAI field is accepted and ignored. */
+/** Fields both endpoints read; an OpenAI field that asks for what is not implemented is refused (UNSUPPORTED). */
 const commonFields = {
   model: str({ min: 1, max: 100 }),
   max_tokens: optional(nullable(int({ min: 1, max: 1_000_000 }))),
@@ -107,7 +108,8 @@ const part = obj(
 );
 const message = obj(
   {
-    role: str({ min: 1, max: 50 }),
+    // Tool results and tool calls are refused with the tools themselves (UNSUPPORTED); `developer` is the system's.
+    role: oneOf('system', 'developer', 'user', 'assistant'),
     content: optional(nullable(anyOf(str({ max: MAX_PROMPT_CHARS }), arr(part, { max: 10_000 })))),
   },
   { strict: false },
@@ -118,19 +120,77 @@ export const chatBody = refine(
   obj({ ...commonSchema.fields, messages: arr(message, { min: 1, max: 10_000 }) }, { strict: false }),
   (b, refuse): Parsed => {
     let prompt = '';
-    for (const m of b.messages) {
+    const messages: ChatMessage[] = [];
+    for (const [i, m] of b.messages.entries()) {
       const c = m.content;
+      if (Array.isArray(c) && c.some((p) => p.type !== undefined && p.type !== 'text'))
+        refuse(`messages[${i}].content`, 'only text parts are supported');
       const text = typeof c === 'string' ? c : (c ?? []).map((p) => p.text ?? '').join('');
       prompt += `${m.role}: ${text}\n`;
       if (prompt.length > MAX_PROMPT_CHARS) refuse('messages', 'are too long');
+      messages.push({ role: m.role === 'developer' ? 'system' : m.role, content: text });
     }
     const base = common(b, DEFAULT_CHAT_TOKENS);
-    return Object.assign(base, { prompt, promptTokens: estimateTokens(prompt) + 3 * b.messages.length });
+    return Object.assign(base, { prompt, messages, promptTokens: estimateTokens(prompt) + 3 * b.messages.length });
   },
 );
 
-/** Checks a body against its schema; a failure names the field. */
+const nonEmpty = (v: unknown): boolean => !(Array.isArray(v) && v.length === 0);
+const notNone = (v: unknown): boolean => v !== 'none';
+const notFalse = (v: unknown): boolean => v !== false;
+const nonZero = (v: unknown): boolean => v !== 0;
+const TOOLS = 'tool and function calling are not supported';
+const LOGPROBS = 'log probabilities are not returned';
+
+/**
+ * OpenAI fields switchyard does not implement, with when a value asks for them (null and an absent field never do): a
+ * request that asks is refused with invalid_request naming the field, never served as if it had not asked.
+ */
+const UNSUPPORTED: ReadonlyMap<string, { asks: (v: unknown) => boolean; why: string }> = new Map([
+  ['tools', { asks: nonEmpty, why: TOOLS }],
+  ['functions', { asks: nonEmpty, why: TOOLS }],
+  ['tool_choice', { asks: notNone, why: TOOLS }],
+  ['function_call', { asks: notNone, why: TOOLS }],
+  ['logprobs', { asks: notFalse, why: LOGPROBS }],
+  ['top_logprobs', { asks: () => true, why: LOGPROBS }],
+  [
+    'response_format',
+    {
+      asks: (v: unknown) => !(typeof v === 'object' && v !== null && (v as { type?: unknown }).type === 'text'),
+      why: 'only {"type": "text"} is supported (no JSON mode or JSON schema)',
+    },
+  ],
+  [
+    'logit_bias',
+    {
+      asks: (v: unknown) => typeof v !== 'object' || Object.keys(v as object).length > 0,
+      why: 'logit bias is not supported',
+    },
+  ],
+  ['frequency_penalty', { asks: nonZero, why: 'penalties are not supported (0 only)' }],
+  ['presence_penalty', { asks: nonZero, why: 'penalties are not supported (0 only)' }],
+  ['modalities', { asks: (v: unknown) => !(Array.isArray(v) && v.every((m) => m === 'text')), why: 'text only' }],
+  ['audio', { asks: () => true, why: 'audio output is not supported' }],
+  ['echo', { asks: notFalse, why: 'echoing the prompt is not supported' }],
+  ['suffix', { asks: (v: unknown) => v !== '', why: 'insertion (suffix) is not supported' }],
+  ['best_of', { asks: (v: unknown) => v !== 1, why: 'best_of must be 1' }],
+]);
+
+/** The first unsupported field the body asks for, as a refusal naming it, or null. */
+function unsupported(body: unknown): Failure | null {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return null;
+  for (const [field, { asks, why }] of UNSUPPORTED) {
+    if (!Object.hasOwn(body, field)) continue;
+    const v = (body as Record<string, unknown>)[field];
+    if (v !== null && v !== undefined && asks(v)) return bad(`${field}: ${why}`);
+  }
+  return null;
+}
+
+/** Checks a body against its schema; a failure names the field, as does a field switchyard does not implement. */
 function parseWith(schema: Schema<Parsed>, body: unknown): Parsed | Failure {
+  const refused = unsupported(body);
+  if (refused) return refused;
   const v = validate(schema, body);
   return v.ok ? v.value : bad(`${fieldPath(v.error.path)}: ${v.error.message}`);
 }

@@ -1,9 +1,11 @@
 // Real inference end to end: `switchyard serve` with two llama.cpp replicas of the tiny generated model, one engine
-// host process each. Clients stream the model's own text (equal to the engine run directly), a context overflow is
-// refused before any work, cancelled sequences free their cells, a kill -9 of one host fails only its replica, and
-// a drain frees the host process.
+// host process each. Clients stream the model's own text (equal to the engine run directly), chat is rendered through
+// the model's own chat template, a context overflow is refused before any work, cancelled sequences free their cells,
+// a kill -9 of one host fails only its replica, and a drain frees the host process.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
+import { getLlama, LlamaLogLevel } from 'node-llama-cpp';
+import { CHAT_TEMPLATE, TINY_VOCAB } from '../../actors/engine/tiny-model.ts';
 import { connectClient } from '../../api/client.ts';
 import { serve, writeConfig, type Served } from './harness.ts';
 import { alive, directText, enginesOf, tinyModel, until, type HostProc } from './engine-harness.ts';
@@ -67,6 +69,32 @@ models:
     // Counted by the model's own tokenizer, as the engine tokenizes the prompt.
     expect(usage?.prompt_tokens).toBe(direct.promptTokens);
     expect(usage?.completion_tokens).toBe(direct.n);
+  });
+
+  it('renders chat through the model’s own template: prompt tokens are the rendered ChatML’s', async () => {
+    const messages = [
+      { role: 'system' as const, content: 'Answer briefly.' },
+      { role: 'user' as const, content: 'Where do trains sleep?' },
+    ];
+    // The generated model's template (tokenizer.chat_template) is ChatML, with the BOS token first.
+    expect(CHAT_TEMPLATE).toContain('<|im_start|>');
+    const rendered =
+      '<|startoftext|>' +
+      messages.map((m) => `<|im_start|>${m.role}\n${m.content}<|im_end|>\n`).join('') +
+      '<|im_start|>assistant\n';
+    const llama = await getLlama({ gpu: false, build: 'never', skipDownload: true, logLevel: LlamaLogLevel.error });
+    const vocab = await llama.loadModel({ modelPath: file, vocabOnly: true });
+    const tokens = vocab.tokenize(rendered, true);
+    await vocab.dispose();
+    // The BOS is the model's one special token, not its text.
+    expect(tokens[0]).toBe(TINY_VOCAB.bos);
+    const openai = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'unused-on-loopback' });
+    const chat = await openai.chat.completions.create({ model: 'tiny', messages, max_tokens: 4, temperature: 0 });
+    expect(chat.usage?.prompt_tokens).toBe(tokens.length);
+    // And the reply is the engine's greedy continuation of that rendering.
+    const direct = await directText(file, rendered.slice('<|startoftext|>'.length), 4);
+    expect(direct.promptTokens).toBe(tokens.length);
+    expect(chat.choices[0]?.message.content).toBe(direct.text);
   });
 
   it('names the real backend and its file in /v1/models and the WebSocket hello', async () => {

@@ -175,6 +175,37 @@ describe('switchyard serve', () => {
       const r = await s.post('/v1/chat/completions', { model: 'llama-3-8b', messages: 'not an array' });
       expect(r.status).toBe(400);
     });
+
+    it('refuses tools, logprobs and response_format with a 400 naming the field, never ignoring them', async () => {
+      const openai = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'x', maxRetries: 0 });
+      const base = { model: 'llama-3-8b', messages: [{ role: 'user' as const, content: 'x' }], max_tokens: 2 };
+      const tools = [{ type: 'function' as const, function: { name: 'f', parameters: { type: 'object' } } }];
+      const refused = async (field: string, p: Promise<unknown>): Promise<void> => {
+        const err = await p.then(
+          () => null,
+          (e: unknown) => e,
+        );
+        expect(err, field).toBeInstanceOf(OpenAI.APIError);
+        const e = err as InstanceType<typeof OpenAI.APIError>;
+        expect(e.status).toBe(400);
+        expect(e.code).toBe('invalid_request');
+        expect(e.message).toContain(`${field}: `);
+      };
+      await refused('tools', openai.chat.completions.create({ ...base, tools }));
+      await refused('logprobs', openai.chat.completions.create({ ...base, logprobs: true, top_logprobs: 2 }));
+      await refused(
+        'response_format',
+        openai.chat.completions.create({ ...base, response_format: { type: 'json_object' } }),
+      );
+      await refused('logprobs', openai.completions.create({ model: 'llama-3-8b', prompt: 'x', logprobs: 2 }));
+      // What asks for nothing is served.
+      const plain = await openai.chat.completions.create({
+        ...base,
+        tool_choice: 'none',
+        response_format: { type: 'text' },
+      });
+      expect(plain.choices[0]?.message.content).toBeTruthy();
+    });
   });
 
   describe('probes, metrics and the admin API', () => {

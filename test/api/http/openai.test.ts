@@ -54,7 +54,9 @@ describe('openai bodies', () => {
       stream: true,
     });
     if ('code' in p) throw new Error(p.message);
-    const { stream: _s, includeUsage: _u, ...request } = p;
+    // The chat endpoint adds its messages (for the model's chat template); the rest is the stream API's request.
+    const { stream: _s, includeUsage: _u, messages, ...request } = p;
+    expect(messages).toEqual([{ role: 'user', content: 'hi' }]);
     const v = validate(clientRequestSchema, request);
     expect(v.ok).toBe(true);
     expect(request).toMatchObject({ temperature: 0.2, topP: 0.5, seed: 9, stop: ['END'] });
@@ -74,6 +76,74 @@ describe('openai bodies', () => {
     }
     expect(parseChat({ model: 'm', messages: [] })).toMatchObject({ code: 'invalid_request' });
     expect(parseChat({ model: 'm', messages: [{ content: 'no role' }] })).toMatchObject({ code: 'invalid_request' });
+  });
+
+  it('refuses every field it does not implement, naming it, and accepts the values that ask for nothing', () => {
+    const user = [{ role: 'user', content: 'hi' }];
+    const tool = { type: 'function', function: { name: 'f', parameters: { type: 'object' } } };
+    const asks: [string, unknown][] = [
+      ['tools', [tool]],
+      ['tool_choice', 'auto'],
+      ['tool_choice', { type: 'function', function: { name: 'f' } }],
+      ['functions', [{ name: 'f' }]],
+      ['function_call', 'auto'],
+      ['logprobs', true],
+      ['top_logprobs', 2],
+      ['response_format', { type: 'json_object' }],
+      ['response_format', { type: 'json_schema', json_schema: { name: 's', schema: { type: 'object' } } }],
+      ['logit_bias', { '42': 5 }],
+      ['frequency_penalty', 0.5],
+      ['presence_penalty', -1],
+      ['modalities', ['text', 'audio']],
+      ['audio', { voice: 'alloy', format: 'mp3' }],
+    ];
+    for (const [field, value] of asks) {
+      const r = parseChat({ model: 'm', messages: user, [field]: value });
+      expect(r, field).toMatchObject({ code: 'invalid_request' });
+      expect((r as { message: string }).message.startsWith(`${field}: `), field).toBe(true);
+    }
+    for (const [field, value] of [
+      ['logprobs', 0],
+      ['logprobs', 3],
+      ['echo', true],
+      ['suffix', 'end'],
+      ['best_of', 2],
+    ] as const) {
+      const r = parseCompletion({ model: 'm', prompt: 'x', [field]: value });
+      expect((r as { message?: string }).message?.startsWith(`${field}: `), field).toBe(true);
+    }
+    const none = {
+      tools: [],
+      tool_choice: 'none',
+      functions: null,
+      logprobs: false,
+      top_logprobs: null,
+      response_format: { type: 'text' },
+      logit_bias: {},
+      frequency_penalty: 0,
+      presence_penalty: 0,
+      modalities: ['text'],
+    };
+    expect(parseChat({ model: 'm', messages: user, ...none })).toMatchObject({ model: 'm' });
+    expect(parseCompletion({ model: 'm', prompt: 'x', logprobs: null, echo: false, best_of: 1 })).toMatchObject({
+      model: 'm',
+    });
+  });
+
+  it('refuses tool messages and non-text content parts, and takes developer messages as the system’s', () => {
+    const tool = parseChat({ model: 'm', messages: [{ role: 'tool', content: '42', tool_call_id: 'c' }] });
+    expect(tool).toMatchObject({ code: 'invalid_request' });
+    expect((tool as { message: string }).message).toMatch(/^messages\[0\]\.role: /);
+    const image = parseChat({
+      model: 'm',
+      messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'http://x' } }] }],
+    });
+    expect(image).toMatchObject({
+      code: 'invalid_request',
+      message: 'messages[0].content: only text parts are supported',
+    });
+    const dev = parseChat({ model: 'm', messages: [{ role: 'developer', content: 'be brief' }] });
+    expect(dev).toMatchObject({ messages: [{ role: 'system', content: 'be brief' }] });
   });
 });
 
