@@ -162,10 +162,15 @@ describe('names on Object.prototype from clients', () => {
         // (The OpenAI endpoints take no version field.)
         const stop = await complete(chat, { stop: name });
         expect(stop.status, `stop ${name}`).toBe(200);
-        const text = chat
-          ? await complete(true, { messages: [{ role: name, content: name }] })
-          : await complete(false, { prompt: name });
+        // As text a name is served; as a chat role it is no role OpenAI knows: a typed refusal naming the field.
+        const text = await complete(chat, chat ? { messages: [{ role: 'user', content: name }] } : { prompt: name });
         expect(text.status, `prompt ${name}`).toBe(200);
+        if (chat) {
+          const role = await complete(true, { messages: [{ role: name, content: name }] });
+          expect(role.status, `role ${name}`).toBe(400);
+          expect(role.body.error.code).toBe('invalid_request');
+          expect(role.body.error.message).toMatch(/role/);
+        }
       }
       await stillServing();
     });
