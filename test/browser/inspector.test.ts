@@ -229,7 +229,7 @@ describe('the inspector page in Chromium', () => {
         // retrying (it used to show "disconnected, retrying…" forever).
         await expect
           .poll(() => page.locator('[data-testid=connection]').textContent(), { timeout: 5_000 })
-          .toMatch(/^refused: this server needs a client token.*not retrying$/);
+          .toMatch(/^refused: the inspector needs the admin or the inspector token.*not retrying$/);
         expect(await page.locator('[data-testid=gpu-tile]').count()).toBe(0);
         // Still refused well after the first retry would have run (250 ms): a retry would show "connecting…".
         await new Promise((r) => setTimeout(r, 1_500));
