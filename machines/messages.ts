@@ -1,6 +1,7 @@
 // What entities say to each other: one discriminated union of every message, routed by the runtime to a local actor or
 // over the wire. The node protocol (transport/protocol.ts) validates the members that cross to a worker; a test keeps
 // the two in step.
+import type { CoreLimits, CoreStatelessLimits, ReplicaLoad, SeqEvent, SubmitItem, SubmitSeq } from './core-messages.ts';
 
 /** A step's shape as the node's cost model needs it: prefill chunks `[tokens, cached]`, decode batch and context. */
 export interface WireStepShape {
@@ -46,6 +47,16 @@ export interface WireEngineSampled {
   finish?: 'eos' | 'stop' | 'length';
 }
 
+/** A replica's engine core as `gpu.assign` carries it: its ranks, owner, and batching limits. */
+export interface WireCoreSpec {
+  gpus: number[];
+  owner: string;
+  limits: CoreLimits;
+  stateless?: CoreStatelessLimits;
+  /** Check the batcher's invariants after every step (simulation). */
+  check?: boolean;
+}
+
 /** Faults an operator or a test can inject into a GPU of the node. */
 export type InjectedFault = 'fault' | 'hang' | 'straggle' | 'repair' | 'silent';
 
@@ -76,6 +87,8 @@ export type NodeProtocolMessage =
       unloadMs: number;
       slowdown?: number;
       engine?: WireEngineSpec;
+      /** The replica's engine core, run by the node once every rank is loaded (see actors/engine-core/). */
+      core?: WireCoreSpec;
     }
   | { type: 'gpu.release'; gpu: number; replica: string; epoch: number }
   | { type: 'gpu.loaded'; gpu: number; replica: string; epoch: number }
@@ -88,32 +101,12 @@ export type NodeProtocolMessage =
   | { type: 'gpu.fence'; gpu: number; code: string; fence?: number }
   /** What a node holds, sent after each registration (see NodeInventoryDevice). */
   | { type: 'node.inventory'; node: string; fence: number; loads: number; devices: NodeInventoryDevice[] }
-  | {
-      type: 'step.execute';
-      replica: string;
-      epoch: number;
-      step: number;
-      gpus: number[];
-      shape: WireStepShape;
-      open?: WireEngineOpen[];
-      items?: WireEngineItem[];
-    }
-  /** An engine replica reports once for all its ranks (`ranks`), with the sampled tokens and its cache. */
-  | {
-      type: 'step.completed';
-      gpu: number;
-      replica: string;
-      epoch: number;
-      step: number;
-      busyMs?: number;
-      ranks?: number[];
-      /** The ranks of a cost-model gang that ran the step on one timer, reporting together: one report per rank. */
-      gang?: number[];
-      sampled?: WireEngineSampled[];
-      cache?: { sequences: number; cellsPerSequence: number };
-    }
-  /** Frees sequences' cells in an engine replica (cancelled, preempted). */
-  | { type: 'seq.free'; replica: string; epoch: number; seqs: string[] };
+  /** Sequences (generative) or items (stateless) handed to a replica's engine core. */
+  | { type: 'seq.submit'; replica: string; epoch: number; seqs?: SubmitSeq[]; items?: SubmitItem[] }
+  /** Sequences or items that left on the control plane (cancelled, expired): the core drops them at once. */
+  | { type: 'seq.cancel'; replica: string; epoch: number; ids: string[] }
+  /** A core's report (one per step at most): each sequence's changes and the replica's load. */
+  | { type: 'seq.progress'; replica: string; epoch: number; at: number; events: SeqEvent[]; load: ReplicaLoad };
 
 /** Messages inside the control plane: replicas report to placement, a request leaves the queue that holds it. */
 export type ControlMessage =

@@ -21,8 +21,13 @@ export const LAYERS: readonly (readonly string[])[] = [
 
 /** Folders inside a layer that may import only some of their neighbours (the worker must not know the control plane). */
 export const WITHIN: readonly { from: string; mayImport: readonly string[] }[] = [
-  { from: 'actors/worker', mayImport: ['actors/worker', 'actors/gpu', 'actors/engine'] },
-  { from: 'actors/engine', mayImport: ['actors/engine', 'actors/gpu'] },
+  {
+    from: 'actors/worker',
+    mayImport: ['actors/worker', 'actors/gpu', 'actors/engine', 'actors/engine-core', 'actors/batcher'],
+  },
+  { from: 'actors/engine', mayImport: ['actors/engine', 'actors/gpu', 'actors/engine-core', 'actors/batcher'] },
+  { from: 'actors/engine-core', mayImport: ['actors/engine-core', 'actors/gpu', 'actors/batcher'] },
+  { from: 'actors/batcher', mayImport: ['actors/batcher', 'actors/gpu'] },
   { from: 'actors/gpu', mayImport: ['actors/gpu'] },
 ];
 

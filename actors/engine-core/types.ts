@@ -1,0 +1,60 @@
+// The engine core's shapes: the core itself, the executor it drives, and how it is made.
+import type { Clock } from '../../runtime/clock.ts';
+import type { ContinuousLimits, StepPlan } from '../batcher/types.ts';
+import type { ClosedBatch, StatelessLimits } from '../batcher/stateless.ts';
+import type { CoreReport, ReplicaLoad, SubmitItem, SubmitSeq } from '../../machines/core-messages.ts';
+
+export type { CoreReport, ReplicaLoad, SeqEvent, SubmitItem, SubmitSeq } from '../../machines/core-messages.ts';
+
+/** What an executor says of a finished step: its time, and for a real engine what it sampled per sequence. */
+export interface StepResult {
+  busyMs: number;
+  sampled?: readonly { seq: string; token: number; text: string; finish?: 'eos' | 'stop' | 'length' }[];
+}
+
+/** Runs one step at a time for a core: a cost model on a clock, or a real engine. */
+export interface CoreExecutor {
+  /** The time the step is predicted to take (ms), for load reports and estimate error. */
+  predictMs(plan: StepPlan): number;
+  /** Starts a step; `done` is called once, asynchronously, unless the core is stopped first. `fail` when the engine
+   * could not run it (the replica then fails as a unit). */
+  run(plan: StepPlan, batch: ClosedBatch | null, done: (r: StepResult) => void, fail: (error: unknown) => void): void;
+  /** A sequence left the core (cancelled, preempted, finished): a real engine frees its cells. */
+  release?(seq: string): void;
+  /** The core is stopped: abandon the step in flight. */
+  stop(): void;
+}
+
+/** How a core is made. */
+export interface EngineCoreOptions {
+  replica: string;
+  epoch: number;
+  /** The control plane's `model@version`: every sequence's owner (step invariants check it). */
+  owner: string;
+  clock: Clock;
+  /** Continuous batching with these limits, or (when `stateless` is given) dynamic batching. */
+  limits: ContinuousLimits;
+  stateless?: StatelessLimits;
+  executor: CoreExecutor;
+  /** Called after every step, and after a submit or cancel changed what the control plane must hear. */
+  report(r: CoreReport): void;
+  /** Checks the batcher's invariants after every step (simulation and tests). */
+  checkInvariants?: boolean;
+  /** The loop threw: the core stops and the replica fails as a unit. */
+  crashed(error: unknown): void;
+}
+
+/** One replica's step loop, beside its engine: scheduler and executor, plan → execute → apply → report. */
+export interface EngineCore {
+  readonly replica: string;
+  readonly epoch: number;
+  submit(seqs: readonly SubmitSeq[]): void;
+  submitItems(items: readonly SubmitItem[]): void;
+  /** Cancels sequences or items (cancelled, expired on the control plane): they leave at once, with no event. */
+  cancel(ids: readonly string[]): void;
+  load(): ReplicaLoad;
+  /** A step runs now. */
+  busy(): boolean;
+  /** Stops the loop for good (the replica is released or failed); everything it held is dropped. */
+  stop(): void;
+}

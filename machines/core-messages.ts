@@ -1,0 +1,125 @@
+// What crosses between the control plane and a replica's engine core: requests in, progress and load out. The core
+// (actors/engine-core/) runs each replica's step loop beside its engine; the control plane never sees a step, only
+// these request-level messages, coalesced per replica per step (never one message per token or per sequence).
+
+/** A core's continuous-batching limits (actors/batcher/types.ts ContinuousLimits has this shape). */
+export interface CoreLimits {
+  policy: 'chunked' | 'prefill-first' | 'static';
+  maxRunning: number;
+  tokenBudget: number;
+  blockTokens: number;
+  blocksTotal: number;
+  maxContext: number;
+  watermarkBlocks: number;
+}
+
+/** A stateless core's dynamic-batching limits (actors/batcher/stateless.ts StatelessLimits has this shape). */
+export interface CoreStatelessLimits {
+  maxSize: number;
+  maxTokens: number;
+  maxMemoryBytes: number;
+  maxDelayMs: number;
+  buckets: readonly number[];
+  bytesPerToken: number;
+  maxQueued: number;
+}
+
+/** Sampling of a sequence a real engine serves. */
+export interface SeqSampling {
+  temperature?: number;
+  topP?: number;
+  seed?: number;
+  stop?: string[];
+}
+
+/** A generative sequence handed to a replica's core (a resumed one carries what its client already has). */
+export interface SubmitSeq {
+  id: string;
+  /** Priority class rank: 0 is the highest. */
+  priority: number;
+  /** Arrival order on the control plane, for FIFO within a class. */
+  order: number;
+  promptTokens: number;
+  /** Output tokens the simulated model produces (cost model); never above maxTokens. */
+  outputTokens: number;
+  maxTokens: number;
+  /** Output length the ledger assumes (maxTokens, or a prediction). */
+  estOutputTokens: number;
+  /** Tokens its client already has (resume-from): they are prefilled again with the prompt. */
+  generated: number;
+  /** Goes to the head of its class (a resumed or requeued sequence). */
+  atHead?: boolean;
+  /** Token ids, for a real engine: the prompt and the tokens already generated (as many as `generated`). */
+  prompt?: number[];
+  out?: number[];
+  sampling?: SeqSampling;
+}
+
+/** A stateless request handed to a replica's core: one member of a dynamic batch. */
+export interface SubmitItem {
+  id: string;
+  /** Input length in tokens, before padding. */
+  tokens: number;
+  dtype: string;
+  adapter: string | null;
+  options: Record<string, string | number | boolean>;
+}
+
+/** Why a sequence ended in its core. */
+export type SeqFinish = 'done' | 'eos' | 'stop' | 'length';
+
+/**
+ * One change of one sequence in a step, as progress carries it (`k` = kind):
+ * - `s` scheduled: admitted to the running set (a residency starts; its first token is still to come);
+ * - `p` preempted: evicted by recompute, back in the core's waiting queue (it keeps its streamed tokens);
+ * - `t` tokens: `n` new tokens (real engines add their `ids` and `text`);
+ * - `f` finished: ended with `reason` (its last tokens came in a `t` before it); a stateless member's result is
+ *   `result` with its batch's `batch` id and `size`, or `error` when its batch failed;
+ * - `g` one decode token for each of the replica's decode set, none its first in this residency: `ids` names the set
+ *   when it changed since the last `g` of this replica (the control plane keeps the last set).
+ */
+export type SeqEvent =
+  | { k: 's'; id: string }
+  | { k: 'p'; id: string }
+  | { k: 't'; id: string; n: number; ids?: number[]; text?: string }
+  | { k: 'f'; id: string; reason: SeqFinish; result?: number; batch?: string; size?: number; error?: string }
+  | { k: 'g'; ids?: string[] };
+
+/** A replica's load as its core reports it after every step: what routing and admission predict from. */
+export interface ReplicaLoad {
+  waiting: number;
+  running: number;
+  blocksUsed: number;
+  blocksTotal: number;
+  prefillTokensAhead: number;
+  decodeTokensAhead: number;
+  waitingBlocks: number;
+  waitingByClass: number[];
+  waitingTokensByClass: number[];
+  committedBlocks: number;
+  runningCommittedBlocks: number;
+  runningContext: number;
+  preemptions: number;
+  steps: number;
+  /** Requests a stateless core holds (forming, closed and running batches). */
+  queued: number;
+  /** The core cannot admit more now (slots or blocks full): the replica is saturated. */
+  saturated: boolean;
+  /** Steps run and their totals since the core started: count, members, tokens, predicted and measured ms. */
+  stepCount: number;
+  stepMembers: number;
+  stepTokens: number;
+  stepPredictedMs: number;
+  stepBusyMs: number;
+  /** The step the core runs now: its predicted ms and how long it has run (0, 0 when idle). */
+  inflightPredictedMs: number;
+  inflightMs: number;
+}
+
+/** One report of a core: the events of its latest step (or of a submit/cancel it answered) and its load. */
+export interface CoreReport {
+  /** The core's clock when the report was made. */
+  at: number;
+  events: SeqEvent[];
+  load: ReplicaLoad;
+}
