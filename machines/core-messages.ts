@@ -118,8 +118,12 @@ export interface ReplicaLoad {
 
 /** One report of a core: the events of its latest step (or of a submit/cancel it answered) and its load. */
 export interface CoreReport {
-  /** The core's clock when the report was made. */
+  /** The core's clock when the report was made, and when the step it reports started (equal for a report of no
+   * step). */
   at: number;
+  start: number;
+  /** A partial report of the step in flight: the ranks that finished it while another has not (events empty). */
+  ranks?: number[];
   events: SeqEvent[];
   load: ReplicaLoad;
 }

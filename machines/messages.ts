@@ -105,8 +105,19 @@ export type NodeProtocolMessage =
   | { type: 'seq.submit'; replica: string; epoch: number; seqs?: SubmitSeq[]; items?: SubmitItem[] }
   /** Sequences or items that left on the control plane (cancelled, expired): the core drops them at once. */
   | { type: 'seq.cancel'; replica: string; epoch: number; ids: string[] }
-  /** A core's report (one per step at most): each sequence's changes and the replica's load. */
-  | { type: 'seq.progress'; replica: string; epoch: number; at: number; events: SeqEvent[]; load: ReplicaLoad };
+  /** A core's report (one per step at most): each sequence's changes and the replica's load. `at`: the core's clock
+   * when it reported; `start`: when the step whose events these are started (scheduled events happened then);
+   * `ranks`: a partial report, the ranks that finished the step in flight while another has not (a hung rank). */
+  | {
+      type: 'seq.progress';
+      replica: string;
+      epoch: number;
+      at: number;
+      start: number;
+      events: SeqEvent[];
+      load: ReplicaLoad;
+      ranks?: number[];
+    };
 
 /** Messages inside the control plane: replicas report to placement, a request leaves the queue that holds it. */
 export type ControlMessage =
