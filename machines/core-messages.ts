@@ -101,6 +101,9 @@ export interface ReplicaLoad {
   runningContext: number;
   preemptions: number;
   steps: number;
+  /** Sequences and items the core has received since it started (refused ones too): the control plane counts the
+   * submits a report does not yet reflect as the ones after the first `received`. */
+  received: number;
   /** Requests a stateless core holds (forming, closed and running batches). */
   queued: number;
   /** The core cannot admit more now (slots or blocks full): the replica is saturated. */
