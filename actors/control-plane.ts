@@ -1,13 +1,12 @@
 // The control plane: requests, router, placement and replicas of one node, wired on one runtime. The same code
 // serves live traffic (wall clock, WebSocket link to the node agent) and runs simulations (virtual clock). Its
 // parts live in actors/control/: the request table, the hold, resume, stateless dispatch, submit, invariants.
-import type { StepPlan } from './batcher/continuous.ts';
 import type { Scenario } from './config.ts';
 import { withoutEngines } from './engine-config.ts';
 import { createCollector, type Collector } from './metrics/collector.ts';
 import { startPlacement, type Placement } from './placement/placement.ts';
 import type { ReplicaEvent } from './placement/timeline.ts';
-import type { ReplicaHandle } from './replica.ts';
+import type { ProgressDelta, ReplicaHandle } from './replica.ts';
 import { createRegistry } from './router/registry.ts';
 import {
   createRouter,
@@ -54,7 +53,8 @@ export interface ControlPlane {
   readonly violations: string[];
   /** Work conservation (P10), sampled now: waits with room that outlasted their bound since the last sample. */
   checkWorkConservation(): string[];
-  onStep?: (r: ReplicaHandle, plan: StepPlan) => void;
+  /** After each progress report of a replica's core that covered steps. */
+  onProgress?: (r: ReplicaHandle, delta: ProgressDelta) => void;
   /** Outlier ejection: replicas out of routing for slow or failing steps. */
   readonly health: Health;
 }
@@ -183,7 +183,7 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
     deliver: table.deliver,
   });
   const handTo = (l: Live, r: ReplicaHandle, generated: number, atHead: boolean): void => {
-    if (modelByName.get(l.model)?.kind === 'stateless') stateless.batcherOf(r).submit(stateless.item(l, r));
+    if (modelByName.get(l.model)?.kind === 'stateless') r.submitItem(stateless.item(l, r));
     else r.enqueue(table.newSequence(l, generated), atHead);
   };
   const replica = (id: string): ReplicaHandle | undefined => placement.replicas.get(id);
@@ -191,15 +191,23 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
     onInterrupted: (seqs, reason) => (mutations.dropInterrupted ? undefined : resumer.interrupted(seqs, reason)),
     onReplicaReady: (r) => resumer.replicaReady(r),
     held: (model) => held.count(model),
-    // The engine's cache or tokens disagree with the ledger: a broken invariant, live or simulated.
-    onEngineMismatch: (r, problem) => invariants.violations.push(`${r.id}: ${problem}`),
-    onStep: (r, plan) => {
-      collector.estimate('stepMs', plan.predictedMs, clock.now() - plan.dispatchedAt);
+    // A sequence its core refused fails alone (the control plane checked it first: a broken invariant in simulation).
+    onRefused: (s, message) => {
+      if (opts.checkInvariants === true) invariants.violations.push(`${s.id}: refused by its core: ${message}`);
+      table.fail(s.id, `refused by the replica's engine core: ${message}`);
+    },
+    ...(opts.checkInvariants === true ? { checkCore: true } : {}),
+    onProgress: (r, d) => {
+      // A report covers one step, or a few when they were coalesced: each counts at their mean.
+      const predicted = d.predictedMs / d.steps;
+      const actual = d.busyMs / d.steps;
       // A real engine's steps are judged only against a calibrated profile: the roofline is not the engine's time.
-      if (!r.engine || modelByName.get(r.model)?.calibration)
-        health.step(r.id, plan.predictedMs, clock.now() - plan.dispatchedAt);
-      invariants.step(r, plan, clock.now());
-      cp.onStep?.(r, plan);
+      const judged = !r.engine || Boolean(modelByName.get(r.model)?.calibration);
+      for (let i = 0; i < d.steps; i++) {
+        collector.estimate('stepMs', predicted, actual);
+        if (judged) health.step(r.id, predicted, actual);
+      }
+      cp.onProgress?.(r, d);
       resumer.stepCompleted(r);
     },
     ...(mutations.adoptNothing ? { adoptNothing: true } : {}),

@@ -56,7 +56,7 @@ export function loadByModel(cp: ControlPlane): { total: Load; models: Map<string
   const models = new Map(cp.scenario.models.map((m) => [m.name, zero()]));
   const total = zero();
   for (const r of cp.placement.replicas.values()) {
-    const st = r.batcher.stats();
+    const st = r.work.stats();
     for (const l of [models.get(r.model), total]) {
       if (!l) continue;
       l.waiting += st.waiting;
@@ -111,7 +111,7 @@ export function createServerMetrics(cp: ControlPlane, node: NodeLink): ServerMet
     collect() {
       const depth = new Map(models.map((m) => [m, 0]));
       for (const r of cp.placement.replicas.values())
-        depth.set(r.model, (depth.get(r.model) ?? 0) + r.batcher.stats().waiting);
+        depth.set(r.model, (depth.get(r.model) ?? 0) + r.work.stats().waiting);
       for (const [m, v] of depth) this.set({ model: m }, v);
     },
   });
@@ -123,7 +123,7 @@ export function createServerMetrics(cp: ControlPlane, node: NodeLink): ServerMet
     collect() {
       const running = new Map(models.map((m) => [m, 0]));
       for (const r of cp.placement.replicas.values())
-        running.set(r.model, (running.get(r.model) ?? 0) + r.batcher.stats().running);
+        running.set(r.model, (running.get(r.model) ?? 0) + r.work.stats().running);
       for (const [m, v] of running) this.set({ model: m }, v);
     },
   });
@@ -143,7 +143,7 @@ export function createServerMetrics(cp: ControlPlane, node: NodeLink): ServerMet
     collect() {
       this.reset();
       for (const r of cp.placement.replicas.values()) {
-        const st = r.batcher.stats();
+        const st = r.work.stats();
         this.set({ replica: r.id, model: r.model }, st.blocksTotal > 0 ? st.blocksUsed / st.blocksTotal : 0);
       }
     },

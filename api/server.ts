@@ -176,7 +176,9 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     },
   });
   const metrics = createServerMetrics(cp, node);
-  cp.onStep = (r, plan) => metrics.step(r.model, plan.entries.length);
+  cp.onProgress = (r, d) => {
+    for (let i = 0; i < d.steps; i++) metrics.step(r.model, d.members / d.steps);
+  };
   const base = createServing(cp, node, metrics, opts.tokenizers);
   const tenantGate = opts.tenants
     ? createTenantGate(base, {

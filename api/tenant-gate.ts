@@ -425,8 +425,8 @@ function createUsage(
       let kvTokens = 0;
       for (const r of inner.cp.placement.replicas.values()) {
         if (r.model !== model || !r.ready()) continue;
-        slots += r.batcher.limits.maxRunning;
-        kvTokens += r.batcher.limits.blocksTotal * r.batcher.limits.blockTokens;
+        slots += r.work.limits.maxRunning;
+        kvTokens += r.work.limits.blocksTotal * r.work.limits.blockTokens;
       }
       if (slots === 0) return true;
       const share = s.weight / weight;

@@ -237,7 +237,7 @@ function nodeSummary(cp: ControlPlane, placementView: PlacementView, memoryBytes
       for (const x of [r, guest]) {
         if (!x) continue;
         weightsBytes += x.cost.weightsBytesPerGpu;
-        kvBytes += (x.batcher.stats().blocksUsed * x.batcher.limits.blockTokens * x.cost.kvBytesPerToken) / x.cost.tp;
+        kvBytes += (x.work.stats().blocksUsed * x.work.limits.blockTokens * x.cost.kvBytesPerToken) / x.cost.tp;
       }
     }
     gpus.push({
@@ -254,7 +254,7 @@ function nodeSummary(cp: ControlPlane, placementView: PlacementView, memoryBytes
   }
   const replicas: ReplicaView[] = [];
   for (const r of cp.placement.replicas.values()) {
-    const s = r.batcher.stats();
+    const s = r.work.stats();
     replicas.push({
       id: r.id,
       model: r.model,
@@ -262,7 +262,7 @@ function nodeSummary(cp: ControlPlane, placementView: PlacementView, memoryBytes
       state: r.state(),
       epoch: r.epoch,
       gpus: [...r.gpus],
-      step: r.actor.getSnapshot().context.step,
+      step: r.steps.count,
       waiting: s.waiting,
       running: s.running,
       blocksUsed: s.blocksUsed,

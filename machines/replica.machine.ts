@@ -1,8 +1,10 @@
-// One model replica: a gang of 1 or 8 GPUs that loads, runs an iteration loop, drains, and fails as a unit.
+// One model replica: a gang of 1 or 8 GPUs that loads, serves, drains, and fails as a unit. Its step loop runs in its
+// engine core beside the engine (actors/engine-core/); the machine hears the lifecycle and changes of its work (work
+// handed to an idle replica, the core idle again, saturated or not), never each step.
 import { assign, emit, setup } from 'xstate';
 import type { OutEvent } from './messages.ts';
 
-/** Context of a replica actor: its GPU gang, epoch, and the step in flight. */
+/** Context of a replica actor: its GPU gang, epoch, and whether its core holds work. */
 export interface ReplicaContext {
   id: string;
   model: string;
@@ -12,14 +14,8 @@ export interface ReplicaContext {
   epoch: number;
   /** The epoch the GPUs were assigned under (release uses it). */
   gpuEpoch: number;
-  /** The iteration in flight. A continuous-batching iteration is not an actor of its own: it lives a few milliseconds,
-   * and an actor per step would cost a spawn and a stop per iteration on the hot path (DESIGN.md, Hot paths). The
-   * replica tracks it here (step number, ranks still to report) and the batch machine stays for stateless batches. */
-  step: number;
-  /** Ranks that have not yet reported the step in flight. */
-  pendingRanks: number;
-  /** True between dispatching a step and hearing it was applied. */
-  stepping: boolean;
+  /** True from work handed to the replica until its core reports it holds none (a drain waits for this). */
+  busy: boolean;
   loaded: number;
   /** GPUs that reported loaded (a repeated report counts once). */
   loadedGpus: readonly number[];
@@ -47,17 +43,18 @@ export interface ReplicaInput {
 export type ReplicaEvent =
   | { type: 'replica.start' }
   | { type: 'gpu.loaded'; gpu: number; epoch: number }
+  /** Work was handed to the replica's core. */
   | { type: 'work.available' }
-  | { type: 'step.completed'; gpu: number; epoch: number; step: number }
-  | { type: 'step.empty'; epoch: number }
+  /** The core reported it holds no work. */
+  | { type: 'work.idle' }
   | { type: 'work.saturated' }
   | { type: 'work.unsaturated' }
   | { type: 'replica.drain'; deadlineMs: number }
   | { type: 'gpu.failed'; gpu: number; code: string }
   | { type: 'gpu.released'; gpu: number; epoch: number }
   | { type: 'replica.stop' }
-  /** The replica's step loop (or its handling of a message about its work) threw `error`: what its ledger holds is
-   * unknown, so a serving replica fails as a unit, as when it loses a GPU (see actors/replica.ts). */
+  /** The replica's handling of its core's progress threw `error`: what it holds is unknown, so a serving replica
+   * fails as a unit, as when it loses a GPU (see actors/replica.ts). */
   | { type: 'step.crashed'; error: unknown };
 
 /** A replica ends stopped; its output says whether it failed. */
@@ -77,8 +74,8 @@ export type ReplicaTag =
   | 'ready'
   /** Ready with room for new work (not saturated). */
   | 'accepting'
-  /** A step is in flight. */
-  | 'stepping'
+  /** Its core holds work (waiting or running). */
+  | 'working'
   /** Runs steps on its GPUs: ready, or draining what it holds. */
   | 'serving'
   /** Owns its GPUs (from loading until every GPU is released or failed). */
@@ -86,11 +83,11 @@ export type ReplicaTag =
   /** Lost a GPU: the gang is being released. */
   | 'failed';
 
-/** A serving replica whose step loop failed fails as a unit, as on a GPU fault: the step in flight is forgotten,
- * every request it holds resumed elsewhere or failed, the epoch raised, and its GPUs released (none has failed). */
+/** A serving replica whose handling of its work threw fails as a unit, as on a GPU fault: every request it holds is
+ * resumed elsewhere or failed, the epoch raised, and its GPUs released (none has failed). */
 const failOnCrash = {
   target: '#replica.failed',
-  actions: ['crash', 'abortStep', 'interruptAll', 'raiseEpoch', 'tellFailed'],
+  actions: ['crash', 'interruptAll', 'raiseEpoch', 'tellFailed'],
 } as const;
 
 /** The replica machine: placing → loading → ready{idle, busy, saturated} → draining → unloading → stopped; failed. */
@@ -106,13 +103,6 @@ export const replicaMachine = setup({
   actions: {
     /** Asks each GPU of the gang that has not reported loaded to load this replica's weights. */
     assignGpus: () => {},
-    /** Plans the next iteration and sends it to every rank; an empty plan answers `step.empty`, a change of
-     * saturation (slots or KV full) answers `work.saturated` / `work.unsaturated`. */
-    dispatchStep: () => {},
-    /** Applies a step every rank reported: tokens, finished sequences, KV blocks. */
-    completeStep: () => {},
-    /** Forgets the step in flight (its results will carry a dead epoch). */
-    abortStep: () => {},
     /** Hands every sequence back to the router: resumed elsewhere or failed, exactly one of the two. */
     interruptAll: () => {},
     /** Asks each GPU of the gang that is neither released nor failed to unload. */
@@ -147,17 +137,8 @@ export const replicaMachine = setup({
         failedGpus: [...context.failedGpus],
       },
     })),
-    raiseEpoch: assign({
-      epoch: ({ context }) => context.epoch + 1,
-      stepping: false,
-      pendingRanks: 0,
-    }),
-    nextStep: assign({
-      step: ({ context }) => context.step + 1,
-      pendingRanks: ({ context }) => context.gpus.length,
-      stepping: true,
-    }),
-    countRank: assign({ pendingRanks: ({ context }) => context.pendingRanks - 1 }),
+    raiseEpoch: assign({ epoch: ({ context }) => context.epoch + 1, busy: false }),
+    markBusy: assign({ busy: true }),
     addFailedGpu: assign({
       failedGpus: ({ context, event }) =>
         event.type === 'gpu.failed' ? [...context.failedGpus, event.gpu] : context.failedGpus,
@@ -185,15 +166,7 @@ export const replicaMachine = setup({
     allLoaded: ({ context }) => context.loaded >= context.gpus.length,
     loadedOne: ({ context, event }) =>
       event.type === 'gpu.loaded' && event.epoch === context.gpuEpoch && !context.loadedGpus.includes(event.gpu),
-    rankOfStep: ({ context, event }) =>
-      event.type === 'step.completed' &&
-      event.epoch === context.epoch &&
-      event.step === context.step &&
-      context.pendingRanks > 0,
-    /** Every rank reported the step in flight. */
-    stepReported: ({ context }) => context.stepping && context.pendingRanks === 0,
-    currentEmpty: ({ context, event }) => event.type === 'step.empty' && event.epoch === context.epoch,
-    isStepping: ({ context }) => context.stepping,
+    isBusy: ({ context }) => context.busy,
     newFailedGpu: ({ context, event }) =>
       event.type === 'gpu.failed' &&
       context.gpus.includes(event.gpu) &&
@@ -217,9 +190,7 @@ export const replicaMachine = setup({
     gpus: input.gpus,
     epoch: input.epoch,
     gpuEpoch: input.epoch,
-    step: 0,
-    pendingRanks: 0,
-    stepping: false,
+    busy: false,
     loaded: 0,
     loadedGpus: [],
     released: 0,
@@ -257,34 +228,25 @@ export const replicaMachine = setup({
       tags: ['live', 'ready', 'serving', 'holdsGpu'],
       entry: 'tellReady',
       initial: 'idle',
-      // The last rank's report applies the step and dispatches the next one in the same macrostep: one actor
-      // event per rank per step, no state re-entry on the hot path.
-      always: { guard: 'stepReported', actions: ['completeStep', 'nextStep', 'dispatchStep'] },
       on: {
         'replica.drain': { target: 'draining', actions: assign({ drainDeadlineMs: ({ event }) => event.deadlineMs }) },
         'replica.stop': { target: 'draining', actions: assign({ drainDeadlineMs: 0 }) },
-        'step.completed': { guard: 'rankOfStep', actions: 'countRank' },
         'step.crashed': failOnCrash,
       },
       states: {
         idle: {
           tags: ['accepting'],
-          entry: assign({ stepping: false }),
-          on: { 'work.available': { target: 'busy', actions: ['nextStep', 'dispatchStep'] } },
+          entry: assign({ busy: false }),
+          on: { 'work.available': { target: 'busy', actions: 'markBusy' }, 'work.saturated': 'saturated' },
         },
         busy: {
-          tags: ['accepting', 'stepping'],
-          on: {
-            'step.empty': { guard: 'currentEmpty', target: 'idle' },
-            'work.saturated': 'saturated',
-          },
+          tags: ['accepting', 'working'],
+          on: { 'work.idle': 'idle', 'work.saturated': 'saturated' },
         },
         saturated: {
-          tags: ['stepping'],
-          on: {
-            'step.empty': { guard: 'currentEmpty', target: 'idle' },
-            'work.unsaturated': 'busy',
-          },
+          tags: ['working'],
+          entry: 'markBusy',
+          on: { 'work.idle': 'idle', 'work.unsaturated': 'busy' },
         },
       },
     },
@@ -292,27 +254,23 @@ export const replicaMachine = setup({
       tags: ['serving', 'holdsGpu'],
       initial: 'settling',
       after: {
-        drainDeadline: { target: 'unloading', actions: ['abortStep', 'interruptAll'] },
+        drainDeadline: { target: 'unloading', actions: 'interruptAll' },
       },
       on: { 'step.crashed': failOnCrash },
       states: {
         settling: {
-          always: [{ guard: 'isStepping', target: 'stepping' }, { target: '#replica.unloading' }],
+          always: [{ guard: 'isBusy', target: 'working' }, { target: '#replica.unloading' }],
         },
-        // Finishes what it holds: steps continue until the batcher is empty (or the deadline passes).
-        stepping: {
-          tags: ['stepping'],
-          always: { guard: 'stepReported', actions: ['completeStep', 'nextStep', 'dispatchStep'] },
-          on: {
-            'step.completed': { guard: 'rankOfStep', actions: 'countRank' },
-            'step.empty': { guard: 'currentEmpty', target: '#replica.unloading' },
-          },
+        // Finishes what it holds: its core steps on until it reports no work (or the deadline passes).
+        working: {
+          tags: ['working'],
+          on: { 'work.idle': '#replica.unloading' },
         },
       },
     },
     unloading: {
       tags: ['holdsGpu'],
-      entry: [assign({ stepping: false, pendingRanks: 0 }), 'releaseGpus'],
+      entry: [assign({ busy: false }), 'releaseGpus'],
       // Releases (or their answers) can be lost in a partition: repeat them until every GPU is accounted for.
       after: { releaseRetry: { target: 'unloading', reenter: true } },
       always: { guard: 'allAccountedFor', target: 'stopped' },
@@ -345,7 +303,7 @@ export const replicaMachine = setup({
     'gpu.failed': {
       guard: 'newFailedGpu',
       target: '.failed',
-      actions: ['addFailedGpu', 'abortStep', 'interruptAll', 'raiseEpoch', 'tellFailed'],
+      actions: ['addFailedGpu', 'interruptAll', 'raiseEpoch', 'tellFailed'],
     },
   },
   output: ({ context }) => ({ id: context.id, failed: context.failedGpus.length > 0, epoch: context.epoch }),

@@ -212,7 +212,8 @@ export function createStatelessBatcher(deps: StatelessDeps): StatelessBatcher {
     return b;
   };
 
-  const check = (item: Pick<StatelessItem, 'id' | 'tokens'>): Failure | null => admission(item, limits, waiting);
+  const check = (item: Pick<StatelessItem, 'id' | 'tokens'>): Failure | null =>
+    statelessAdmission(item, limits, waiting.has(item.id), waiting.size);
 
   const submit = (item: StatelessItem): Failure | null => {
     const refused = check(item);
@@ -302,10 +303,13 @@ export function createStatelessBatcher(deps: StatelessDeps): StatelessBatcher {
 }
 
 /** Why an item cannot be queued (its shape, its size, a duplicate id, a full queue), or null if it can. */
-function admission(
+/** Why `item` would be refused by a batcher with `limits` that holds `queued` requests (`known`: one with its id),
+ * or null. The control plane checks a request with it before handing it to the replica's core. */
+export function statelessAdmission(
   item: Pick<StatelessItem, 'id' | 'tokens'>,
-  limits: StatelessDeps['limits'],
-  waiting: ReadonlyMap<string, unknown>,
+  limits: StatelessLimits,
+  known: boolean,
+  queued: number,
 ): Failure | null {
   const bucket = shapeBucket(item.tokens, limits.buckets);
   if (bucket < 0 || !(item.tokens >= 1)) {
@@ -334,8 +338,8 @@ function admission(
       `input padded to ${bucket} tokens does not fit one batch (${limits.maxTokens} tokens, ${limits.maxMemoryBytes} bytes)`,
     );
   }
-  if (waiting.has(item.id)) return failure('invalid_request', `request ${item.id} is already waiting`);
-  if (waiting.size >= limits.maxQueued)
+  if (known) return failure('invalid_request', `request ${item.id} is already waiting`);
+  if (queued >= limits.maxQueued)
     return failure('overloaded', `the batch queue holds its limit of ${limits.maxQueued} requests`, {
       retryAfterMs: limits.maxDelayMs,
     });

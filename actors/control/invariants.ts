@@ -1,7 +1,6 @@
-// The control plane's invariant checks (simulation): no request scheduled past its queue bound, every step's ledger
-// and members consistent, and work conservation: no request waits while a compatible replica has room for it.
-import type { StepPlan } from '../batcher/continuous.ts';
-import { ownerKey } from '../batcher/sequence.ts';
+// The control plane's invariant checks (simulation): no request scheduled past its queue bound, and work conservation:
+// no request waits while a compatible replica has room for it. Each step's ledger and members are checked by the
+// replica's engine core itself (its `check` option), where the ledger lives.
 import type { ReplicaHandle } from '../replica.ts';
 import type { Live } from './types.ts';
 
@@ -14,16 +13,11 @@ export interface InvariantChecker {
   readonly violations: string[];
   /** A request's first scheduling at `t`: its wait must be within its bound. */
   scheduled(l: Live, t: number): void;
-  /** After every applied step of `r`: the batcher's ledger and the step's members. */
-  step(r: ReplicaHandle, plan: StepPlan, now: number): void;
 }
 
 /** Creates the checker; with `enabled` false it records nothing. */
 export function createInvariantChecker(enabled: boolean): InvariantChecker {
   const violations: string[] = [];
-  // The owner key of the replica checked last (steps come in runs of one replica's).
-  let lastReplica: ReplicaHandle | null = null;
-  let lastOwner = '';
   return {
     violations,
     scheduled: (l, t) => {
@@ -33,25 +27,6 @@ export function createInvariantChecker(enabled: boolean): InvariantChecker {
           `${l.id} at ${t} ms: scheduled after waiting ${t - l.receivedAt} ms, past its ${l.budgetMs} ms bound`,
         );
     },
-    step: (r, plan, now) => {
-      if (!enabled) return;
-      try {
-        // Every member of a step is a request for this replica's model@version (the batcher checks it in the same
-        // pass over the step as its own limits).
-        if (r !== lastReplica) {
-          lastOwner = ownerKey(r.model, r.version);
-          lastReplica = r;
-        }
-        const own = lastOwner;
-        if (r.stateless) {
-          r.stateless.checkInvariants();
-          for (const e of plan.entries)
-            if (e.seq.owner !== own) throw new Error(`step holds ${e.seq.id} for ${e.seq.owner}`);
-        } else r.batcher.checkInvariants(plan, own);
-      } catch (e) {
-        violations.push(`${r.id} at ${now} ms: ${(e as Error).message}`);
-      }
-    },
   };
 }
 
@@ -60,7 +35,7 @@ export function createInvariantChecker(enabled: boolean): InvariantChecker {
  * running decodes, at the largest context its KV cache holds (ms).
  */
 export function longestStepMs(r: ReplicaHandle): number {
-  const lim = r.batcher.limits;
+  const lim = r.work.limits;
   const context = Math.min(lim.maxRunning * lim.maxContext, lim.blocksTotal * lim.blockTokens);
   const shape = {
     prefill: [{ tokens: lim.tokenBudget, cached: 0 }],
@@ -72,8 +47,8 @@ export function longestStepMs(r: ReplicaHandle): number {
 
 /** True when `r` has a free slot and uncommitted KV for `tokens` more tokens. */
 export function hasRoom(r: ReplicaHandle, tokens: number): boolean {
-  const st = r.batcher.stats();
-  const lim = r.batcher.limits;
+  const st = r.work.stats();
+  const lim = r.work.limits;
   return (
     st.running + st.waiting < lim.maxRunning &&
     st.blocksTotal - st.committedBlocks >= Math.ceil(tokens / lim.blockTokens)
@@ -117,7 +92,9 @@ export function createConservationMonitor(deps: { held(): Iterable<Live>; replic
         if (r) check(`held ${l.id}`, boundOf(r), () => `${l.id} held while ${r.id} had room for it`);
       }
       for (const r of replicas) {
-        if (r.inflight() !== null || r.batcher.stats().waiting === 0) continue;
+        // The core's last report: no step in flight while sequences waited (it plans one whenever it can).
+        const l = r.work.last();
+        if (!l || l.inflightPredictedMs > 0 || l.waiting === 0) continue;
         check(`idle ${r.id}`, boundOf(r), () => `${r.id} ran no step with requests waiting in its queue`);
       }
       for (const k of since.keys()) if (!seen.has(k)) since.delete(k);

@@ -1,6 +1,6 @@
 // Stateless models on the control plane's side: a request becomes one member of its replica's dynamic batch, the
 // batch's result its one response; requests go to the replica whose batcher holds the fewest.
-import type { StatelessBatcher, StatelessItem } from '../batcher/stateless.ts';
+import type { StatelessItem } from '../batcher/stateless.ts';
 import type { ReplicaHandle } from '../replica.ts';
 import type { Clock } from '../../runtime/clock.ts';
 import type { Live } from './types.ts';
@@ -17,9 +17,7 @@ export interface StatelessDeps {
 
 /** Stateless dispatch. */
 export interface StatelessDispatch {
-  /** The stateless batcher of `r` (a stateless model's replica is created with one). */
-  batcherOf(r: ReplicaHandle): StatelessBatcher;
-  /** Among the ready replicas of `r`'s model@version, the one whose stateless batcher holds the fewest requests. */
+  /** Among the ready replicas of `r`'s model@version, the one whose core holds the fewest stateless requests. */
   leastQueued(r: ReplicaHandle): ReplicaHandle;
   /** `l` as a member of `r`'s dynamic batch. */
   item(l: Live, r: ReplicaHandle): StatelessItem;
@@ -27,18 +25,13 @@ export interface StatelessDispatch {
 
 /** Creates stateless dispatch. */
 export function createStatelessDispatch(deps: StatelessDeps): StatelessDispatch {
-  const batcherOf = (r: ReplicaHandle): StatelessBatcher => {
-    if (!r.stateless) throw new Error(`replica ${r.id} of a stateless model was created without a stateless batcher`);
-    return r.stateless;
-  };
   return {
-    batcherOf,
     leastQueued: (r) => {
       let best = r;
-      let bestQueued = r.stateless?.stats().queued ?? 0;
+      let bestQueued = r.work.queued();
       for (const x of deps.replicas()) {
         if (x.model !== r.model || x.version !== r.version || !x.ready() || deps.ejected(x.id)) continue;
-        const q = x.stateless?.stats().queued ?? 0;
+        const q = x.work.queued();
         if (q < bestQueued) {
           best = x;
           bestQueued = q;

@@ -78,7 +78,7 @@ function submitOne(deps: SubmitDeps, id: string, spec: SubmitSpec, clientListene
   // iteration-level ledger, empty for these replicas); that batcher refuses what no batch can hold, or a full queue.
   const target = routed && stateless ? deps.stateless.leastQueued(routed) : routed;
   const refused =
-    target && stateless ? deps.stateless.batcherOf(target).check({ id, tokens: spec.promptTokens }) : null;
+    target && stateless ? target.checkItem({ id, tokens: spec.promptTokens }) : null;
   // Admitted: its actor starts as `request.admitted` leaves it (the table's start says how).
   const admitted = adm.ok && !refused ? { replica: target?.id ?? HELD_ADDRESS, t } : undefined;
   const l = table.start(

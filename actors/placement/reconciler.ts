@@ -1,12 +1,17 @@
 // Placement's reconciler: on every turn it compares the replicas that exist with the layout the node is heading for,
 // drains the ones in the way and creates the missing ones on free GPUs, moves the placement machine on (demand,
 // drained, loaded), records when a model becomes unavailable or available again, and hands ready replicas on.
-import { createReplica, statelessLimits, type ReplicaHandle, type ReplicaOptions } from '../replica.ts';
+import {
+  createReplica,
+  statelessLimits,
+  type ProgressDelta,
+  type ReplicaHandle,
+  type ReplicaOptions,
+} from '../replica.ts';
 import type { OutcomeCode } from '../../machines/outcomes.ts';
 import type { Runtime } from '../../runtime/system.ts';
 import type { Scenario } from '../config.ts';
 import type { Sequence } from '../batcher/sequence.ts';
-import type { StepPlan } from '../batcher/continuous.ts';
 import { costOf, type LayoutEntry } from './layout.ts';
 import { costModelKey } from '../gpu/profile-cost-model.ts';
 import { decideSwitch } from './policy.ts';
@@ -18,9 +23,12 @@ import type { Timeline } from './timeline.ts';
 export interface PlacementHooks {
   onInterrupted(seqs: Sequence[], reason: OutcomeCode): void;
   onReplicaReady(r: ReplicaHandle): void;
-  onStep?(r: ReplicaHandle, plan: StepPlan): void;
-  /** A real engine's report disagrees with its replica's ledger. */
-  onEngineMismatch?(r: ReplicaHandle, problem: string): void;
+  /** After a progress report of `r`'s core that covered steps. */
+  onProgress?(r: ReplicaHandle, delta: ProgressDelta): void;
+  /** A sequence the replica's core refused: its request fails alone. */
+  onRefused?(seq: Sequence, message: string): void;
+  /** Cores check their batchers' invariants after every step (simulation). */
+  checkCore?: boolean;
   /** Requests of `model` held because no replica of it is ready. */
   held?(model: string): number;
   /** Mutation tests only: adopt nothing a node reports (every loaded replica is reclaimed and reloaded). */
@@ -67,7 +75,7 @@ export function replicaOptions(
   scenario: Scenario,
   e: LayoutEntry,
   epoch: number,
-  callbacks: Pick<ReplicaOptions, 'onInterrupted' | 'onStep' | 'onEngineMismatch'>,
+  callbacks: Pick<ReplicaOptions, 'onInterrupted' | 'onProgress' | 'onRefused' | 'checkCore'>,
 ): ReplicaOptions {
   const m = e.model;
   const cost = costOf(scenario, m);
@@ -142,13 +150,14 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
         if (interrupted) interrupted.push(() => hooks.onInterrupted(seqs, reason));
         else hooks.onInterrupted(seqs, reason);
       },
-      onStep: (r, plan) => {
-        hooks.onStep?.(r, plan);
+      onProgress: (r, delta) => {
+        hooks.onProgress?.(r, delta);
         // The naive policy waits for the node to go idle, which only a step can reveal.
-        if (modes.policy() === 'switch' && !pc.largeWaitReservation && demand.waiting() && !r.batcher.hasWork())
+        if (modes.policy() === 'switch' && !pc.largeWaitReservation && demand.waiting() && !r.work.hasWork())
           schedule();
       },
-      onEngineMismatch: (r, problem) => hooks.onEngineMismatch?.(r, problem),
+      ...(hooks.onRefused ? { onRefused: hooks.onRefused } : {}),
+      ...(hooks.checkCore ? { checkCore: true } : {}),
     });
     for (const dev of e.devices) ledger.setHolder(dev, e.id);
     const r = createReplica(runtime, opts);
@@ -263,7 +272,7 @@ function createDemand(
     const c = modes.actor.getSnapshot().context;
     for (const r of replicas.values()) {
       if (!modes.places(c.mode, r.model)) continue;
-      if (r.batcher.hasWork() || !r.ready()) return false;
+      if (r.work.hasWork() || !r.ready()) return false;
       if ((hooks.held?.(r.model) ?? 0) > 0) return false;
     }
     return true;

@@ -115,7 +115,7 @@ function slotsFreedAfter(n: number, k: number): number {
  * tracks a straggler instead of letting its queue expire.
  */
 export function estimateWait(r: ReplicaHandle, work: WorkSpec, slowdown = 1): WaitEstimate {
-  return estimateLoad({ id: r.id, stats: r.batcher.stats(), limits: r.batcher.limits, cost: r.cost }, work, slowdown);
+  return estimateLoad({ id: r.id, stats: r.work.stats(), limits: r.work.limits, cost: r.cost }, work, slowdown);
 }
 
 /** estimateWait over a replica's load as data (a real replica's ledger, or the work held for one still loading). */

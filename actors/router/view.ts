@@ -38,10 +38,10 @@ export function viewOf(r: ReplicaHandle): ReplicaView {
     version: r.version,
     ready: () => isReady(r),
     state: () => r.state(),
-    blocksTotal: r.batcher.limits.blocksTotal,
+    blocksTotal: r.work.limits.blocksTotal,
     estimate: (work, slowdown) => estimateWait(r, work, slowdown),
     // The class totals only: stats() would walk the running set whenever a step changed it.
-    waiting: (rank) => r.batcher.waitingOf(rank),
+    waiting: (rank) => r.work.waitingOf(rank),
   };
   views.set(r, v);
   return v;

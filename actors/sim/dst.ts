@@ -406,9 +406,9 @@ function startMonitors(sys: DstSystem, clients: DstClients, origin: number, simS
 /** P6 ownership and gangs, P5 bounded queues after every step of `cp` (each control plane as it starts). */
 function attachMonitors(sys: DstSystem, clients: DstClients, cp: ControlPlane): ControlPlane {
   const classLimit = new Map(sys.scenario.models.map((m) => [m.name, Math.max(...m.classes.map((c) => c.maxQueued))]));
-  cp.onStep = (r) => {
+  cp.onProgress = (r) => {
     for (const v of cp.placement.checkInvariants()) clients.violate('P6', v);
-    const st = r.batcher.stats();
+    const st = r.work.stats();
     if (st.waiting > (classLimit.get(r.model) ?? Infinity) * 2)
       clients.violate('P5', `${r.id} queue of ${st.waiting} beyond its bounds`);
   };

@@ -81,7 +81,7 @@ export async function handleAdmin(
         state: r.state(),
         gpus: [...r.gpus],
         epoch: r.epoch,
-        ...r.batcher.stats(),
+        ...r.work.stats(),
       })),
       live: cp.live(),
       ...(deps.hooks?.rollouts ? { rollouts: deps.hooks.rollouts.list() } : {}),
