@@ -1,4 +1,5 @@
-// The replica actor: its GPU commands are repeated until answered, by the machine's `after` transitions.
+// The replica actor: its GPU commands are repeated until answered, by the machine's `after` transitions; it hands
+// work to its engine core and applies the core's progress to its sequences.
 import { describe, expect, it } from 'vitest';
 import { createVirtualClock } from '../../runtime/clock.ts';
 import { createRng } from '../../runtime/rng.ts';
@@ -6,16 +7,17 @@ import { createRuntime, type Msg } from '../../runtime/system.ts';
 import { createReplica, GPU_RETRY_MS } from '../../actors/replica.ts';
 import { createCostModel } from '../../actors/gpu/cost-model.ts';
 import { gpuProfile, modelProfile } from '../../actors/gpu/profiles.ts';
-import { createSequence } from '../../actors/batcher/sequence.ts';
+import { createSequence, type Sequence } from '../../actors/batcher/sequence.ts';
+import type { ReplicaLoad, SeqEvent } from '../../machines/core-messages.ts';
 import type { MessageOf } from '../../machines/messages.ts';
 import { BrokenInvariant } from '../../runtime/contain.ts';
 
 const ID = 'replica.big@v1#0';
 
 /** A TP-2 replica whose GPUs live elsewhere: every command it sends is recorded with its virtual time. */
-function setup(opts: { stepByStep?: boolean; onStep?: () => void; onInterrupted?: (ids: string[]) => void } = {}) {
+function setup(opts: { onProgress?: () => void; onInterrupted?: (ids: string[]) => void } = {}) {
   const clock = createVirtualClock();
-  const runtime = createRuntime({ name: 't', clock, rng: createRng(1), stepByStep: opts.stepByStep === true });
+  const runtime = createRuntime({ name: 't', clock, rng: createRng(1) });
   const sent: { t: number; to: string; msg: Msg }[] = [];
   runtime.setRemote((to, msg) => sent.push({ t: clock.now(), to, msg }));
   const r = createReplica(runtime, {
@@ -38,36 +40,79 @@ function setup(opts: { stepByStep?: boolean; onStep?: () => void; onInterrupted?
       blocksTotal: 1024,
     },
     onInterrupted: (seqs) => opts.onInterrupted?.(seqs.map((q) => q.id)),
-    ...(opts.onStep ? { onStep: opts.onStep } : {}),
+    ...(opts.onProgress ? { onProgress: opts.onProgress } : {}),
   });
   return { r, sent, runtime, run: (ms: number) => void clock.run(clock.now() + ms) };
 }
 
-/** A loaded replica with `n` sequences of 3 output tokens; `report()` answers the step in flight from both ranks. */
-function stepping(opts: { stepByStep?: boolean; onStep?: () => void; onInterrupted?: (ids: string[]) => void }) {
+/** A full load report with the given fields (the rest zero). */
+function load(over: Partial<ReplicaLoad> = {}): ReplicaLoad {
+  return {
+    waiting: 0,
+    running: 0,
+    blocksUsed: 0,
+    blocksTotal: 1024,
+    prefillTokensAhead: 0,
+    decodeTokensAhead: 0,
+    waitingBlocks: 0,
+    waitingByClass: [],
+    waitingTokensByClass: [],
+    committedBlocks: 0,
+    runningCommittedBlocks: 0,
+    runningContext: 0,
+    preemptions: 0,
+    steps: 0,
+    received: 0,
+    queued: 0,
+    saturated: false,
+    stepCount: 0,
+    stepMembers: 0,
+    stepTokens: 0,
+    stepPredictedMs: 0,
+    stepBusyMs: 0,
+    inflightPredictedMs: 0,
+    inflightMs: 0,
+    ...over,
+  };
+}
+
+/** A loaded replica holding sequences `a` and `b` (3 output tokens each); `progress()` delivers a core's report. */
+function serving(opts: { onProgress?: () => void; onInterrupted?: (ids: string[]) => void } = {}) {
   const t = setup(opts);
   t.r.send({ type: 'replica.start' });
   for (const gpu of [0, 1]) t.r.send({ type: 'gpu.loaded', gpu, epoch: 1 });
-  const listener = { scheduled: () => {}, preempted: () => {}, tokens: () => {}, finished: () => {} };
-  for (const id of ['a', 'b'])
-    t.r.enqueue(
-      createSequence({
-        id,
-        priority: 0,
-        order: 1,
-        promptTokens: 32,
-        outputTokens: 3,
-        maxTokens: 3,
-        receivedAt: 0,
-        listener,
-      }),
-    );
-  const report = (): void => {
-    const last = t.sent.filter((x) => x.msg.type === 'step.execute').at(-1)!.msg as MessageOf<'step.execute'>;
-    for (const gpu of [0, 1])
-      t.runtime.send(ID, { type: 'step.completed', gpu, replica: ID, epoch: 1, step: last.step, busyMs: 1 });
+  const calls: string[] = [];
+  const listener = {
+    scheduled: (s: Sequence, at: number) => calls.push(`scheduled ${s.id} ${at}`),
+    preempted: (s: Sequence, at: number) => calls.push(`preempted ${s.id} ${at}`),
+    tokens: (s: Sequence, n: number, at: number) => calls.push(`tokens ${s.id} ${n} ${at} (${s.generated})`),
+    finished: (s: Sequence, at: number) => calls.push(`finished ${s.id} ${at}`),
+    sameGap: (n: number, gap: number) => calls.push(`sameGap ${n} ${gap}`),
   };
-  return { ...t, report };
+  const seqs = ['a', 'b'].map((id, i) =>
+    createSequence({
+      id,
+      priority: 0,
+      order: i,
+      promptTokens: 32,
+      outputTokens: 3,
+      maxTokens: 3,
+      receivedAt: 0,
+      listener,
+    }),
+  );
+  for (const s of seqs) t.r.enqueue(s);
+  const progress = (events: SeqEvent[], l: Partial<ReplicaLoad>, epoch = 1, start?: number): void =>
+    t.runtime.send(ID, {
+      type: 'seq.progress',
+      replica: ID,
+      epoch,
+      at: 100,
+      start: start ?? 100,
+      events,
+      load: load(l),
+    });
+  return { ...t, calls, seqs, progress };
 }
 
 const to = (sent: { to: string; msg: Msg }[], type: string): string[] =>
@@ -110,62 +155,110 @@ describe('replica', () => {
     });
   });
 
-  describe('direct steps (outside the machine, unless step by step)', () => {
-    for (const stepByStep of [false, true]) {
-      it(`numbers, sends and ends steps as the machine does (stepByStep ${stepByStep})`, () => {
-        const { r, sent, report } = stepping({ stepByStep });
-        // Step 1 prefills `a` alone (dispatched as it arrives); `b` joins in step 2 and finishes in step 4.
-        for (let i = 0; i < 4; i++) report();
-        const steps = sent.filter((x) => x.msg.type === 'step.execute').map((x) => (x.msg as { step: number }).step);
-        expect(steps).toEqual([1, 2, 3, 4]);
-        expect(r.steps.count).toBe(4);
-        expect(r.batcher.hasWork()).toBe(false);
-        expect(r.state()).toBe('ready.idle');
-      });
+  describe('its engine core', () => {
+    it('hands each sequence to the core once, and an idle replica becomes busy', () => {
+      const { r, sent } = serving();
+      const submits = sent.filter((x) => x.msg.type === 'seq.submit').map((x) => x.msg as MessageOf<'seq.submit'>);
+      expect(submits.map((m) => m.seqs!.map((q) => q.id))).toEqual([['a'], ['b']]);
+      expect(submits[0]!.seqs![0]).toMatchObject({ promptTokens: 32, maxTokens: 3, outputTokens: 3, generated: 0 });
+      expect(to(sent, 'seq.submit')).toEqual(['node', 'node']);
+      expect(r.state()).toBe('ready.busy');
+      // Not yet heard of by the core: the view counts them as waiting, with their prefill.
+      expect(r.work.stats()).toMatchObject({ waiting: 2, prefillTokensAhead: 64 });
+      expect(r.inflight()).toMatchObject({ since: 0, reported: [] });
+    });
 
-      it(`fails as a unit when its step loop throws, its requests handed back once (stepByStep ${stepByStep})`, () => {
-        const thrown = new Error('ledger drift');
-        let n = 0;
-        const interrupted: string[][] = [];
-        const { r, runtime, report, sent } = stepping({
-          stepByStep,
-          onStep: () => {
-            if (++n === 2) throw thrown;
-          },
-          onInterrupted: (ids) => interrupted.push(ids),
-        });
-        report();
-        report();
-        // Reported as a fault (the simulator's checks still see it), contained, naming the requests it held.
-        expect(runtime.faults).toEqual([{ actor: ID, error: thrown, requests: ['a', 'b'], contained: true }]);
-        expect(interrupted).toEqual([['a', 'b']]);
-        expect(r.hasTag('failed')).toBe(true);
-        expect(r.epoch).toBe(2);
-        expect(r.actor.getSnapshot().status).toBe('active');
-        expect(sent.filter((x) => x.msg.type === 'replica.failed').map((x) => x.to)).toEqual(['placement']);
-        expect(to(sent, 'gpu.release')).toEqual(['gpu.0', 'gpu.1']);
-        // No step after it: a late report of the dead epoch changes nothing.
-        const steps = to(sent, 'step.execute').length;
-        for (const gpu of [0, 1])
-          runtime.send(ID, { type: 'step.completed', gpu, replica: ID, epoch: 1, step: 2, busyMs: 1 });
-        expect(to(sent, 'step.execute')).toHaveLength(steps);
-        expect(interrupted).toHaveLength(1);
+    it('applies progress to the sequences: scheduled at the step start, tokens, a decode set, finished', () => {
+      const { r, calls, seqs, progress, run } = serving();
+      run(50);
+      progress(
+        [
+          { k: 's', id: 'a' },
+          { k: 's', id: 'b' },
+          { k: 't', id: 'a', n: 1 },
+          { k: 't', id: 'b', n: 1 },
+        ],
+        {
+          running: 2,
+          received: 2,
+          stepCount: 1,
+          stepMembers: 2,
+          stepPredictedMs: 10,
+          stepBusyMs: 10,
+          inflightPredictedMs: 5,
+        },
+        1,
+        90,
+      );
+      run(5);
+      progress([{ k: 'g', ids: ['a', 'b'] }], { running: 2, received: 2, stepCount: 2, inflightPredictedMs: 5 });
+      run(5);
+      progress([{ k: 'g' }, { k: 'f', id: 'a', reason: 'done' }, { k: 'f', id: 'b', reason: 'done' }], {
+        received: 2,
+        stepCount: 3,
       });
+      expect(calls).toEqual([
+        'scheduled a 40',
+        'scheduled b 40',
+        'tokens a 1 50 (1)',
+        'tokens b 1 50 (1)',
+        'sameGap 2 5',
+        'sameGap 2 5',
+        'finished a 60',
+        'finished b 60',
+      ]);
+      expect(seqs.map((s) => s.generated)).toEqual([3, 3]);
+      expect(r.state()).toBe('ready.idle');
+      expect(r.work.hasWork()).toBe(false);
+      expect(r.steps.count).toBe(3);
+      expect(r.inflight()).toBeNull();
+    });
 
-      it(`errors, not contained, on a broken invariant of the step loop (stepByStep ${stepByStep})`, () => {
-        const broken = new BrokenInvariant('ledger drift', ['a']);
-        let n = 0;
-        const { r, runtime, report } = stepping({
-          stepByStep,
-          onStep: () => {
-            if (++n === 2) throw broken;
-          },
-        });
-        report();
-        report();
-        expect(runtime.faults).toEqual([{ actor: ID, error: broken }]);
-        expect(r.actor.getSnapshot().status).toBe('error');
+    it('ignores progress of a dead epoch, and cancels a withdrawn sequence at the core', () => {
+      const { r, calls, sent, progress, runtime } = serving();
+      progress([{ k: 's', id: 'a' }], { running: 1, received: 2 }, 0);
+      expect(calls).toEqual([]);
+      runtime.send(ID, { type: 'request.withdraw', id: 'a' });
+      expect(
+        sent.filter((x) => x.msg.type === 'seq.cancel').map((x) => (x.msg as MessageOf<'seq.cancel'>).ids),
+      ).toEqual([['a']]);
+      expect(r.work.stats().waiting).toBe(1);
+      runtime.send(ID, { type: 'request.withdraw', id: 'a' });
+      expect(to(sent, 'seq.cancel')).toHaveLength(1);
+    });
+
+    it('fails as a unit when applying progress throws, its requests handed back once', () => {
+      const thrown = new Error('ledger drift');
+      const interrupted: string[][] = [];
+      const { r, runtime, sent, progress } = serving({
+        onProgress: () => {
+          throw thrown;
+        },
+        onInterrupted: (ids) => interrupted.push(ids),
       });
-    }
+      progress([{ k: 's', id: 'a' }], { running: 1, received: 2, stepCount: 1 });
+      // Reported as a fault (the simulator's checks still see it), contained, naming the requests it held.
+      expect(runtime.faults).toEqual([{ actor: ID, error: thrown, requests: ['a', 'b'], contained: true }]);
+      expect(interrupted).toEqual([['a', 'b']]);
+      expect(r.hasTag('failed')).toBe(true);
+      expect(r.epoch).toBe(2);
+      expect(sent.filter((x) => x.msg.type === 'replica.failed').map((x) => x.to)).toEqual(['placement']);
+      expect(to(sent, 'gpu.release')).toEqual(['gpu.0', 'gpu.1']);
+      // Nothing after it: a late report changes nothing.
+      progress([{ k: 'f', id: 'a', reason: 'done' }], { received: 2, stepCount: 2 });
+      expect(interrupted).toHaveLength(1);
+    });
+
+    it('errors, not contained, on a broken invariant', () => {
+      const broken = new BrokenInvariant('ledger drift', ['a']);
+      const { r, runtime, progress } = serving({
+        onProgress: () => {
+          throw broken;
+        },
+      });
+      progress([], { running: 2, received: 2, stepCount: 1 });
+      expect(runtime.faults).toEqual([{ actor: ID, error: broken }]);
+      expect(r.actor.getSnapshot().status).toBe('error');
+    });
   });
 });
