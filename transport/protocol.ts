@@ -1,8 +1,23 @@
 // The wire protocol between the control plane and node agents: one discriminated union, one version, one schema.
-import { arr, bool, int, nullable, num, obj, oneOf, optional, str, union, type Infer } from './schema.ts';
+import {
+  anyOf,
+  arr,
+  bool,
+  int,
+  nullable,
+  num,
+  obj,
+  oneOf,
+  optional,
+  record,
+  str,
+  union,
+  type Infer,
+  type Schema,
+} from './schema.ts';
 
 /** Protocol version carried by every registration; a peer with another version is refused. */
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 
 const id = str({ min: 1, max: 200 });
 const gpu = int({ min: 0, max: 63 });
@@ -10,15 +25,14 @@ const epoch = int({ min: 0 });
 const count = int({ min: 0, max: 10_000_000 });
 const ms = num({ min: 0, max: 1e12 });
 
-/** A step's shape as the node's cost model needs it: prefill chunks [tokens, cached] and decode batch. */
-const stepShape = obj({
-  prefill: arr(arr(count, { min: 2, max: 2 }), { max: 4096 }),
-  decodeBatch: count,
-  decodeContext: count,
+/** Most sequences, items or ids of one message, most token ids of one sequence, most text of one event, and most
+ * events of one progress report. */
+export const ENGINE_WIRE_BOUNDS = Object.freeze({
+  maxItems: 4096,
+  maxTokens: 1 << 20,
+  maxText: 64 * 1024,
+  maxEvents: 4 * 4096,
 });
-
-/** Most sequences or items of one engine step, and most token ids a sequence opens with. */
-export const ENGINE_WIRE_BOUNDS = Object.freeze({ maxItems: 4096, maxTokens: 1 << 20, maxText: 64 * 1024 });
 
 const seqId = str({ min: 1, max: 200 });
 const tokenId = int({ min: 0, max: 2 ** 31 - 1 });
@@ -39,28 +53,124 @@ const engineSpec = obj({
   gpuLayers: optional(int({ min: 0, max: 100_000 })),
 });
 
-/** A sequence opening on an engine (once per residency): its tokens so far, sampling, and tokens it may still make. */
-const engineOpen = obj({
-  seq: seqId,
-  tokens: arr(tokenId, { min: 1, max: ENGINE_WIRE_BOUNDS.maxTokens }),
-  left: int({ min: 1, max: 10_000_000 }),
+/** How a real engine samples a sequence. */
+const sampling = obj({
   temperature: optional(num({ min: 0, max: 100 })),
   topP: optional(num({ min: 0, max: 1 })),
   seed: optional(int({ min: 0, max: 2 ** 32 - 1 })),
   stop: optional(arr(str({ min: 1, max: 1024 }), { max: 16 })),
-  /** How many of `tokens` (the last ones) the sequence generated before (a recompute): their text was streamed. */
-  generated: optional(int({ min: 0, max: ENGINE_WIRE_BOUNDS.maxTokens })),
 });
 
-/** One item of an engine step: prefill tokens [from, from + n) of the sequence's tokens, or a decode (n = 0). */
-const engineItem = obj({ seq: seqId, from: count, n: count, sample: bool() });
+/** A priority class's rank (0 the highest), and a running total that only grows (steps, tokens, preemptions). */
+const classRank = int({ min: 0, max: 255 });
+const total = int({ min: 0 });
+const tokenIds = arr(tokenId, { max: ENGINE_WIRE_BOUNDS.maxTokens });
 
-/** What an engine step sampled for one sequence: the token, its whole-character text, and why it ended, if it did. */
-const engineSampled = obj({
-  seq: seqId,
-  token: tokenId,
-  text,
-  finish: optional(oneOf('eos', 'stop', 'length')),
+/** A generative sequence handed to a replica's core (machines/core-messages.ts SubmitSeq). */
+const submitSeq = obj({
+  id: seqId,
+  priority: classRank,
+  order: total,
+  promptTokens: count,
+  outputTokens: count,
+  maxTokens: count,
+  estOutputTokens: count,
+  generated: count,
+  atHead: optional(bool()),
+  prompt: optional(tokenIds),
+  out: optional(tokenIds),
+  sampling: optional(sampling),
+});
+
+/** A stateless item's execution options: bounded names (a key schema types its record as partial, but every key
+ * present has a value). */
+const itemOptions = record(str({ min: 1, max: 200 }), anyOf(str({ max: 1024 }), num(), bool()), {
+  max: 64,
+}) as Schema<Record<string, string | number | boolean>>;
+
+/** A stateless request handed to a replica's core: one member of a dynamic batch (SubmitItem). */
+const submitItem = obj({
+  id: seqId,
+  tokens: count,
+  dtype: str({ min: 1, max: 64 }),
+  adapter: nullable(str({ min: 1, max: 200 })),
+  options: itemOptions,
+});
+
+/** One change of one sequence in a step (SeqEvent), by kind `k`. */
+const seqEvent = union('k', {
+  s: obj({ id: seqId }),
+  p: obj({ id: seqId }),
+  t: obj({
+    id: seqId,
+    n: count,
+    ids: optional(arr(tokenId, { max: ENGINE_WIRE_BOUNDS.maxItems })),
+    text: optional(text),
+  }),
+  f: obj({
+    id: seqId,
+    reason: oneOf('done', 'eos', 'stop', 'length'),
+    result: optional(num()),
+    batch: optional(id),
+    size: optional(count),
+    error: optional(str({ max: 1024 })),
+  }),
+  g: obj({ ids: optional(arr(seqId, { max: ENGINE_WIRE_BOUNDS.maxItems })) }),
+});
+
+/** A replica's load as its core reports it (ReplicaLoad): every field bounded. */
+const replicaLoad = obj({
+  waiting: count,
+  running: count,
+  blocksUsed: total,
+  blocksTotal: total,
+  prefillTokensAhead: total,
+  decodeTokensAhead: total,
+  waitingBlocks: total,
+  waitingByClass: arr(count, { max: 256 }),
+  waitingTokensByClass: arr(total, { max: 256 }),
+  committedBlocks: total,
+  runningCommittedBlocks: total,
+  runningContext: total,
+  preemptions: total,
+  steps: total,
+  received: total,
+  queued: count,
+  saturated: bool(),
+  stepCount: total,
+  stepMembers: total,
+  stepTokens: total,
+  stepPredictedMs: num({ min: 0 }),
+  stepBusyMs: num({ min: 0 }),
+  inflightPredictedMs: ms,
+  inflightMs: ms,
+});
+
+/** A replica's engine core as `gpu.assign` carries it: its ranks, owner and batching limits (WireCoreSpec). */
+const coreSpec = obj({
+  gpus: arr(gpu, { min: 1, max: 64 }),
+  owner: id,
+  limits: obj({
+    policy: oneOf('chunked', 'prefill-first', 'static'),
+    maxRunning: int({ min: 1, max: 100_000 }),
+    tokenBudget: int({ min: 1, max: 10_000_000 }),
+    blockTokens: int({ min: 1, max: 1024 }),
+    blocksTotal: total,
+    maxContext: int({ min: 1, max: 10_000_000 }),
+    watermarkBlocks: total,
+  }),
+  stateless: optional(
+    obj({
+      maxSize: int({ min: 1, max: ENGINE_WIRE_BOUNDS.maxItems }),
+      maxTokens: int({ min: 1, max: 100_000_000 }),
+      maxMemoryBytes: num({ min: 0 }),
+      maxDelayMs: num({ min: 0, max: 3_600_000 }),
+      buckets: arr(int({ min: 1, max: 10_000_000 }), { max: 64 }),
+      bytesPerToken: num({ min: 0 }),
+      maxQueued: total,
+    }),
+  ),
+  check: optional(bool()),
 });
 
 /** Every message that crosses between the control plane and a node agent. */
@@ -87,6 +197,8 @@ export const nodeMessageSchema = union('type', {
     unloadMs: ms,
     slowdown: optional(num({ min: 1, max: 100 })),
     engine: optional(engineSpec),
+    // The replica's engine core, run by the node once every rank serves the replica's epoch.
+    core: optional(coreSpec),
   }),
   'gpu.release': obj({ gpu, replica: id, epoch }),
   'gpu.loaded': obj({ gpu, replica: id, epoch }),
@@ -119,31 +231,25 @@ export const nodeMessageSchema = union('type', {
       { max: 128 },
     ),
   }),
-  // An engine replica's step also carries its items and the sequences it opens (see engineItem, engineOpen).
-  'step.execute': obj({
+  // Sequences (generative) or items (stateless) handed to a replica's engine core.
+  'seq.submit': obj({
     replica: id,
     epoch,
-    step: count,
-    gpus: arr(gpu, { min: 1, max: 64 }),
-    shape: stepShape,
-    open: optional(arr(engineOpen, { max: ENGINE_WIRE_BOUNDS.maxItems })),
-    items: optional(arr(engineItem, { max: ENGINE_WIRE_BOUNDS.maxItems })),
+    seqs: optional(arr(submitSeq, { max: ENGINE_WIRE_BOUNDS.maxItems })),
+    items: optional(arr(submitItem, { max: ENGINE_WIRE_BOUNDS.maxItems })),
   }),
-  // An engine replica answers once per step for all its ranks (`ranks`), with the sampled tokens and its cache.
-  'step.completed': obj({
-    gpu,
+  // Sequences or items that left on the control plane (cancelled, expired): the core drops them at once.
+  'seq.cancel': obj({ replica: id, epoch, ids: arr(seqId, { min: 1, max: ENGINE_WIRE_BOUNDS.maxItems }) }),
+  // A core's report, one per step at most: each sequence's changes and the replica's load; `ranks` for a partial one.
+  'seq.progress': obj({
     replica: id,
     epoch,
-    step: count,
-    busyMs: optional(ms),
+    at: ms,
+    start: ms,
+    events: arr(seqEvent, { max: ENGINE_WIRE_BOUNDS.maxEvents }),
+    load: replicaLoad,
     ranks: optional(arr(gpu, { min: 1, max: 64 })),
-    // Ranks of a tensor-parallel gang that ran the step together under the cost model: one report per rank, in order.
-    gang: optional(arr(gpu, { min: 2, max: 64 })),
-    sampled: optional(arr(engineSampled, { max: ENGINE_WIRE_BOUNDS.maxItems })),
-    cache: optional(obj({ sequences: count, cellsPerSequence: count })),
   }),
-  // Frees sequences' cells in an engine replica (cancelled, preempted); their tokens are forgotten.
-  'seq.free': obj({ replica: id, epoch, seqs: arr(seqId, { min: 1, max: ENGINE_WIRE_BOUNDS.maxItems }) }),
 });
 
 /** A message between the control plane and a node agent. */

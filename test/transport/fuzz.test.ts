@@ -13,7 +13,7 @@ const CODES = CODEC_ERROR_CODES;
 
 /** One valid sample of every protocol message. */
 const samples: NodeMessage[] = [
-  { type: 'node.register', node: 'node', protocol: 1, gpus: [0, 1, 2, 3, 4, 5, 6, 7], epoch: 3 },
+  { type: 'node.register', node: 'node', protocol: 2, gpus: [0, 1, 2, 3, 4, 5, 6, 7], epoch: 3 },
   { type: 'node.registered', node: 'node', epoch: 3 },
   { type: 'node.heartbeat', node: 'node', epoch: 3, t: 1234.5 },
   {
@@ -34,17 +34,165 @@ const samples: NodeMessage[] = [
   { type: 'gpu.failed', gpu: 3, code: 'xid_79', replica: 'replica.llama-3-70b@v1#0', epoch: 2 },
   { type: 'gpu.inject', gpu: 3, fault: 'straggle', factor: 2 },
   {
-    type: 'step.execute',
+    type: 'gpu.assign',
+    gpu: 0,
     replica: 'replica.llama-3-70b@v1#0',
     epoch: 2,
-    step: 17,
-    gpus: [0, 1, 2, 3, 4, 5, 6, 7],
-    shape: { prefill: [[512, 0]], decodeBatch: 3, decodeContext: 4000 },
+    model: 'llama-3-70b',
+    gpuType: 'H100-SXM',
+    tp: 8,
+    loadMs: 13500,
+    unloadMs: 1000,
+    core: {
+      gpus: [0, 1, 2, 3, 4, 5, 6, 7],
+      owner: 'llama-3-70b@v1',
+      limits: {
+        policy: 'chunked',
+        maxRunning: 256,
+        tokenBudget: 2048,
+        blockTokens: 16,
+        blocksTotal: 40000,
+        maxContext: 8192,
+        watermarkBlocks: 400,
+      },
+      check: true,
+    },
   },
-  { type: 'step.completed', gpu: 4, replica: 'replica.llama-3-70b@v1#0', epoch: 2, step: 17, busyMs: 12.5 },
+  {
+    type: 'seq.submit',
+    replica: 'replica.llama-3-70b@v1#0',
+    epoch: 2,
+    seqs: [
+      {
+        id: 'req.17',
+        priority: 0,
+        order: 17,
+        promptTokens: 512,
+        outputTokens: 64,
+        maxTokens: 128,
+        estOutputTokens: 128,
+        generated: 0,
+        prompt: [1, 2, 3],
+        sampling: { temperature: 0.7, stop: ['\n'] },
+      },
+    ],
+    items: [{ id: 'req.18', tokens: 40, dtype: 'bf16', adapter: null, options: { normalize: true } }],
+  },
+  { type: 'seq.cancel', replica: 'replica.llama-3-70b@v1#0', epoch: 2, ids: ['req.17'] },
+  {
+    type: 'seq.progress',
+    replica: 'replica.llama-3-70b@v1#0',
+    epoch: 2,
+    at: 1250.5,
+    start: 1238,
+    events: [
+      { k: 's', id: 'req.17' },
+      { k: 't', id: 'req.17', n: 1 },
+      { k: 'g', ids: ['req.9', 'req.12'] },
+      { k: 'f', id: 'req.9', reason: 'done' },
+    ],
+    load: {
+      waiting: 0,
+      running: 2,
+      blocksUsed: 90,
+      blocksTotal: 40000,
+      prefillTokensAhead: 0,
+      decodeTokensAhead: 100,
+      waitingBlocks: 0,
+      waitingByClass: [0, 0],
+      waitingTokensByClass: [0, 0],
+      committedBlocks: 100,
+      runningCommittedBlocks: 100,
+      runningContext: 1400,
+      preemptions: 0,
+      steps: 40,
+      received: 3,
+      queued: 0,
+      saturated: false,
+      stepCount: 40,
+      stepMembers: 80,
+      stepTokens: 600,
+      stepPredictedMs: 480,
+      stepBusyMs: 480,
+      inflightPredictedMs: 0,
+      inflightMs: 0,
+    },
+  },
+  {
+    type: 'seq.progress',
+    replica: 'replica.llama-3-70b@v1#0',
+    epoch: 2,
+    at: 1300,
+    start: 1250.5,
+    events: [],
+    load: {
+      waiting: 0,
+      running: 2,
+      blocksUsed: 90,
+      blocksTotal: 40000,
+      prefillTokensAhead: 0,
+      decodeTokensAhead: 100,
+      waitingBlocks: 0,
+      waitingByClass: [],
+      waitingTokensByClass: [],
+      committedBlocks: 100,
+      runningCommittedBlocks: 100,
+      runningContext: 1400,
+      preemptions: 0,
+      steps: 40,
+      received: 3,
+      queued: 0,
+      saturated: false,
+      stepCount: 40,
+      stepMembers: 80,
+      stepTokens: 600,
+      stepPredictedMs: 480,
+      stepBusyMs: 480,
+      inflightPredictedMs: 12,
+      inflightMs: 49.5,
+    },
+    ranks: [0, 1, 2, 3, 4, 5, 6],
+  },
 ] as NodeMessage[];
 
+/** A peer's msgpack encoder without the codec's checks. */
+const plain = new Packr({ useRecords: false });
+
 const encoded = samples.filter((s) => validate(nodeMessageSchema, s).ok).map((s) => encode(s));
+
+/** Every path to a value nested in `v` (object keys and array indexes), the type tags excepted. */
+function nestedPaths(v: unknown, prefix: (string | number)[] = []): (string | number)[][] {
+  const out: (string | number)[][] = [];
+  if (Array.isArray(v)) {
+    v.forEach((x, i) => {
+      out.push([...prefix, i]);
+      out.push(...nestedPaths(x, [...prefix, i]));
+    });
+  } else if (typeof v === 'object' && v !== null) {
+    for (const [k, x] of Object.entries(v)) {
+      if (k === 'type' || k === 'k') continue;
+      out.push([...prefix, k]);
+      out.push(...nestedPaths(x, [...prefix, k]));
+    }
+  }
+  return prefix.length === 0 ? out.filter((p) => p.length > 1) : out;
+}
+
+/** The value at `path` in `v`. */
+function getAt(v: unknown, path: readonly (string | number)[]): unknown {
+  let at = v;
+  for (const p of path) at = (at as Record<string | number, unknown>)[p];
+  return at;
+}
+
+/** A copy of `v` with `value` at `path` (copied along the path only). */
+function withAt(v: unknown, path: readonly (string | number)[], value: unknown): unknown {
+  if (path.length === 0) return value;
+  const [head, ...rest] = path;
+  const copy = (Array.isArray(v) ? [...(v as unknown[])] : { ...(v as object) }) as Record<string | number, unknown>;
+  copy[head!] = withAt(copy[head!], rest, value);
+  return copy;
+}
 
 function mutate(rng: Rng, src: Uint8Array): Uint8Array {
   const b = Uint8Array.from(src);
@@ -154,6 +302,65 @@ describe('hostile well-formed messages', () => {
     }
     console.log(`hostile fields: ${tried} wrong-typed messages refused`);
     expect(tried).toBeGreaterThan(400);
+  });
+
+  it('refuses every wrong-typed nested field (core spec, submitted sequences, events, load) with a typed error', () => {
+    let tried = 0;
+    for (const s of samples) {
+      for (const path of nestedPaths(s)) {
+        for (const bad of wrongValues) {
+          const msg = withAt(s, path, bad);
+          if (validate(nodeMessageSchema, msg).ok) continue;
+          const r = decodeMessage(encode(msg), nodeMessageSchema);
+          tried++;
+          expect(r.ok).toBe(false);
+          if (!r.ok) expect(CODES.has(r.error.code)).toBe(true);
+        }
+      }
+    }
+    console.log(`hostile nested fields: ${tried} wrong-typed messages refused`);
+    expect(tried).toBeGreaterThan(1500);
+  });
+
+  it('refuses a key named __proto__, constructor or prototype in any object of any message, as a typed error', () => {
+    let tried = 0;
+    for (const s of samples) {
+      for (const path of [[], ...nestedPaths(s)]) {
+        const at = getAt(s, path);
+        if (typeof at !== 'object' || at === null || Array.isArray(at)) continue;
+        for (const key of ['__proto__', 'constructor', 'prototype']) {
+          // A computed key defines an own property, as a decoded map key does.
+          const msg = withAt(s, path, { ...at, [key]: { polluted: true } });
+          // The codec's own encoder refuses such a key: a peer's plain msgpack encoder is what sends one.
+          const r = decodeMessage(plain.pack(msg), nodeMessageSchema);
+          tried++;
+          expect(r.ok).toBe(false);
+          if (!r.ok) expect(CODES.has(r.error.code)).toBe(true);
+          expect(validate(nodeMessageSchema, msg).ok).toBe(false);
+        }
+      }
+    }
+    expect(({} as Record<string, unknown>)['polluted']).toBeUndefined();
+    expect(tried).toBeGreaterThan(60);
+  });
+
+  it('takes ids, replica names and option values named constructor or __proto__ as plain strings', () => {
+    const names = ['constructor', '__proto__', 'prototype', 'toString', 'hasOwnProperty'];
+    for (const name of names) {
+      const msgs: NodeMessage[] = [
+        { type: 'seq.cancel', replica: name, epoch: 1, ids: [name] },
+        {
+          type: 'seq.submit',
+          replica: name,
+          epoch: 1,
+          items: [{ id: name, tokens: 4, dtype: name, adapter: name, options: { mode: name } }],
+        },
+      ];
+      for (const msg of msgs) {
+        const r = decodeMessage(encode(msg), nodeMessageSchema);
+        expect(r).toEqual({ ok: true, value: msg });
+      }
+    }
   });
 
   it('refuses unknown message types, unknown fields, __proto__ keys and msgpack extensions', () => {
