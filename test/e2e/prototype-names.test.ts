@@ -217,7 +217,7 @@ describe("an exception in one request's handling", () => {
         expect(r.body.error.code).toBe('internal');
       }
       await until(async () => (await liveRequests()) === 0, 5_000, 'no live request');
-      for (const r of replicas) expect(r.batcher.stats().waiting).toBe(0);
+      for (const r of replicas) expect(r.work.stats().waiting).toBe(0);
       expect(logged.slice(before).filter((l) => l.includes('injected hand-off failure'))).toHaveLength(4);
     } finally {
       for (const undo of restore) undo();

@@ -48,6 +48,6 @@ describe('a client that throws while its tokens are delivered', () => {
     expect(cp.runtime.faults).toEqual([]);
     expect(cp.live()).toBe(0);
     // What it held is released: the replica's ledger is empty.
-    for (const r of cp.placement.replicas.values()) expect(r.batcher.stats().blocksUsed).toBe(0);
+    for (const r of cp.placement.replicas.values()) expect(r.work.stats().blocksUsed).toBe(0);
   });
 });

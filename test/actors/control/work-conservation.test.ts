@@ -81,7 +81,7 @@ describe('work conservation', () => {
         expect(resumed.chosen).not.toBe(replica);
         // Its next token came within one step plus the re-prefill of what the client had (at the token budget).
         const prefillTokens = prompts.get(q.id)! + q.tokens;
-        const boundMs = stepMs * (1 + Math.ceil(prefillTokens / any.batcher.limits.tokenBudget));
+        const boundMs = stepMs * (1 + Math.ceil(prefillTokens / any.work.limits.tokenBudget));
         const next = (tokensAt.get(q.id) ?? []).find((x) => x > t);
         expect(next, q.id).toBeDefined();
         expect(next! - t, q.id).toBeLessThanOrEqual(boundMs);

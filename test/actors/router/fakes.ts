@@ -1,7 +1,6 @@
-// Replicas and router dependencies for router tests: a real batcher ledger and cost model behind a fake actor whose
+// Replicas and router dependencies for router tests: a real work view and cost model behind a fake actor whose
 // state the test sets, so each test arranges queues, KV and readiness directly.
-import { createContinuousBatcher } from '../../../actors/batcher/continuous.ts';
-import { createSequence, type SequenceListener } from '../../../actors/batcher/sequence.ts';
+import { createWorkView } from '../../../actors/replica-view.ts';
 import { createCostModel } from '../../../actors/gpu/cost-model.ts';
 import { gpuProfile, modelProfile } from '../../../actors/gpu/profiles.ts';
 import type { ReplicaHandle } from '../../../actors/replica.ts';
@@ -36,10 +35,9 @@ const tagsOf = (state: string): Set<string> => {
   }
   return tags;
 };
-const quiet: SequenceListener = { scheduled: () => {}, preempted: () => {}, tokens: () => {}, finished: () => {} };
 let seqNo = 0;
 
-/** A fake replica of model@version in machine state `state` (`ready.idle`, `loading`, `draining.stepping`…). */
+/** A fake replica of model@version in machine state `state` (`ready.idle`, `loading`, `draining.working`…). */
 export function fakeReplica(
   id: string,
   model: string,
@@ -48,7 +46,7 @@ export function fakeReplica(
   blocksTotal = 20_000,
 ): FakeReplica {
   let st = state;
-  const batcher = createContinuousBatcher({
+  const work = createWorkView({
     policy: 'chunked',
     maxRunning: 256,
     tokenBudget: 2048,
@@ -65,31 +63,30 @@ export function fakeReplica(
     gpus: [0],
     epoch: 1,
     cost,
-    batcher,
+    work,
     actor,
     state: () => st,
     hasTag: (tag: ReplicaTag) => tagsOf(st).has(tag),
     ready: () => tagsOf(st).has('ready'),
     accepting: () => st.startsWith('ready'),
-    enqueue: (s: Parameters<ReplicaHandle['enqueue']>[0]) => batcher.enqueue(s),
+    enqueue: (s: Parameters<ReplicaHandle['enqueue']>[0]) =>
+      work.submitted(
+        {
+          id: s.id,
+          rank: s.priority,
+          prefill: s.promptTokens + s.generated,
+          decode: s.estOutputTokens - s.generated,
+          finalTokens: s.promptTokens + s.estOutputTokens,
+        },
+        0,
+      ),
     steps: { count: 0, batchSizeSum: 0, tokens: 0, predictedMs: 0, busyMs: 0 },
     setState: (s: string) => {
       st = s;
     },
     load: (prompt: number, output = 100, rank = 0) => {
       seqNo++;
-      batcher.enqueue(
-        createSequence({
-          id: `load.${seqNo}`,
-          priority: rank,
-          order: seqNo,
-          promptTokens: prompt,
-          outputTokens: output,
-          maxTokens: output,
-          receivedAt: 0,
-          listener: quiet,
-        }),
-      );
+      work.submitted({ id: `load.${seqNo}`, rank, prefill: prompt, decode: output, finalTokens: prompt + output }, 0);
     },
   };
   return r as unknown as FakeReplica;

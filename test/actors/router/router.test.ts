@@ -267,7 +267,7 @@ describe('router', () => {
         expect(a.trace.candidates).toEqual([]);
         expect(a.trace.chosen).toBeNull();
       }
-      expect(r.batcher.stats().waiting).toBe(0);
+      expect(r.work.stats().waiting).toBe(0);
     });
 
     it('refuses a priority class or version named like an Object.prototype property, with or without the edge', () => {
@@ -284,7 +284,7 @@ describe('router', () => {
         expect(router.check({ model: name })?.code, name).toBe('model_not_found');
       }
       expect(router.check({ model: 'm', version: 'v1', priority: 'batch' })).toBeNull();
-      expect(r.batcher.stats().waiting).toBe(0);
+      expect(r.work.stats().waiting).toBe(0);
     });
 
     it('says how long the request is and what the context holds', () => {
