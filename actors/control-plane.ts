@@ -63,6 +63,9 @@ export interface ControlPlane {
 export interface ControlPlaneMutations {
   /** Lose every GPU release the control plane sends: a failed replica never gives its GPUs back (P9). */
   dropGpuReleases?: boolean;
+  /** Lose every twentieth `seq.submit` on its way to the node: those requests wait at a core that never heard of
+   * them, and the replica's view of its work goes stale (P15). */
+  loseSubmits?: boolean;
   /** Forget the requests a failed replica hands back (P1). */
   dropInterrupted?: boolean;
   /** The old hold: a resume may choose the failing replica, held requests leave only on replica-ready (P10). */
@@ -93,9 +96,14 @@ export interface ControlPlaneOptions {
 
 /** The runtime as the control plane's replicas use it, with a mutation's lost messages, if any. */
 function mutatedRuntime(runtime: Runtime, m: ControlPlaneMutations): Runtime {
-  if (!m.dropGpuReleases) return runtime;
+  if (!m.dropGpuReleases && !m.loseSubmits) return runtime;
   const rt = Object.create(runtime) as Runtime & { send: Runtime['send'] };
-  rt.send = (to, msg) => (msg.type === 'gpu.release' ? undefined : runtime.send(to, msg));
+  let submits = 0;
+  rt.send = (to, msg) => {
+    if (m.dropGpuReleases && msg.type === 'gpu.release') return;
+    if (m.loseSubmits && msg.type === 'seq.submit' && ++submits % 20 === 0) return;
+    runtime.send(to, msg);
+  };
   return rt;
 }
 

@@ -1,5 +1,5 @@
 // Deterministic simulation testing: the whole system (control plane, node agent, clients) in virtual time, each
-// seed with a random schedule of faults, and the promises P1–P11 checked while it runs. A failing seed is
+// seed with a random schedule of faults, and the promises P1–P15 checked while it runs. A failing seed is
 // reproducible from its number and its fault schedule can be shrunk.
 import { createHash } from 'node:crypto';
 import { createRng, type Rng } from '../../runtime/rng.ts';
@@ -9,6 +9,7 @@ import { normalizeScenario, type Scenario } from '../config.ts';
 import { loadTrace, type TraceRow } from './traffic.ts';
 import { createVirtualClock } from '../../runtime/clock.ts';
 import { buildDstSystem, type DstSystem } from './dst-system.ts';
+import { longestStepMs } from '../control/invariants.ts';
 import { watchRestart, type RestartCheck } from './dst-restart.ts';
 
 /** A fault the harness can inject, at virtual seconds from the start of traffic. */
@@ -31,7 +32,8 @@ export type DstMutation =
   | 'drop-interrupted'
   | 'held-on-ready-only'
   | 'adopt-nothing'
-  | 'flat-drops-root-transitions';
+  | 'flat-drops-root-transitions'
+  | 'lose-submits';
 
 /** Every mutation, for the CLI. */
 export const DST_MUTATIONS: readonly DstMutation[] = [
@@ -41,6 +43,7 @@ export const DST_MUTATIONS: readonly DstMutation[] = [
   'held-on-ready-only',
   'adopt-nothing',
   'flat-drops-root-transitions',
+  'lose-submits',
 ];
 
 /** The control plane's mutation options for a DST mutation. */
@@ -51,10 +54,16 @@ const MUTATIONS: Record<DstMutation, ControlPlaneMutations> = {
   'held-on-ready-only': { heldOnReadyOnly: true },
   'adopt-nothing': { adoptNothing: true },
   'flat-drops-root-transitions': { flatDropsRootTransitions: true },
+  'lose-submits': { loseSubmits: true },
 };
 
 /** How often work conservation (P10) is sampled (virtual ms). */
 const CONSERVATION_SAMPLE_MS = 50;
+/** P15: slack (ms) past a replica's longest step before work the control plane has not heard progress of counts as a
+ * stale view (the link's latency and a tick's coalescing fit well inside it). */
+export const P15_SLACK_MS = 250;
+/** P15 does not judge a replica's view while a fault was active or up to this long after it ended (ms). */
+export const P15_FAULT_SHADOW_MS = 30_000;
 /** P11: an admitted request predicted to wait at most this share of its budget must be scheduled within it. */
 export const P11_PREDICTION_SHARE = 0.5;
 /** P11 does not judge requests that waited while a fault was active or up to this long after it ended (ms). */
@@ -382,11 +391,39 @@ function scheduleFaults(
   return { lastFaultEnd, windows };
 }
 
+/** P15: every serving replica's work the control plane has not heard progress of (a step in flight, or submits its
+ * core has not reported) is at most its longest step (or the step predicted, if longer) plus P15_SLACK_MS old, while
+ * no fault is active nor was within P15_FAULT_SHADOW_MS. */
+function staleViews(cp: ControlPlane, now: number, windows: readonly [number, number][]): [string, string][] {
+  const out: [string, string][] = [];
+  if (windows.some(([a, b]) => a <= now && now <= b + P15_FAULT_SHADOW_MS)) return out;
+  for (const r of cp.placement.replicas.values()) {
+    if (!r.hasTag('serving')) continue;
+    const f = r.inflight();
+    if (!f) continue;
+    const bound = Math.max(f.predictedMs, longestStepMs(r)) + P15_SLACK_MS;
+    if (now - f.since > bound)
+      out.push([
+        r.id,
+        `${r.id}: no progress heard for ${Math.round(now - f.since)} ms of work outstanding (bound ${Math.round(bound)} ms)`,
+      ]);
+  }
+  return out;
+}
+
 /** Checks while it runs: P6 ownership and gangs, P5 bounded queues after every step; P7 readiness each second;
- * P10 work conservation every CONSERVATION_SAMPLE_MS. */
-function startMonitors(sys: DstSystem, clients: DstClients, origin: number, simSeconds: number): void {
+ * P10 work conservation and P15 view staleness every CONSERVATION_SAMPLE_MS. */
+function startMonitors(
+  sys: DstSystem,
+  clients: DstClients,
+  origin: number,
+  simSeconds: number,
+  windows: readonly [number, number][],
+): void {
   const { scenario, clock } = sys;
   attachMonitors(sys, clients, sys.cp!);
+  // A replica's stale view is reported once.
+  const staleSeen = new Set<string>();
   const checkReadiness = (): void => {
     const cp = sys.cp;
     if (!cp) return;
@@ -400,6 +437,13 @@ function startMonitors(sys: DstSystem, clients: DstClients, origin: number, simS
   for (let t = origin; t < origin + simSeconds * 1000; t += CONSERVATION_SAMPLE_MS)
     clock.at(t, () => {
       for (const v of sys.cp?.checkWorkConservation() ?? []) clients.violate('P10', v);
+      const cp = sys.cp;
+      if (!cp) return;
+      for (const [replica, v] of staleViews(cp, clock.now(), windows)) {
+        if (staleSeen.has(replica)) continue;
+        staleSeen.add(replica);
+        clients.violate('P15', v);
+      }
     });
 }
 
@@ -523,7 +567,7 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
   const traffic = scheduleTraffic(sys, clients, rng.fork('traffic'), layout, origin, origin + opts.simSeconds * 750);
   const restart = watchRestart(sys, faults, origin, clients.violate);
   const { lastFaultEnd, windows } = scheduleFaults(sys, clients, faults, origin, restart);
-  startMonitors(sys, clients, origin, opts.simSeconds);
+  startMonitors(sys, clients, origin, opts.simSeconds, windows);
   clock.run(endMs);
   probeLiveness(sys, clients, lastFaultEnd);
   finalChecks(sys, clients, windows);
