@@ -48,4 +48,10 @@ describe('deterministic simulation testing', () => {
     const r = runDstSeed(6, { simSeconds: 60, mutation: 'flat-drops-root-transitions' });
     expect(r.violations.some((v) => v.startsWith('P1'))).toBe(true);
   });
+
+  it('catches submits that never reach their core: the replica's view goes stale (P15)', () => {
+    const r = runDstSeed(1, { simSeconds: 60, mutation: 'lose-submits', faults: [] });
+    expect(r.violations.some((v) => v.startsWith('P15'))).toBe(true);
+    expect(runDstSeed(1, { simSeconds: 60, faults: [] }).violations).toEqual([]);
+  });
 });
