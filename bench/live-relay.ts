@@ -1,6 +1,6 @@
 // The baseline of `npm run bench:live`: a bare two-hop ws+msgpack relay moving the same messages as switchyard
-// (client frames in the client protocol, node-link envelopes to a worker that answers every step at once), with no
-// actors, routing, batching policy or KV accounting. Run as `relay-server` and `relay-worker` processes by bench/live.ts.
+// (client frames in the client protocol; request-level node messages to a worker whose loop per lane steps at once and
+// reports each step in one progress message), with no actors, routing, batching policy or KV accounting. Run as `relay-server` and `relay-worker` processes by bench/live.ts.
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createWallClock } from '../runtime/clock.ts';
@@ -14,37 +14,60 @@ import {
 } from '../transport/client-protocol.ts';
 import { createLink } from '../transport/link.ts';
 import { attachWsServer, connectWs, type WsPeer } from '../transport/ws.ts';
+import type { ReplicaLoad, SeqEvent } from '../machines/core-messages.ts';
 
-/** Lanes stepping independently, like switchyard's eight single-GPU replicas. */
+/** Lanes stepping independently, like switchyard's eight single-GPU replicas, each with its own loop at the worker. */
 const LANES = 8;
 
 interface Active {
   out: (m: ServerMessage) => void;
   id: string;
-  left: number;
   seq: number;
 }
+
+/** A load report of nothing, as the node protocol requires one in every progress message. */
+export const IDLE_LOAD: ReplicaLoad = {
+  waiting: 0,
+  running: 0,
+  blocksUsed: 0,
+  blocksTotal: 0,
+  prefillTokensAhead: 0,
+  decodeTokensAhead: 0,
+  waitingBlocks: 0,
+  waitingByClass: [],
+  waitingTokensByClass: [],
+  committedBlocks: 0,
+  runningCommittedBlocks: 0,
+  runningContext: 0,
+  preemptions: 0,
+  steps: 0,
+  received: 0,
+  queued: 0,
+  saturated: false,
+  stepCount: 0,
+  stepMembers: 0,
+  stepTokens: 0,
+  stepPredictedMs: 0,
+  stepBusyMs: 0,
+  inflightPredictedMs: 0,
+  inflightMs: 0,
+};
 
 /** Runs the relay's server hop; prints `{"url": ...}` once listening. */
 export async function runRelayServer(): Promise<void> {
   const clock = createWallClock();
   const server = createServer((_req, res) => res.end());
-  const lanes = Array.from({ length: LANES }, () => ({ active: [] as Active[], stepping: false, step: 0 }));
+  const active = new Map<string, Active>();
   let worker: ReturnType<typeof createLink> | null = null;
   let next = 0;
 
-  const kick = (k: number): void => {
-    const lane = lanes[k]!;
-    if (lane.stepping || lane.active.length === 0 || !worker) return;
-    lane.stepping = true;
-    lane.step++;
-    worker.send('node', {
-      type: 'step.execute',
+  const submit = (k: number, id: string, maxTokens: number): void => {
+    const seq = { id, priority: 0, order: next, promptTokens: 1, outputTokens: maxTokens, maxTokens };
+    worker?.send('node', {
+      type: 'seq.submit',
       replica: `relay#${k}`,
       epoch: 1,
-      step: lane.step,
-      gpus: [k],
-      shape: { prefill: [], decodeBatch: lane.active.length, decodeContext: 0 },
+      seqs: [{ ...seq, estOutputTokens: maxTokens, generated: 0 }],
     });
   };
 
@@ -56,17 +79,16 @@ export async function runRelayServer(): Promise<void> {
         onConnection: (peer) => {
           worker = createLink(peer, {
             accepts: (to) => to.startsWith('relay#'),
-            deliver: (to, msg) => {
-              if (msg.type !== 'step.completed') return;
-              const k = Number(to.slice(6));
-              const lane = lanes[k]!;
-              lane.stepping = false;
-              const still: Active[] = [];
-              for (const a of lane.active) {
-                a.out({ type: 'tokens', id: a.id, seq: a.seq, n: 1 });
-                a.seq++;
-                if (--a.left > 0) still.push(a);
-                else
+            deliver: (_to, msg) => {
+              if (msg.type !== 'seq.progress') return;
+              for (const e of msg.events) {
+                const a = e.k === 't' || e.k === 'f' ? active.get(e.id) : undefined;
+                if (!a) continue;
+                if (e.k === 't') {
+                  a.out({ type: 'tokens', id: a.id, seq: a.seq, n: e.n });
+                  a.seq += e.n;
+                } else {
+                  active.delete(a.id);
                   a.out({
                     type: 'done',
                     id: a.id,
@@ -74,12 +96,10 @@ export async function runRelayServer(): Promise<void> {
                     usage: { promptTokens: 1, completionTokens: a.seq },
                     timings: { queueMs: 0, ttftMs: 0, e2eMs: 0 },
                   });
+                }
               }
-              lane.active = still;
-              kick(k);
             },
           });
-          for (let k = 0; k < LANES; k++) kick(k);
           process.stdout.write(`${JSON.stringify({ worker: true })}\n`);
         },
       },
@@ -109,9 +129,9 @@ export async function runRelayServer(): Promise<void> {
             for (const m of f.messages) {
               if (m.type !== 'submit') continue;
               const k = next++ % LANES;
-              lanes[k]!.active.push({ out, id: m.id, left: m.maxTokens, seq: 0 });
+              active.set(m.id, { out, id: m.id, seq: 0 });
               out({ type: 'accepted', id: m.id, request: m.id, model: m.model, version: 'v1' });
-              kick(k);
+              submit(k, m.id, m.maxTokens);
             }
           });
           out({
@@ -134,23 +154,39 @@ export async function runRelayServer(): Promise<void> {
   });
 }
 
-/** Runs the relay's worker hop: answers every step.execute at once with step.completed. */
+/** Runs the relay's worker hop: a loop per lane that, on the clock's next turn, gives each of its sequences a token,
+ * ends those that reached their length, and reports the step in one progress message. */
 export async function runRelayWorker(url: string): Promise<void> {
   const clock = createWallClock();
   const r = await connectWs(url, { clock });
   if (!r.ok) throw new Error(`relay worker: ${r.error.message}`);
+  const lanes = new Map<string, { seqs: { id: string; left: number }[]; stepping: boolean }>();
+  const step = (replica: string): void => {
+    const lane = lanes.get(replica)!;
+    const events: SeqEvent[] = [];
+    const still: { id: string; left: number }[] = [];
+    for (const q of lane.seqs) {
+      events.push({ k: 't', id: q.id, n: 1 });
+      if (--q.left > 0) still.push(q);
+      else events.push({ k: 'f', id: q.id, reason: 'length' });
+    }
+    lane.seqs = still;
+    const at = clock.now();
+    link.send(replica, { type: 'seq.progress', replica, epoch: 1, at, start: at, events, load: IDLE_LOAD });
+    if (still.length > 0) clock.setTimeout(() => step(replica), 0);
+    else lane.stepping = false;
+  };
   const link = createLink(r.peer, {
     accepts: (to) => to === 'node',
     deliver: (_to, msg) => {
-      if (msg.type !== 'step.execute') return;
-      link.send(msg.replica, {
-        type: 'step.completed',
-        gpu: msg.gpus[0] ?? 0,
-        replica: msg.replica,
-        epoch: msg.epoch,
-        step: msg.step,
-        busyMs: 0,
-      });
+      if (msg.type !== 'seq.submit') return;
+      let lane = lanes.get(msg.replica);
+      if (!lane) lanes.set(msg.replica, (lane = { seqs: [], stepping: false }));
+      for (const q of msg.seqs ?? []) lane.seqs.push({ id: q.id, left: q.maxTokens });
+      if (!lane.stepping) {
+        lane.stepping = true;
+        clock.setTimeout(() => step(msg.replica), 0);
+      }
     },
   });
   r.peer.onClose(() => process.exit(0));
