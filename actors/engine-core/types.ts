@@ -17,8 +17,15 @@ export interface CoreExecutor {
   /** The time the step is predicted to take (ms), for load reports and estimate error. */
   predictMs(plan: StepPlan): number;
   /** Starts a step; `done` is called once, asynchronously, unless the core is stopped first. `fail` when the engine
-   * could not run it (the replica then fails as a unit). */
-  run(plan: StepPlan, batch: ClosedBatch | null, done: (r: StepResult) => void, fail: (error: unknown) => void): void;
+   * could not run it (the replica then fails as a unit). `partial`: some ranks finished the step while another has
+   * not (a hung rank), and `done` will not come. */
+  run(
+    plan: StepPlan,
+    batch: ClosedBatch | null,
+    done: (r: StepResult) => void,
+    fail: (error: unknown) => void,
+    partial?: (ranks: number[]) => void,
+  ): void;
   /** A sequence left the core (cancelled, preempted, finished): a real engine frees its cells. */
   release?(seq: string): void;
   /** The core is stopped: abandon the step in flight. */
