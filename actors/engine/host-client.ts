@@ -1,23 +1,26 @@
 // The worker's side of an engine host: spawns the child on exactly the replica's GPUs and tracks its life.
 //
-// Life, as the GPU and replica machines see it: spawning and loading = `loading`; loaded and a health probe
-// answered = `ready`; drain() = `draining` (no new sequences; running ones may step and be freed); an exit that was
-// not asked for, a crash, a load failure, an invalid message, or a step/probe/load that makes no progress within
-// its bound = `failed` (the child is killed so it frees everything); a requested unload that exits = `stopped`.
+// Life, as the GPU and replica machines see it: spawning, loading and opening the replica's engine core = `loading`;
+// loaded, core open and a health probe answered = `ready`; drain() = `draining` (no new sequences; submitted ones run
+// on); an exit that was not asked for, a crash, a load failure, a failure the host reports (its core or engine), an
+// invalid message, a load/open/probe with no answer within its bound, or no report for progressTimeoutMs while it
+// holds submitted sequences = `failed` (the child is killed so it frees everything); a requested unload that exits
+// = `stopped`.
 import { fork, type ChildProcess } from 'node:child_process';
 import { statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { clearTimeout as clearNodeTimeout, setTimeout as setNodeTimeout } from 'node:timers';
+import { EngineError, type EngineCapacity, type EngineFailure, type EngineLoadOptions } from './engine.ts';
 import {
-  EngineError,
-  type EngineCapacity,
-  type EngineFailure,
-  type EngineLoadOptions,
-  type StepPlan,
-  type StepResult,
-} from './engine.ts';
-import { parseHostMessage, type HostCommand, type HostMessage, type HostReplyValue } from './host-protocol.ts';
+  parseHostMessage,
+  type HostCommand,
+  type HostCoreSpec,
+  type HostMessage,
+  type HostReplyValue,
+  type HostStats,
+} from './host-protocol.ts';
+import type { CoreReport, SubmitSeq } from '../../machines/core-messages.ts';
 import { cpuProfileArgs } from '../../runtime/cpu-profile.ts';
 import { hostEnvironment } from './host-env.ts';
 
@@ -45,7 +48,8 @@ export const nodeHostTimers: HostTimers = {
   clear: (h) => clearNodeTimeout(h as ReturnType<typeof setNodeTimeout>),
 };
 
-/** How to start a host: which model, on which GPUs, and the bounds after which no progress means failure. */
+/** How to start a host: which model, on which GPUs, its engine core, and the bounds after which no progress means
+ * failure. */
 export interface EngineHostOptions {
   /** The replica's id, used in messages and events. */
   id: string;
@@ -53,9 +57,15 @@ export interface EngineHostOptions {
   /** The replica's GPUs: the child sees exactly these (CUDA_VISIBLE_DEVICES); empty = none, CPU only. */
   gpus: readonly number[];
   load: EngineLoadOptions;
+  /** The replica's engine core, opened in the host once the model is loaded (before `ready`); absent: the host only
+   * loads (tokenize and probe answer, nothing runs). */
+  core?: HostCoreSpec;
+  /** Hears every report of the core (one per step). */
+  report?(r: CoreReport): void;
   timers?: HostTimers;
   loadTimeoutMs?: number;
-  stepTimeoutMs?: number;
+  /** Longest time without a report while the host holds submitted sequences (ms). */
+  progressTimeoutMs?: number;
   probeTimeoutMs?: number;
   /** Host entry script; defaults to host.ts next to this file. */
   entry?: string;
@@ -69,15 +79,21 @@ export interface EngineHost {
   readonly id: string;
   readonly pid: number | undefined;
   readonly state: HostState;
-  /** The engine's cache as last reported (after load, each step, each free, each probe). */
+  /** The engine's cache as reported after load (and by each probe). */
   capacity(): EngineCapacity | undefined;
+  /** The engine's measurements as of the latest report or probe. */
+  stats(): HostStats | undefined;
   /** Listens to state changes; returns the unsubscribe function. */
   subscribe(listener: (event: HostStateChanged) => void): () => void;
   /** Settles once the host is ready (resolves) or has failed (rejects with the failure). */
   ready(): Promise<void>;
   tokenize(text: string): Promise<number[]>;
-  step(plan: StepPlan): Promise<StepResult>;
-  free(seq: string): Promise<{ text: string }>;
+  /** Hands sequences to the core; refused (EngineError) unless the host is ready. */
+  submit(seqs: readonly SubmitSeq[]): void;
+  /** Takes sequences out of the core (they leave with no event); answers how many it held. */
+  cancel(ids: readonly string[]): number;
+  /** Cancels every sequence the host holds; answers how many. */
+  cancelAll(): number;
   /** Health probe: the host answers with its capacity within probeTimeoutMs, or is failed. */
   probe(): Promise<EngineCapacity>;
   /** Stops admitting new sequences. */
@@ -91,7 +107,7 @@ export interface EngineHost {
 const STDERR_TAIL = 2048;
 /** How long a profiled host gets to write its CPU profile after a kill before it is killed outright (ms). */
 const PROFILE_EXIT_GRACE_MS = 2_000;
-const DEFAULTS = { stepTimeoutMs: 30_000, probeTimeoutMs: 10_000 };
+const DEFAULTS = { progressTimeoutMs: 30_000, probeTimeoutMs: 10_000 };
 
 /** How long loading a model file of `bytes` may take before the host counts as failed: two minutes for starting
  * node and llama.cpp, plus 30 s per GiB (a 40 GB file read at ~35 MB/s and copied to the GPUs); the file's size
@@ -202,16 +218,71 @@ function forkHost(opts: EngineHostOptions): { child: ChildProcess; stderrTail: (
   return { child, stderrTail: () => tail };
 }
 
-/** Spawns an engine host child process and starts loading its model; watch it with subscribe() or ready(). */
+/** The sequences a host holds as its client knows them, and the bound on its progress while it holds any: armed at
+ * the first submit, re-armed by every report, disarmed once nothing is held. */
+interface ProgressWatch {
+  readonly held: Set<string>;
+  submitted(seqs: readonly SubmitSeq[]): void;
+  /** A report: finished sequences leave; a report of an idle core that has seen every submit clears the rest. */
+  reported(r: CoreReport): void;
+  cancelled(ids: readonly string[]): number;
+  stop(): void;
+}
+
+function createProgressWatch(timers: HostTimers, boundMs: number, hung: (held: number) => void): ProgressWatch {
+  const held = new Set<string>();
+  let sent = 0;
+  let timer: unknown;
+  let stopped = false;
+  const disarm = (): void => {
+    if (timer !== undefined) timers.clear(timer);
+    timer = undefined;
+  };
+  const arm = (): void => {
+    if (stopped || held.size === 0 || timer !== undefined) return;
+    timer = timers.set(() => {
+      timer = undefined;
+      hung(held.size);
+    }, boundMs);
+  };
+  return {
+    held,
+    submitted: (seqs) => {
+      for (const s of seqs) held.add(s.id);
+      sent += seqs.length;
+      arm();
+    },
+    reported: (r) => {
+      for (const e of r.events) if (e.k === 'f') held.delete(e.id);
+      const l = r.load;
+      if (l.received === sent && l.waiting + l.running + l.queued === 0) held.clear();
+      disarm();
+      arm();
+    },
+    cancelled: (ids) => {
+      let n = 0;
+      for (const id of ids) if (held.delete(id)) n++;
+      if (held.size === 0) disarm();
+      return n;
+    },
+    stop: () => {
+      stopped = true;
+      disarm();
+    },
+  };
+}
+
+/** Spawns an engine host child process, starts loading its model and opens its core; watch it with subscribe() or
+ * ready(). */
 export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
   const timers = opts.timers ?? nodeHostTimers;
   const bounds = { ...DEFAULTS, ...opts, loadTimeoutMs: opts.loadTimeoutMs ?? loadBoundOfFile(opts.file) };
   const life = createHostLife(opts.id, timers);
   const { pending, moveTo } = life;
   let capacity: EngineCapacity | undefined;
+  let stats: HostStats | undefined;
   let unloadRequested = false;
   let nextId = 1;
-  const open = new Set<string>();
   let settleExit: () => void = () => undefined;
   const exited = new Promise<void>((resolve) => (settleExit = resolve));
   const { child, stderrTail } = forkHost(opts);
@@ -219,6 +290,7 @@ export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
 
   const failWith = (message: string, code: EngineFailure['code'] = 'engine_failed'): void => {
     const tail = stderrTail().trim() ? `; stderr: ${stderrTail().trim().slice(-512)}` : '';
+    watch.stop();
     moveTo('failed', {
       code,
       message: `engine host ${opts.id}: ${message}${tail}`,
@@ -226,6 +298,9 @@ export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
     });
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   };
+  const watch = createProgressWatch(timers, bounds.progressTimeoutMs, (held) =>
+    failWith(`made no progress within ${bounds.progressTimeoutMs} ms while holding ${held} sequences`),
+  );
 
   const command = (cmd: HostCommand, timeoutMs: number, what: string): Promise<HostReplyValue> => {
     const state = life.state;
@@ -239,19 +314,41 @@ export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
       child.send(cmd);
     });
   };
+  const send = (cmd: HostCommand): void => {
+    if (child.connected) child.send(cmd);
+  };
+
+  const probe = async (): Promise<EngineCapacity> => {
+    const v = await command({ v: 2, type: 'probe', id: nextId++ }, bounds.probeTimeoutMs, 'health probe');
+    const answer = v as Extract<HostReplyValue, { kind: 'probe' }>;
+    stats = answer.stats;
+    return answer.capacity;
+  };
+  /** Loaded: the core opens (its limits checked against the engine's cache), then the health probe says ready. */
+  const opened = async (): Promise<void> => {
+    if (opts.core) {
+      await command({ v: 2, type: 'open', id: nextId++, core: opts.core }, bounds.probeTimeoutMs, 'open');
+    }
+    await probe();
+    moveTo('ready');
+  };
 
   const onMessage = (raw: unknown): void => {
     const parsed = parseHostMessage(raw);
     if (!parsed.ok) return failWith(`sent an invalid message: ${parsed.error}`);
     const msg: HostMessage = parsed.msg;
-    if (msg.type === 'loaded') {
+    if (msg.type === 'report') {
+      stats = msg.stats;
+      watch.reported(msg.report);
+      opts.report?.(msg.report);
+    } else if (msg.type === 'loaded') {
       timers.clear(loadTimer);
       capacity = msg.capacity;
-      void probe().then(
-        () => moveTo('ready'),
-        () => undefined,
-      );
-    } else if (msg.type === 'load_failed') {
+      opened().catch((err: EngineError) => {
+        // A refused open (limits beyond the cache) fails the host; a host that failed already said why.
+        if (life.state === 'loading') failWith(err.message, err.code);
+      });
+    } else if (msg.type === 'load_failed' || msg.type === 'failed') {
       timers.clear(loadTimer);
       failWith(msg.failure.message, msg.failure.code);
     } else if (msg.type === 'reply') {
@@ -259,12 +356,8 @@ export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
       if (!p) return failWith(`answered unknown command ${msg.id}`);
       pending.delete(msg.id);
       timers.clear(p.timer);
-      if (msg.ok) {
-        if ('capacity' in msg.value) capacity = msg.value.capacity;
-        p.resolve(msg.value);
-      } else {
-        p.reject(new EngineError(msg.failure.code, msg.failure.message, msg.failure.retryable));
-      }
+      if (msg.ok) p.resolve(msg.value);
+      else p.reject(new EngineError(msg.failure.code, msg.failure.message, msg.failure.retryable));
     }
   };
 
@@ -272,6 +365,7 @@ export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
   child.on('error', (err) => failWith(`process error: ${err.message}`));
   child.on('exit', (code, signal) => {
     timers.clear(loadTimer);
+    watch.stop();
     if (unloadRequested && code === 0) moveTo('stopped');
     else failWith(`process exited (${signal ? `signal ${signal}` : `code ${code}`})`);
     settleExit();
@@ -281,23 +375,22 @@ export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
     () => failWith(`load made no progress within ${bounds.loadTimeoutMs} ms`),
     bounds.loadTimeoutMs,
   );
-  child.send({ v: 1, type: 'load', file: opts.file, options: opts.load } satisfies HostCommand);
+  child.send({ v: 2, type: 'load', file: opts.file, options: opts.load } satisfies HostCommand);
 
-  const probe = async (): Promise<EngineCapacity> => {
-    const v = await command({ v: 1, type: 'probe', id: nextId++ }, bounds.probeTimeoutMs, 'health probe');
-    return (v as Extract<HostReplyValue, { kind: 'probe' }>).capacity;
-  };
-
-  const step = async (plan: StepPlan): Promise<StepResult> => {
+  const submit = (seqs: readonly SubmitSeq[]): void => {
     const state = life.state;
-    if (state === 'loading') throw new EngineError('not_loaded', `engine host ${opts.id} is still loading`, true);
-    const fresh = plan.items.filter((i) => i.kind === 'prefill' && !open.has(i.seq)).map((i) => i.seq);
-    if (state === 'draining' && fresh.length > 0) {
-      throw new EngineError('invalid_request', `engine host ${opts.id} is draining: no new sequences (${fresh[0]})`);
+    if (state !== 'ready') {
+      const code = state === 'loading' ? 'not_loaded' : state === 'draining' ? 'invalid_request' : 'engine_failed';
+      throw new EngineError(code, `engine host ${opts.id} is ${state}: no new sequences`, state !== 'draining');
     }
-    const v = await command({ v: 1, type: 'step', id: nextId++, plan }, bounds.stepTimeoutMs, 'step');
-    for (const seq of fresh) open.add(seq);
-    return (v as Extract<HostReplyValue, { kind: 'step' }>).result;
+    if (seqs.length === 0) return;
+    watch.submitted(seqs);
+    send({ v: 2, type: 'submit', seqs: seqs as SubmitSeq[] });
+  };
+  const cancel = (ids: readonly string[]): number => {
+    const n = watch.cancelled(ids);
+    if (ids.length > 0) send({ v: 2, type: 'cancel', ids: ids as string[] });
+    return n;
   };
 
   return {
@@ -309,18 +402,16 @@ export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
       return life.state;
     },
     capacity: () => capacity,
+    stats: () => stats,
     subscribe: life.subscribe,
     ready: () => life.ready,
     tokenize: async (text) => {
-      const v = await command({ v: 1, type: 'tokenize', id: nextId++, text }, bounds.stepTimeoutMs, 'tokenize');
+      const v = await command({ v: 2, type: 'tokenize', id: nextId++, text }, bounds.probeTimeoutMs, 'tokenize');
       return (v as Extract<HostReplyValue, { kind: 'tokenize' }>).tokens;
     },
-    step,
-    free: async (seq) => {
-      const v = await command({ v: 1, type: 'free', id: nextId++, seq }, bounds.stepTimeoutMs, 'free');
-      open.delete(seq);
-      return { text: (v as Extract<HostReplyValue, { kind: 'free' }>).text };
-    },
+    submit,
+    cancel,
+    cancelAll: () => cancel([...watch.held]),
     probe,
     drain: () => {
       if (life.state === 'ready') moveTo('draining');
@@ -328,7 +419,7 @@ export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
     unload: async () => {
       if (life.state !== 'failed' && life.state !== 'stopped') {
         unloadRequested = true;
-        child.send({ v: 1, type: 'unload' } satisfies HostCommand);
+        send({ v: 2, type: 'unload' });
       }
       await exited;
     },

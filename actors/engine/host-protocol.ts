@@ -1,44 +1,77 @@
 // Messages between a worker and its engine host child process (Node IPC), with their version, bounds and validators.
-import type { EngineCapacity, EngineFailure, EngineLoadOptions, StepPlan, StepResult } from './engine.ts';
+//
+// The worker hands the host requests, not steps: `open` starts the replica's engine core beside the loaded engine,
+// `submit` and `cancel` carry sequences in and out, and the host sends one `report` per step (the core's events and
+// load). Both directions are checked field by field at the edge that receives them.
+import type { EngineCapacity, EngineFailure, EngineLoadOptions } from './engine.ts';
+import type { CoreLimits, CoreReport, ReplicaLoad, SubmitSeq } from '../../machines/core-messages.ts';
 
 /** Version of the host protocol; a message carrying another version is refused. */
-export const HOST_PROTOCOL_VERSION = 1;
+export const HOST_PROTOCOL_VERSION = 2;
 
-/** Size bounds checked on every message from the child. */
+/** Size bounds checked on every message, both ways. */
 export const HOST_BOUNDS = Object.freeze({
   /** Longest text piece or error message, in UTF-16 units. */
   maxText: 64 * 1024,
-  /** Most sampled tokens in one step result. */
-  maxSampled: 4096,
-  /** Most token ids in a tokenize reply. */
+  /** Most sequences in one submit, cancel, or a report's token ids of one event. */
+  maxSeqs: 4096,
+  /** Most sequence ids in one cancel (every sequence of a host). */
+  maxCancel: 1 << 16,
+  /** Most events in one report. */
+  maxEvents: 4 * 4096,
+  /** Most token ids in a tokenize reply or one sequence's prompt. */
   maxTokens: 1 << 20,
+  /** Largest token id. */
+  maxTokenId: 2 ** 31 - 1,
   /** Longest sequence id. */
   maxSeqId: 256,
 });
 
+/** The replica's engine core as the host runs it: who it is, whose sequences it takes, and its batching limits. */
+export interface HostCoreSpec {
+  replica: string;
+  epoch: number;
+  owner: string;
+  limits: CoreLimits;
+  /** Check the batcher's invariants after every step. */
+  check?: boolean;
+}
+
+/** What a host measured of its engine: steps, the engine's time in them, and its idle time between a step's return
+ * and the next dispatch while the core had runnable work (see llama-executor.ts). */
+export interface HostStats {
+  steps: number;
+  busyMs: number;
+  idleMs: number;
+  idleGaps: number;
+}
+
 /** Commands from the worker to the host. */
 export type HostCommand =
-  | { v: 1; type: 'load'; file: string; options: EngineLoadOptions }
-  | { v: 1; type: 'step'; id: number; plan: StepPlan }
-  | { v: 1; type: 'free'; id: number; seq: string }
-  | { v: 1; type: 'tokenize'; id: number; text: string }
-  | { v: 1; type: 'probe'; id: number }
-  | { v: 1; type: 'unload' };
+  | { v: 2; type: 'load'; file: string; options: EngineLoadOptions }
+  | { v: 2; type: 'open'; id: number; core: HostCoreSpec }
+  | { v: 2; type: 'submit'; seqs: SubmitSeq[] }
+  | { v: 2; type: 'cancel'; ids: string[] }
+  | { v: 2; type: 'tokenize'; id: number; text: string }
+  | { v: 2; type: 'probe'; id: number }
+  | { v: 2; type: 'unload' };
 
-/** Replies and reports from the host to the worker. */
+/** Replies and reports from the host to the worker. `failed`: the core or its engine failed, or a command was
+ * refused; the host is then of no further use. */
 export type HostMessage =
-  | { v: 1; type: 'loaded'; capacity: EngineCapacity }
-  | { v: 1; type: 'load_failed'; failure: EngineFailure }
-  | { v: 1; type: 'reply'; id: number; ok: true; value: HostReplyValue }
-  | { v: 1; type: 'reply'; id: number; ok: false; failure: EngineFailure }
-  | { v: 1; type: 'unloaded' };
+  | { v: 2; type: 'loaded'; capacity: EngineCapacity }
+  | { v: 2; type: 'load_failed'; failure: EngineFailure }
+  | { v: 2; type: 'reply'; id: number; ok: true; value: HostReplyValue }
+  | { v: 2; type: 'reply'; id: number; ok: false; failure: EngineFailure }
+  | { v: 2; type: 'report'; report: CoreReport; stats: HostStats }
+  | { v: 2; type: 'failed'; failure: EngineFailure }
+  | { v: 2; type: 'unloaded' };
 
-/** What a successful reply carries, by command: a step result, freed text, token ids, or capacity (probe). */
+/** What a successful reply carries, by command: the capacity once the core is open, token ids, or a probe's answer. */
 export type HostReplyValue =
-  | { kind: 'step'; result: StepResult; capacity: EngineCapacity }
-  | { kind: 'free'; text: string; capacity: EngineCapacity }
+  | { kind: 'open'; capacity: EngineCapacity }
   | { kind: 'tokenize'; tokens: number[] }
-  | { kind: 'probe'; capacity: EngineCapacity };
+  | { kind: 'probe'; capacity: EngineCapacity; stats: HostStats };
 
 type Check = (x: unknown, path: string) => void;
 
@@ -52,9 +85,11 @@ const obj: Check = (x, p) => {
   if (!isObj(x)) fail(p, 'is not an object');
 };
 const str =
-  (max: number): Check =>
+  (max: number, min = 0): Check =>
   (x, p) => {
-    if (typeof x !== 'string' || x.length > max) fail(p, `is not a string of at most ${max} characters`);
+    if (typeof x !== 'string' || x.length > max || x.length < min) {
+      fail(p, `is not a string of ${min} to ${max} characters`);
+    }
   };
 const nat: Check = (x, p) => {
   if (typeof x !== 'number' || !Number.isSafeInteger(x) || x < 0) fail(p, 'is not a non-negative integer');
@@ -62,6 +97,20 @@ const nat: Check = (x, p) => {
 const num: Check = (x, p) => {
   if (typeof x !== 'number' || !Number.isFinite(x) || x < 0) fail(p, 'is not a non-negative number');
 };
+const bool: Check = (x, p) => {
+  if (typeof x !== 'boolean') fail(p, 'is not a boolean');
+};
+const upTo =
+  (max: number, check: Check = nat): Check =>
+  (x, p) => {
+    check(x, p);
+    if ((x as number) > max) fail(p, `is above ${max}`);
+  };
+const oneOf =
+  (...values: readonly string[]): Check =>
+  (x, p) => {
+    if (typeof x !== 'string' || !values.includes(x)) fail(p, `is not one of ${values.join(', ')}`);
+  };
 const arr =
   (max: number, item: Check): Check =>
   (x, p) => {
@@ -70,12 +119,30 @@ const arr =
   };
 const field = (x: unknown, key: string, check: Check, p: string): void =>
   check((x as Record<string, unknown>)[key], `${p}.${key}`);
+const optional = (x: unknown, key: string, check: Check, p: string): void => {
+  if ((x as Record<string, unknown>)[key] !== undefined) field(x, key, check, p);
+};
+/** An object with exactly the listed fields (optional ones may be absent): nothing unchecked crosses the edge. */
+const shape =
+  (fields: Readonly<Record<string, Check>>, optionalFields: Readonly<Record<string, Check>> = {}): Check =>
+  (x, p) => {
+    obj(x, p);
+    for (const k of Object.keys(x as object)) {
+      if (!(k in fields) && !(k in optionalFields)) fail(`${p}.${k}`, 'is not a known field');
+    }
+    for (const [k, c] of Object.entries(fields)) field(x, k, c, p);
+    for (const [k, c] of Object.entries(optionalFields)) optional(x, k, c, p);
+  };
+
+const seqId = str(HOST_BOUNDS.maxSeqId, 1);
+const tokenId = upTo(HOST_BOUNDS.maxTokenId);
+const tokenIds = arr(HOST_BOUNDS.maxTokens, tokenId);
 
 const checkFailure: Check = (x, p) => {
   obj(x, p);
   field(x, 'code', str(64), p);
   field(x, 'message', str(HOST_BOUNDS.maxText), p);
-  if (typeof (x as { retryable?: unknown }).retryable !== 'boolean') fail(`${p}.retryable`, 'is not a boolean');
+  field(x, 'retryable', bool, p);
 };
 
 const checkCapacity: Check = (x, p) => {
@@ -83,9 +150,9 @@ const checkCapacity: Check = (x, p) => {
   for (const k of ['sequences', 'cellsPerSequence', 'totalCells', 'batchTokens', 'freeSequences']) field(x, k, nat, p);
   field(x, 'used', obj, p);
   const used = (x as { used: Record<string, unknown> }).used;
-  if (Object.keys(used).length > HOST_BOUNDS.maxSampled) fail(`${p}.used`, 'has too many sequences');
+  if (Object.keys(used).length > HOST_BOUNDS.maxSeqs) fail(`${p}.used`, 'has too many sequences');
   for (const [k, v] of Object.entries(used)) {
-    str(HOST_BOUNDS.maxSeqId)(k, `${p}.used key`);
+    seqId(k, `${p}.used key`);
     nat(v, `${p}.used.${k}`);
   }
   const offload = (x as { offload?: unknown }).offload;
@@ -97,99 +164,192 @@ const checkCapacity: Check = (x, p) => {
   field(offload, 'totalLayers', nat, `${p}.offload`);
 };
 
-const checkSampled: Check = (x, p) => {
-  obj(x, p);
-  field(x, 'seq', str(HOST_BOUNDS.maxSeqId), p);
-  field(x, 'token', nat, p);
-  field(x, 'text', str(HOST_BOUNDS.maxText), p);
-  const finish = (x as { finish?: unknown }).finish;
-  if (finish !== undefined && finish !== 'eos' && finish !== 'stop') fail(`${p}.finish`, 'is not eos or stop');
+const checkStats = shape({ steps: nat, busyMs: num, idleMs: num, idleGaps: nat });
+
+/** Every field of a core's limits (a field added to CoreLimits fails to compile here until it is checked). */
+const LIMIT_FIELDS: Record<keyof CoreLimits, Check> = {
+  policy: oneOf('chunked', 'prefill-first', 'static'),
+  maxRunning: upTo(HOST_BOUNDS.maxSeqs),
+  tokenBudget: upTo(HOST_BOUNDS.maxTokens),
+  blockTokens: upTo(1 << 16),
+  blocksTotal: nat,
+  maxContext: upTo(HOST_BOUNDS.maxTokens),
+  watermarkBlocks: nat,
 };
+
+const checkCoreSpec = shape(
+  { replica: str(HOST_BOUNDS.maxSeqId, 1), epoch: nat, owner: str(HOST_BOUNDS.maxSeqId), limits: shape(LIMIT_FIELDS) },
+  { check: bool },
+);
+
+const checkSampling = shape(
+  {},
+  {
+    temperature: upTo(100, num),
+    topP: upTo(1, num),
+    seed: upTo(2 ** 32 - 1),
+    stop: arr(16, str(1024, 1)),
+  },
+);
+
+/** A submitted sequence: lengths, and for a real engine its token ids, which must agree with the lengths. */
+const checkSubmitSeq: Check = (x, p) => {
+  shape(
+    {
+      id: seqId,
+      priority: upTo(255),
+      order: nat,
+      promptTokens: upTo(HOST_BOUNDS.maxTokens),
+      outputTokens: upTo(HOST_BOUNDS.maxTokens),
+      maxTokens: upTo(HOST_BOUNDS.maxTokens),
+      estOutputTokens: upTo(HOST_BOUNDS.maxTokens),
+      generated: upTo(HOST_BOUNDS.maxTokens),
+      prompt: tokenIds,
+    },
+    { atHead: bool, out: tokenIds, sampling: checkSampling },
+  )(x, p);
+  const s = x as unknown as SubmitSeq;
+  if (s.prompt!.length !== s.promptTokens) fail(`${p}.prompt`, `does not hold its ${s.promptTokens} tokens`);
+  if ((s.out?.length ?? 0) !== s.generated) fail(`${p}.out`, `does not hold its ${s.generated} generated tokens`);
+};
+
+const SEQ_EVENTS: Readonly<Record<string, Check>> = {
+  s: shape({ k: oneOf('s'), id: seqId }),
+  p: shape({ k: oneOf('p'), id: seqId }),
+  t: shape(
+    { k: oneOf('t'), id: seqId, n: upTo(HOST_BOUNDS.maxTokens) },
+    { ids: arr(HOST_BOUNDS.maxSeqs, tokenId), text: str(HOST_BOUNDS.maxText) },
+  ),
+  f: shape(
+    { k: oneOf('f'), id: seqId, reason: oneOf('done', 'eos', 'stop', 'length') },
+    { result: num, batch: str(HOST_BOUNDS.maxSeqId, 1), size: nat, error: str(1024) },
+  ),
+  g: shape({ k: oneOf('g') }, { ids: arr(HOST_BOUNDS.maxSeqs, seqId) }),
+};
+
+const checkEvent: Check = (x, p) => {
+  obj(x, p);
+  const check = SEQ_EVENTS[String((x as { k?: unknown }).k)];
+  if (!check) fail(`${p}.k`, 'is not a known event kind');
+  check!(x, p);
+};
+
+/** Every field of a replica's load (a field added to ReplicaLoad fails to compile here until it is checked). */
+const LOAD_FIELDS: Record<keyof ReplicaLoad, Check> = {
+  waiting: nat,
+  running: nat,
+  blocksUsed: nat,
+  blocksTotal: nat,
+  prefillTokensAhead: nat,
+  decodeTokensAhead: nat,
+  waitingBlocks: nat,
+  waitingByClass: arr(256, nat),
+  waitingTokensByClass: arr(256, nat),
+  committedBlocks: nat,
+  runningCommittedBlocks: nat,
+  runningContext: nat,
+  preemptions: nat,
+  steps: nat,
+  received: nat,
+  queued: nat,
+  saturated: bool,
+  stepCount: nat,
+  stepMembers: nat,
+  stepTokens: nat,
+  stepPredictedMs: num,
+  stepBusyMs: num,
+  inflightPredictedMs: num,
+  inflightMs: num,
+};
+
+const checkReport = shape(
+  { at: num, start: num, events: arr(HOST_BOUNDS.maxEvents, checkEvent), load: shape(LOAD_FIELDS) },
+  { ranks: arr(64, upTo(63)) },
+);
 
 const checkReplyValue: Check = (x, p) => {
   obj(x, p);
   const kind = (x as { kind?: unknown }).kind;
-  if (kind === 'step') {
-    field(x, 'result', obj, p);
-    const r = (x as { result: unknown }).result;
-    field(r, 'sampled', arr(HOST_BOUNDS.maxSampled, checkSampled), `${p}.result`);
-    for (const k of ['ms']) field(r, k, num, `${p}.result`);
-    for (const k of ['tokens', 'dispatches']) field(r, k, nat, `${p}.result`);
-    field(x, 'capacity', checkCapacity, p);
-  } else if (kind === 'free') {
-    field(x, 'text', str(HOST_BOUNDS.maxText), p);
+  if (kind === 'open') {
     field(x, 'capacity', checkCapacity, p);
   } else if (kind === 'tokenize') {
-    field(x, 'tokens', arr(HOST_BOUNDS.maxTokens, nat), p);
+    field(x, 'tokens', tokenIds, p);
   } else if (kind === 'probe') {
     field(x, 'capacity', checkCapacity, p);
+    field(x, 'stats', checkStats, p);
   } else {
     fail(`${p}.kind`, 'is not a known reply kind');
   }
 };
 
-/** Validates a message from the host child; returns it typed, or an error string saying what is wrong. */
-export function parseHostMessage(x: unknown): { ok: true; msg: HostMessage } | { ok: false; error: string } {
+/** Runs `check` over a message, turning the first problem into an error string. */
+function parse<T>(
+  x: unknown,
+  what: string,
+  check: (m: Record<string, unknown>) => void,
+): { ok: true; value: T } | { ok: false; error: string } {
   try {
-    obj(x, 'message');
+    obj(x, what);
     const m = x as Record<string, unknown>;
-    if (m.v !== HOST_PROTOCOL_VERSION) fail('message.v', `is not protocol version ${HOST_PROTOCOL_VERSION}`);
-    switch (m.type) {
-      case 'loaded':
-        checkCapacity(m.capacity, 'message.capacity');
-        break;
-      case 'load_failed':
-        checkFailure(m.failure, 'message.failure');
-        break;
-      case 'reply':
-        nat(m.id, 'message.id');
-        if (m.ok === true) checkReplyValue(m.value, 'message.value');
-        else if (m.ok === false) checkFailure(m.failure, 'message.failure');
-        else fail('message.ok', 'is not a boolean');
-        break;
-      case 'unloaded':
-        break;
-      default:
-        fail('message.type', 'is not a known host message type');
-    }
-    return { ok: true, msg: x as HostMessage };
+    if (m.v !== HOST_PROTOCOL_VERSION) fail(`${what}.v`, `is not protocol version ${HOST_PROTOCOL_VERSION}`);
+    check(m);
+    return { ok: true, value: x as T };
   } catch (err) {
     if (err instanceof InvalidMessage) return { ok: false, error: err.message };
     throw err;
   }
 }
 
+/** Validates a message from the host child; returns it typed, or an error string saying what is wrong. */
+export function parseHostMessage(x: unknown): { ok: true; msg: HostMessage } | { ok: false; error: string } {
+  const r = parse<HostMessage>(x, 'message', (m) => {
+    switch (m.type) {
+      case 'loaded':
+        return checkCapacity(m.capacity, 'message.capacity');
+      case 'load_failed':
+      case 'failed':
+        return checkFailure(m.failure, 'message.failure');
+      case 'reply':
+        nat(m.id, 'message.id');
+        if (m.ok === true) return checkReplyValue(m.value, 'message.value');
+        if (m.ok === false) return checkFailure(m.failure, 'message.failure');
+        return fail('message.ok', 'is not a boolean');
+      case 'report':
+        checkReport(m.report, 'message.report');
+        return checkStats(m.stats, 'message.stats');
+      case 'unloaded':
+        return;
+      default:
+        fail('message.type', 'is not a known host message type');
+    }
+  });
+  return r.ok ? { ok: true, msg: r.value } : r;
+}
+
 /** Validates a command from the worker (the host's own edge); returns it typed, or an error string. */
 export function parseHostCommand(x: unknown): { ok: true; cmd: HostCommand } | { ok: false; error: string } {
-  try {
-    obj(x, 'command');
-    const c = x as Record<string, unknown>;
-    if (c.v !== HOST_PROTOCOL_VERSION) fail('command.v', `is not protocol version ${HOST_PROTOCOL_VERSION}`);
-    if (c.type !== 'load' && c.type !== 'unload') nat(c.id, 'command.id');
+  const r = parse<HostCommand>(x, 'command', (c) => {
     switch (c.type) {
       case 'load':
-        str(4096)(c.file, 'command.file');
-        obj(c.options, 'command.options');
-        break;
-      case 'step':
-        obj(c.plan, 'command.plan');
-        arr(HOST_BOUNDS.maxSampled, obj)((c.plan as { items?: unknown }).items, 'command.plan.items');
-        break;
-      case 'free':
-        str(HOST_BOUNDS.maxSeqId)(c.seq, 'command.seq');
-        break;
+        str(4096, 1)(c.file, 'command.file');
+        return obj(c.options, 'command.options');
+      case 'open':
+        nat(c.id, 'command.id');
+        return checkCoreSpec(c.core, 'command.core');
+      case 'submit':
+        return arr(HOST_BOUNDS.maxSeqs, checkSubmitSeq)(c.seqs, 'command.seqs');
+      case 'cancel':
+        return arr(HOST_BOUNDS.maxCancel, seqId)(c.ids, 'command.ids');
       case 'tokenize':
-        str(HOST_BOUNDS.maxTokens)(c.text, 'command.text');
-        break;
+        nat(c.id, 'command.id');
+        return str(HOST_BOUNDS.maxTokens)(c.text, 'command.text');
       case 'probe':
+        return nat(c.id, 'command.id');
       case 'unload':
-        break;
+        return;
       default:
         fail('command.type', 'is not a known host command type');
     }
-    return { ok: true, cmd: x as HostCommand };
-  } catch (err) {
-    if (err instanceof InvalidMessage) return { ok: false, error: err.message };
-    throw err;
-  }
+  });
+  return r.ok ? { ok: true, cmd: r.value } : r;
 }

@@ -1,16 +1,26 @@
-// Engine host: the child process that owns one replica's engine and answers the worker's commands over Node IPC.
+// Engine host: the child process that owns one replica's engine and its engine core, and talks to the worker over
+// Node IPC.
 //
 // Started by host-client.ts with `node --import tsx host.ts`, CUDA_VISIBLE_DEVICES already narrowed to the replica's
-// GPUs. It loads the model when told, runs commands one at a time (the engine serialises them), and exits when told
-// to unload or when its parent goes away, so the process and all of its memory never outlive the replica.
-import { EngineError, type Engine, type EngineFailure } from './engine.ts';
-import { parseHostCommand, type HostCommand, type HostMessage } from './host-protocol.ts';
+// GPUs. It loads the model when told, then opens the replica's engine core over it (the step loop runs here, on this
+// process's wall clock, with no hop per step): sequences come in by `submit` and leave by `cancel`, and each step's
+// events and load go out as one `report`. It exits when told to unload or when its parent goes away, so the process
+// and all of its memory never outlive the replica.
+import { statSync } from 'node:fs';
+import { createWallClock } from '../../runtime/clock.ts';
+import { profileStepS, sizedEngineProfile } from '../gpu/profile-cost-model.ts';
+import { createEngineCore } from '../engine-core/core.ts';
+import type { EngineCore } from '../engine-core/types.ts';
+import type { CoreReport } from '../../machines/core-messages.ts';
+import { EngineError, type Engine, type EngineCapacity, type EngineFailure, type EngineLoadOptions } from './engine.ts';
+import { createLlamaExecutor, type LlamaExecutor } from './llama-executor.ts';
+import { parseHostCommand, type HostCommand, type HostCoreSpec, type HostMessage } from './host-protocol.ts';
 import { checkModelFile } from './model-file.ts';
 
 /** Sends a message; the promise settles once it is handed to the channel, so a disconnect after it loses nothing. */
 const send = (msg: HostMessage): Promise<void> =>
   new Promise((resolve) => {
-    if (!process.send) return resolve();
+    if (!process.send || !process.connected) return resolve();
     process.send(msg, undefined, {}, () => resolve());
   });
 
@@ -21,61 +31,150 @@ const asFailure = (err: unknown): EngineFailure =>
 
 let engine: Engine | undefined;
 let loading = false;
+let loaded: { file: string; options: EngineLoadOptions } | undefined;
+let core: EngineCore | undefined;
+let executor: LlamaExecutor | undefined;
+let broken = false;
+
+/** The core or its engine failed, or the worker sent what cannot be served: say so once and stop the loop; the worker
+ * kills this process. */
+const failed = (err: unknown): void => {
+  if (broken) return;
+  broken = true;
+  core?.stop();
+  void send({ v: 2, type: 'failed', failure: asFailure(err) });
+};
+
+// The core's clock: this process's wall clock; a timer that throws fails the host instead of killing it silently.
+const clock = createWallClock(failed);
+
+const NO_STATS = Object.freeze({ steps: 0, busyMs: 0, idleMs: 0, idleGaps: 0 });
+
+const report = (r: CoreReport): void => {
+  const l = r.load;
+  // Nothing runnable: the wait for the next submit is not the engine's idle time.
+  if (l.waiting + l.running === 0) executor?.workEnded();
+  void send({ v: 2, type: 'report', report: r, stats: executor?.stats() ?? NO_STATS });
+};
 
 const reply = async (id: number, work: () => Promise<Extract<HostMessage, { ok: true }>['value']>) => {
   let msg: HostMessage;
   try {
-    msg = { v: 1, type: 'reply', id, ok: true, value: await work() };
+    msg = { v: 2, type: 'reply', id, ok: true, value: await work() };
   } catch (err) {
-    msg = { v: 1, type: 'reply', id, ok: false, failure: asFailure(err) };
+    msg = { v: 2, type: 'reply', id, ok: false, failure: asFailure(err) };
   }
   await send(msg);
 };
 
-const loaded = (): Engine => {
+const loadedEngine = (): Engine => {
   if (!engine) throw new EngineError('not_loaded', 'the engine host has no model loaded');
   return engine;
 };
 
+/** Opens the replica's core over the engine; refused when its limits do not fit the engine's real cache. */
+function openCore(spec: HostCoreSpec): EngineCapacity {
+  const e = loadedEngine();
+  if (core) throw new EngineError('invalid_request', 'the engine core is already open');
+  const cap = e.capacity();
+  const { limits } = spec;
+  if (
+    limits.maxRunning > cap.sequences ||
+    limits.maxContext > cap.cellsPerSequence ||
+    limits.tokenBudget > cap.batchTokens
+  ) {
+    throw new EngineError(
+      'invalid_request',
+      `core limits of ${spec.replica} (${limits.maxRunning} sequences x ${limits.maxContext} tokens, ` +
+        `${limits.tokenBudget} a step) exceed the engine's cache (${cap.sequences} x ${cap.cellsPerSequence}, ` +
+        `batch ${cap.batchTokens})`,
+    );
+  }
+  // Step times predicted from the model file's size (sizedEngineProfile), as the control plane prices an
+  // uncalibrated engine; the measured time is what the core reports as busy.
+  const opts = loaded!.options;
+  const profile = sizedEngineProfile(statSync(loaded!.file).size, {
+    threads: opts.threads ?? 1,
+    sequences: cap.sequences,
+    contextTokens: cap.cellsPerSequence + 1,
+    batchTokens: cap.batchTokens,
+  });
+  executor = createLlamaExecutor(e, {
+    replica: spec.replica,
+    now: clock.now,
+    predictMs: (plan) => profileStepS(profile, plan.shape) * 1000,
+  });
+  core = createEngineCore({
+    replica: spec.replica,
+    epoch: spec.epoch,
+    owner: spec.owner,
+    clock,
+    limits: spec.limits,
+    executor,
+    report,
+    crashed: failed,
+    checkInvariants: spec.check === true,
+  });
+  return cap;
+}
+
+/** Runs `work` on the open core; anything it throws fails the host (the sequences are the worker's to re-home). */
+const onCore = (work: (c: EngineCore) => void): void => {
+  if (broken) return;
+  if (!core) return failed(new EngineError('not_loaded', 'the engine host has no core open'));
+  try {
+    work(core);
+  } catch (err) {
+    failed(err);
+  }
+};
+
+async function load(cmd: Extract<HostCommand, { type: 'load' }>): Promise<void> {
+  if (engine || loading) {
+    await send({ v: 2, type: 'load_failed', failure: asFailure('already loaded') });
+    return;
+  }
+  loading = true;
+  try {
+    // Refuse a bad file before paying for node-llama-cpp's import and its binary self-test.
+    await checkModelFile(cmd.file);
+    const { loadLlamaEngine } = await import('./llama-engine.ts');
+    engine = await loadLlamaEngine(cmd.file, cmd.options);
+    loaded = { file: cmd.file, options: cmd.options };
+    void send({ v: 2, type: 'loaded', capacity: engine.capacity() });
+  } catch (err) {
+    await send({ v: 2, type: 'load_failed', failure: asFailure(err) });
+    process.exitCode = 1;
+    process.disconnect?.();
+  }
+}
+
 async function handle(cmd: HostCommand): Promise<void> {
   switch (cmd.type) {
-    case 'load': {
-      if (engine || loading) {
-        await send({ v: 1, type: 'load_failed', failure: asFailure('already loaded') });
-        return;
-      }
-      loading = true;
-      try {
-        // Refuse a bad file before paying for node-llama-cpp's import and its binary self-test.
-        await checkModelFile(cmd.file);
-        const { loadLlamaEngine } = await import('./llama-engine.ts');
-        engine = await loadLlamaEngine(cmd.file, cmd.options);
-        send({ v: 1, type: 'loaded', capacity: engine.capacity() });
-      } catch (err) {
-        await send({ v: 1, type: 'load_failed', failure: asFailure(err) });
-        process.exitCode = 1;
-        process.disconnect?.();
-      }
-      return;
-    }
-    case 'step':
-      return reply(cmd.id, async () => {
-        const result = await loaded().step(cmd.plan);
-        return { kind: 'step', result, capacity: loaded().capacity() };
-      });
-    case 'free':
-      return reply(cmd.id, async () => {
-        const { text } = await loaded().free(cmd.seq);
-        return { kind: 'free', text, capacity: loaded().capacity() };
+    case 'load':
+      return load(cmd);
+    case 'open':
+      return reply(cmd.id, async () => ({ kind: 'open', capacity: openCore(cmd.core) }));
+    case 'submit':
+      return onCore((c) => c.submit(cmd.seqs));
+    case 'cancel':
+      return onCore((c) => {
+        c.cancel(cmd.ids);
+        if (!c.busy() && c.load().running + c.load().waiting === 0) executor?.workEnded();
       });
     case 'tokenize':
-      return reply(cmd.id, async () => ({ kind: 'tokenize', tokens: loaded().tokenize(cmd.text) }));
+      return reply(cmd.id, async () => ({ kind: 'tokenize', tokens: loadedEngine().tokenize(cmd.text) }));
     case 'probe':
-      return reply(cmd.id, async () => ({ kind: 'probe', capacity: loaded().capacity() }));
+      return reply(cmd.id, async () => ({
+        kind: 'probe',
+        capacity: loadedEngine().capacity(),
+        stats: executor?.stats() ?? NO_STATS,
+      }));
     case 'unload':
+      core?.stop();
       await engine?.unload();
       engine = undefined;
-      await send({ v: 1, type: 'unloaded' });
+      await send({ v: 2, type: 'unloaded' });
       process.disconnect?.();
       return;
   }
@@ -83,16 +182,17 @@ async function handle(cmd: HostCommand): Promise<void> {
 
 process.on('message', (raw) => {
   const parsed = parseHostCommand(raw);
-  if (!parsed.ok) {
-    const id = (raw as { id?: unknown } | null)?.id;
-    const failure: EngineFailure = { code: 'invalid_request', message: parsed.error, retryable: false };
-    if (typeof id === 'number') void send({ v: 1, type: 'reply', id, ok: false, failure });
-    return;
-  }
-  void handle(parsed.cmd);
+  if (parsed.ok) return void handle(parsed.cmd);
+  const failure: EngineFailure = { code: 'invalid_request', message: parsed.error, retryable: false };
+  const id = (raw as { id?: unknown } | null)?.id;
+  // A command with an answer gets its refusal; a submit or cancel that cannot be read leaves sequences unaccounted
+  // for, so the host is of no further use.
+  if (typeof id === 'number') void send({ v: 2, type: 'reply', id, ok: false, failure });
+  else failed(new EngineError('invalid_request', parsed.error));
 });
 
 // Without its worker, a host has no reason to live: exiting frees the model and the cache.
 process.on('disconnect', () => {
+  core?.stop();
   void (engine?.unload() ?? Promise.resolve()).finally(() => process.exit(process.exitCode ?? 0));
 });

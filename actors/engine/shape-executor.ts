@@ -2,8 +2,8 @@
 // a total context) becomes one engine batch of that shape over filler sequences, and the step takes what the engine
 // took. It times a planned or simulated step stream on the engine itself (what `switchyard calibrate` does over a
 // grid), behind the same Executor interface as the cost models, so it passes the same contract
-// (test/actors/gpu/executor.contract.ts). Serving real requests goes through the worker's engine manager instead
-// (actors/worker/engines.ts): there the items are the requests' own tokens.
+// (test/actors/gpu/executor.contract.ts). Serving real requests goes through an engine host's core instead
+// (actors/engine/llama-executor.ts): there the items are the requests' own tokens.
 //
 // Per step: set-up batches, not timed, give each decoding filler sequence its share of the context and a sampled
 // token, and each prefill chunk its cached tokens; then the shaped batch runs (its `ms` is the step's time); then
@@ -12,7 +12,7 @@
 import type { Executor, StepWork } from '../gpu/executor.ts';
 import type { StepItem, StepPlan, StepResult } from './engine.ts';
 
-/** What the executor needs of an engine: an in-process Engine or an engine host (its child process) alike. */
+/** What the executor needs of an engine (an in-process Engine). */
 export interface ShapeEngine {
   step(plan: StepPlan): Promise<StepResult>;
   free(seq: string): Promise<{ text: string }>;
@@ -68,7 +68,7 @@ export function createEngineShapeExecutor(engineOf: (gpu: number) => ShapeEngine
       const result = await engine.step(step);
       return token.aborted ? null : result.ms;
     } catch {
-      // The engine refused the shape or failed: the step never completes (a failed host reports itself).
+      // The engine refused the shape or failed: the step never completes.
       return null;
     } finally {
       for (const seq of seqs) await engine.free(seq).catch(() => undefined);

@@ -1,22 +1,24 @@
-// A stand-in engine host for the client's edge cases: FAKE_HOST=silent never answers a step, rogue lies, env tells its
-// GPUs, names tells the names of every variable in its environment.
+// A stand-in engine host for the client's edge cases: FAKE_HOST=silent never reports on what it was submitted, rogue
+// answers a submit with a report outside the protocol, env tells its GPUs, names tells the names of every variable
+// in its environment.
 const mode = process.env.FAKE_HOST;
 const capacity = { sequences: 1, cellsPerSequence: 63, totalCells: 64, batchTokens: 64, freeSequences: 1, used: {} };
+const stats = { steps: 0, busyMs: 0, idleMs: 0, idleGaps: 0 };
+const refuse = (message: string) =>
+  process.send?.({ v: 2, type: 'load_failed', failure: { code: 'engine_failed', message, retryable: false } });
 
 process.on('message', (cmd: { type: string; id?: number }) => {
   if (cmd.type === 'load' && mode === 'env') {
     const e = process.env;
-    const message = ['CUDA', 'GGML_VK', 'HIP']
-      .map((k) => `${k}_VISIBLE_DEVICES=${e[`${k}_VISIBLE_DEVICES`]}`)
-      .join(' ');
-    process.send?.({ v: 1, type: 'load_failed', failure: { code: 'engine_failed', message, retryable: false } });
+    refuse(['CUDA', 'GGML_VK', 'HIP'].map((k) => `${k}_VISIBLE_DEVICES=${e[`${k}_VISIBLE_DEVICES`]}`).join(' '));
   } else if (cmd.type === 'load' && mode === 'names') {
-    const message = `env: ${Object.keys(process.env).sort().join(' ')}`;
-    process.send?.({ v: 1, type: 'load_failed', failure: { code: 'engine_failed', message, retryable: false } });
-  } else if (cmd.type === 'load') process.send?.({ v: 1, type: 'loaded', capacity });
+    refuse(`env: ${Object.keys(process.env).sort().join(' ')}`);
+  } else if (cmd.type === 'load') process.send?.({ v: 2, type: 'loaded', capacity });
+  else if (cmd.type === 'open')
+    process.send?.({ v: 2, type: 'reply', id: cmd.id, ok: true, value: { kind: 'open', capacity } });
   else if (cmd.type === 'probe')
-    process.send?.({ v: 1, type: 'reply', id: cmd.id, ok: true, value: { kind: 'probe', capacity } });
-  else if (cmd.type === 'step' && mode === 'rogue')
-    process.send?.({ v: 1, type: 'reply', id: cmd.id, ok: true, value: { kind: 'step', result: { sampled: 'lots' } } });
+    process.send?.({ v: 2, type: 'reply', id: cmd.id, ok: true, value: { kind: 'probe', capacity, stats } });
+  else if (cmd.type === 'submit' && mode === 'rogue')
+    process.send?.({ v: 2, type: 'report', report: { at: 0, start: 0, events: 'lots' }, stats });
 });
 process.on('disconnect', () => process.exit(0));

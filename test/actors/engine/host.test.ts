@@ -1,25 +1,81 @@
-// Tests of engine hosts as real child processes: life states, steps over IPC, kill -9, drain, unload, bad hosts.
+// Tests of engine hosts as real child processes: life states, sequences served by the host's engine core, kill -9,
+// SIGSTOP, drain, unload, bad hosts and bad commands.
 import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EngineError } from '../../../actors/engine/engine.ts';
+import { EngineError, type Engine } from '../../../actors/engine/engine.ts';
 import { spawnEngineHost, type EngineHost, type HostStateChanged } from '../../../actors/engine/host-client.ts';
+import type { HostCoreSpec } from '../../../actors/engine/host-protocol.ts';
+import { loadLlamaEngine } from '../../../actors/engine/llama-engine.ts';
+import type { CoreReport, SubmitSeq } from '../../../machines/core-messages.ts';
 import { tinyModelFixture } from './fixtures.ts';
 
 let fixture: Awaited<ReturnType<typeof tinyModelFixture>>;
 const hosts: EngineHost[] = [];
 const load = { contextTokens: 128, sequences: 2, threads: 1 };
 const FAKE_HOST = fileURLToPath(new URL('./fake-host.ts', import.meta.url));
+const coreSpec = (replica: string): HostCoreSpec => ({
+  replica,
+  epoch: 1,
+  owner: 'tiny@1',
+  limits: {
+    policy: 'chunked',
+    maxRunning: 2,
+    tokenBudget: 128,
+    blockTokens: 16,
+    blocksTotal: 16,
+    maxContext: 128,
+    watermarkBlocks: 0,
+  },
+  check: true,
+});
+
+/** What a host's core said of each sequence: token ids, text and finish. */
+type Got = Map<string, { tokens: number[]; text: string; finish?: string }>;
 
 const spawn = (id: string, file: string, extra: Partial<Parameters<typeof spawnEngineHost>[0]> = {}) => {
-  const host = spawnEngineHost({ id, file, gpus: [], load, ...extra });
   const events: HostStateChanged[] = [];
+  const reports: CoreReport[] = [];
+  const got: Got = new Map();
+  const host = spawnEngineHost({
+    id,
+    file,
+    gpus: [],
+    load,
+    core: coreSpec(id),
+    report: (r) => {
+      reports.push(r);
+      for (const e of r.events) {
+        if (e.k !== 't' && e.k !== 'f') continue;
+        const g = got.get(e.id) ?? { tokens: [], text: '' };
+        got.set(e.id, g);
+        if (e.k === 't') {
+          g.tokens.push(...(e.ids ?? []));
+          g.text += e.text ?? '';
+        } else g.finish = e.reason;
+      }
+    },
+    ...extra,
+  });
   host.subscribe((e) => events.push(e));
   hosts.push(host);
-  return { host, events };
+  return { host, events, reports, got };
 };
+
+const seqOf = (id: string, prompt: number[], maxTokens: number): SubmitSeq => ({
+  id,
+  priority: 0,
+  order: 0,
+  promptTokens: prompt.length,
+  outputTokens: maxTokens,
+  maxTokens,
+  estOutputTokens: maxTokens,
+  generated: 0,
+  prompt,
+  sampling: {},
+});
 
 /** Waits until the host reaches `state` (polling its state every few ms, bounded). */
 const reach = async (host: EngineHost, state: string, withinMs = 15_000): Promise<void> => {
@@ -39,15 +95,37 @@ const isAlive = (pid: number): boolean => {
   }
 };
 
+/** The engine's own greedy generation of n tokens after `prompt`, in this process. */
+async function engineGreedy(engine: Engine, prompt: readonly number[], n: number) {
+  const tokens: number[] = [];
+  let text = '';
+  let finish: string | undefined;
+  let r = await engine.step({ items: [{ seq: 'ref', kind: 'prefill', tokens: prompt, sample: true }] });
+  for (;;) {
+    const t = r.sampled[0]!;
+    tokens.push(t.token);
+    text += t.text;
+    finish = t.finish ?? (tokens.length === n ? 'length' : undefined);
+    if (finish) break;
+    r = await engine.step({ items: [{ seq: 'ref', kind: 'decode', last: tokens.length + 1 === n }] });
+  }
+  await engine.free('ref');
+  return { tokens, text, finish };
+}
+
 let a: ReturnType<typeof spawn>;
 let b: ReturnType<typeof spawn>;
+let c: ReturnType<typeof spawn>;
+let d: ReturnType<typeof spawn>;
 
 beforeAll(async () => {
   fixture = await tinyModelFixture();
   a = spawn('replica.tiny@1#0', fixture.file);
   b = spawn('replica.tiny@1#1', fixture.file);
-  await Promise.all([a.host.ready(), b.host.ready()]);
-});
+  c = spawn('replica.tiny@1#2', fixture.file);
+  d = spawn('replica.tiny@1#3', fixture.file, { progressTimeoutMs: 1_500 });
+  await Promise.all([a, b, c, d].map((h) => h.host.ready()));
+}, 120_000);
 afterAll(async () => {
   for (const h of hosts) h.kill();
   await fixture?.cleanup();
@@ -55,7 +133,7 @@ afterAll(async () => {
 
 describe('engine host', () => {
   describe('life', () => {
-    it('goes from loading to ready once loaded and answering a health probe', async () => {
+    it('goes from loading to ready once loaded, its core open and a health probe answered', async () => {
       expect(a.host.state).toBe('ready');
       expect(a.events.map((e) => `${e.from}->${e.to}`)).toEqual(['loading->ready']);
       // llama.cpp rounds each sequence's block up (to 256 cells here) and keeps one cell free.
@@ -63,41 +141,65 @@ describe('engine host', () => {
       expect(cap.cellsPerSequence).toBeGreaterThanOrEqual(127);
       expect(cap.totalCells).toBe(2 * (cap.cellsPerSequence + 1));
       expect((await a.host.probe()).freeSequences).toBe(2);
+      expect(a.host.stats()).toEqual({ steps: 0, busyMs: 0, idleMs: 0, idleGaps: 0 });
       expect(a.host.pid).not.toBe(b.host.pid);
     });
 
-    it('runs steps in the child and returns real tokens and text', async () => {
+    it("serves submitted sequences through its core with the engine's own greedy tokens and text", async () => {
       const prompt = await a.host.tokenize('hello the world');
-      expect(prompt.length).toBeGreaterThan(3);
-      const first = await a.host.step({ items: [{ seq: 's', kind: 'prefill', tokens: prompt, sample: true }] });
-      const next = await a.host.step({ items: [{ seq: 's', kind: 'decode' }] });
-      expect(first.sampled[0]?.seq).toBe('s');
-      expect(next.sampled).toHaveLength(1);
-      expect(a.host.capacity()?.used.s).toBe(prompt.length + 1);
-      await a.host.free('s');
-      expect(a.host.capacity()?.used.s).toBeUndefined();
+      const engine = await loadLlamaEngine(fixture.file, load);
+      const want = await engineGreedy(engine, prompt, 20).finally(() => engine.unload());
+      a.host.submit([seqOf('s', prompt, 20)]);
+      await expect.poll(() => a.got.get('s')?.finish, { timeout: 30_000 }).toBeDefined();
+      expect(a.got.get('s')).toEqual(want);
+      // One report per step, each with the load; the host's measurements ride along.
+      expect(a.reports.at(-1)!.load).toMatchObject({ waiting: 0, running: 0, received: 1 });
+      expect(a.host.stats()!.steps).toBeGreaterThanOrEqual(want.tokens.length);
+      expect(a.host.stats()!.idleGaps).toBe(a.host.stats()!.steps - 1);
+      expect((await a.host.probe()).freeSequences).toBe(2);
     });
 
-    it('passes a typed invalid_request back from the engine and stays ready', async () => {
-      const err = await a.host.step({ items: [{ seq: 'nope', kind: 'decode' }] }).catch((e: unknown) => e);
-      expect(err).toBeInstanceOf(EngineError);
-      expect((err as EngineError).code).toBe('invalid_request');
+    it('frees a cancelled sequence and counts what it held', async () => {
+      a.host.submit([seqOf('long', await a.host.tokenize('a long one'), 100)]);
+      await expect.poll(() => a.got.get('long')?.tokens.length ?? 0, { timeout: 30_000 }).toBeGreaterThan(1);
+      expect(a.host.cancel(['long', 'unknown'])).toBe(1);
+      await expect.poll(async () => (await a.host.probe()).used.long, { timeout: 10_000 }).toBeUndefined();
+      expect((await a.host.probe()).freeSequences).toBe(2);
+      expect(a.host.cancelAll()).toBe(0);
       expect(a.host.state).toBe('ready');
+    });
+
+    it('fails on a submit it cannot read, naming the field (the worker cannot account for those sequences)', async () => {
+      const bad = { ...seqOf('bad', [1, 2, 3], 4), promptTokens: 4 };
+      a.host.submit([bad]);
+      await reach(a.host, 'failed');
+      expect(a.events.at(-1)?.failure).toMatchObject({ code: 'invalid_request', retryable: false });
+      expect(a.events.at(-1)?.failure?.message).toMatch(/command\.seqs\[0\]\.prompt does not hold its 4 tokens/);
     });
   });
 
   describe('failure', () => {
-    it('fails only the host that is killed with kill -9, and the other keeps serving', async () => {
-      const pid = a.host.pid!;
-      process.kill(pid, 'SIGKILL');
-      await reach(a.host, 'failed');
-      expect(a.events.at(-1)?.failure?.message).toMatch(/SIGKILL/);
-      expect(a.events.at(-1)?.failure?.code).toBe('engine_failed');
-      await expect(a.host.probe()).rejects.toBeInstanceOf(EngineError);
-      const tokens = await b.host.tokenize('still here');
-      const r = await b.host.step({ items: [{ seq: 'x', kind: 'prefill', tokens, sample: true }] });
-      expect(r.sampled).toHaveLength(1);
+    it('fails only the host killed with kill -9 while it holds sequences, and the other keeps serving', async () => {
+      c.host.submit([seqOf('k', await c.host.tokenize('to be killed'), 100)]);
+      await expect.poll(() => c.got.get('k')?.tokens.length ?? 0, { timeout: 30_000 }).toBeGreaterThan(0);
+      process.kill(c.host.pid!, 'SIGKILL');
+      await reach(c.host, 'failed');
+      expect(c.events.at(-1)?.failure?.message).toMatch(/SIGKILL/);
+      expect(c.events.at(-1)?.failure?.code).toBe('engine_failed');
+      await expect(c.host.probe()).rejects.toBeInstanceOf(EngineError);
+      b.host.submit([seqOf('x', await b.host.tokenize('still here'), 3)]);
+      await expect.poll(() => b.got.get('x')?.finish, { timeout: 30_000 }).toBe('length');
       expect(b.host.state).toBe('ready');
+    });
+
+    it('fails and kills a host stopped (SIGSTOP) while it holds sequences, within its progress bound', async () => {
+      d.host.submit([seqOf('h', await d.host.tokenize('to be stopped'), 100)]);
+      await expect.poll(() => d.got.get('h')?.tokens.length ?? 0, { timeout: 30_000 }).toBeGreaterThan(0);
+      const pid = d.host.pid!;
+      process.kill(pid, 'SIGSTOP');
+      await reach(d.host, 'failed', 5_000);
+      expect(d.events.at(-1)?.failure?.message).toMatch(/no progress within 1500 ms while holding 1 sequences/);
+      await expect.poll(() => isAlive(pid)).toBe(false);
     });
 
     it('lets a profiled host exit by itself when killed, so that it writes its CPU profile', async () => {
@@ -125,7 +227,7 @@ describe('engine host', () => {
       } finally {
         await rm(dir, { recursive: true, force: true });
       }
-    });
+    }, 60_000);
 
     it('gives the child exactly the replica GPUs for CUDA, Vulkan and HIP, whatever the worker had', async () => {
       process.env.GGML_VK_VISIBLE_DEVICES = '0,1,2,3,4,5,6,7';
@@ -184,19 +286,23 @@ describe('engine host', () => {
       expect(bad.events.at(-1)?.failure?.message).toContain('missing.gguf');
     });
 
-    it('fails and kills a host that makes no progress on a step within the bound', async () => {
+    it("fails a host whose core's limits exceed its engine's cache", async () => {
+      const big = coreSpec('replica.big#0');
+      const wide = spawn('replica.big#0', fixture.file, { core: { ...big, limits: { ...big.limits, maxRunning: 3 } } });
+      await expect(wide.host.ready()).rejects.toMatchObject({ code: 'invalid_request' });
+      expect(wide.events.at(-1)?.failure?.message).toMatch(/core limits .* exceed the engine's cache \(2 x/);
+    }, 60_000);
+
+    it('fails and kills a host that reports nothing within the bound while it holds sequences', async () => {
       const silent = spawn('replica.silent#0', 'unused', {
         entry: FAKE_HOST,
-        stepTimeoutMs: 300,
+        progressTimeoutMs: 300,
         env: { FAKE_HOST: 'silent' },
       });
       await silent.host.ready();
-      const err = await silent.host
-        .step({ items: [{ seq: 'q', kind: 'prefill', tokens: [1], sample: true }] })
-        .catch((e: unknown) => e);
-      expect((err as EngineError).code).toBe('engine_failed');
-      expect(silent.events.at(-1)?.failure?.message).toMatch(/no progress within 300 ms/);
+      silent.host.submit([seqOf('q', [1], 1)]);
       await reach(silent.host, 'failed');
+      expect(silent.events.at(-1)?.failure?.message).toMatch(/no progress within 300 ms while holding 1 sequences/);
       const pid = silent.host.pid!;
       await expect.poll(() => isAlive(pid)).toBe(false);
     });
@@ -204,25 +310,21 @@ describe('engine host', () => {
     it('fails a host that sends a message outside the protocol', async () => {
       const rogue = spawn('replica.rogue#0', 'unused', { entry: FAKE_HOST, env: { FAKE_HOST: 'rogue' } });
       await rogue.host.ready();
-      await rogue.host
-        .step({ items: [{ seq: 'q', kind: 'prefill', tokens: [1], sample: true }] })
-        .catch(() => undefined);
-      expect(rogue.host.state).toBe('failed');
-      expect(rogue.events.at(-1)?.failure?.message).toMatch(/invalid message: .*sampled/);
+      rogue.host.submit([seqOf('q', [1], 1)]);
+      await reach(rogue.host, 'failed');
+      expect(rogue.events.at(-1)?.failure?.message).toMatch(/invalid message: message\.report\.events/);
     });
   });
 
   describe('drain and unload', () => {
-    it('refuses new sequences while draining but lets running ones step and be freed', async () => {
+    it('refuses new sequences while draining but lets submitted ones finish', async () => {
+      b.host.submit([seqOf('y', await b.host.tokenize('one more'), 12)]);
       b.host.drain();
       expect(b.host.state).toBe('draining');
-      const tokens = await b.host.tokenize('new one');
-      const err = await b.host.step({ items: [{ seq: 'y', kind: 'prefill', tokens, sample: true }] }).catch((e) => e);
-      expect((err as EngineError).code).toBe('invalid_request');
-      const r = await b.host.step({ items: [{ seq: 'x', kind: 'decode' }] });
-      expect(r.sampled[0]?.seq).toBe('x');
-      await b.host.free('x');
-      expect(b.host.capacity()?.freeSequences).toBe(2);
+      expect(() => b.host.submit([seqOf('z', [1, 2], 2)])).toThrow(EngineError);
+      await expect.poll(() => b.got.get('y')?.finish, { timeout: 30_000 }).toBeDefined();
+      expect(b.got.has('z')).toBe(false);
+      expect((await b.host.probe()).freeSequences).toBe(2);
     });
 
     it('unloads: the process exits and the host is stopped', async () => {

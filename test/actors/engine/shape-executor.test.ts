@@ -1,8 +1,7 @@
-// The executor contract against real engines: an engine host (a child process running llama.cpp on the tiny model)
-// and an in-process engine, each running every step's shape as one batch (actors/engine/shape-executor.ts).
+// The executor contract against a real engine: an in-process llama.cpp engine on the tiny model, running every step's
+// shape as one batch (actors/engine/shape-executor.ts).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createEngineShapeExecutor, shapeBatches } from '../../../actors/engine/shape-executor.ts';
-import { spawnEngineHost, type EngineHost } from '../../../actors/engine/host-client.ts';
 import { loadLlamaEngine } from '../../../actors/engine/llama-engine.ts';
 import type { Engine } from '../../../actors/engine/engine.ts';
 import { createCostModel } from '../../../actors/gpu/cost-model.ts';
@@ -11,25 +10,16 @@ import { executorContract } from '../gpu/executor.contract.ts';
 import { tinyModelFixture } from './fixtures.ts';
 
 let fixture: Awaited<ReturnType<typeof tinyModelFixture>>;
-let host: EngineHost;
 let engine: Engine;
 const load = { contextTokens: 512, sequences: 6, threads: 1 };
 
 beforeAll(async () => {
   fixture = await tinyModelFixture();
-  host = spawnEngineHost({ id: 'replica.tiny@1#0', file: fixture.file, gpus: [], load });
   engine = await loadLlamaEngine(fixture.file, load);
-  await host.ready();
 }, 120_000);
 afterAll(async () => {
-  host?.kill();
   await engine?.unload();
   await fixture?.cleanup();
-});
-
-executorContract('an engine host (child process) running each step shape', () => {
-  const ex = createEngineShapeExecutor(() => host);
-  return { executor: ex, settle: () => ex.drained() };
 });
 
 executorContract('an in-process llama.cpp engine running each step shape', () => {
@@ -50,14 +40,14 @@ describe('the engine shape executor', () => {
     expect(seqs).toEqual(['shape.1.d0', 'shape.1.d1', 'shape.1.p0']);
   });
 
-  it('frees every filler sequence after its step, on the host too', async () => {
-    const ex = createEngineShapeExecutor(() => host);
+  it('frees every filler sequence after its step', async () => {
+    const ex = createEngineShapeExecutor(() => engine);
     let ms = -1;
     const shape = { prefill: [{ tokens: 16, cached: 8 }], decodeBatch: 3, decodeContext: 60 };
     ex.start({ ...work, shape }, (m) => (ms = m));
     await ex.drained();
     expect(ms).toBeGreaterThan(0);
     expect(ex.busyMs(1)).toBe(ms);
-    expect(host.capacity()?.freeSequences).toBe(load.sequences);
+    expect(engine.capacity().freeSequences).toBe(load.sequences);
   });
 });
