@@ -6,6 +6,7 @@ import { existsSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EngineError } from '../../../actors/engine/engine.ts';
 import { spawnEngineHost, type EngineHost } from '../../../actors/engine/host-client.ts';
+import type { HostCoreSpec } from '../../../actors/engine/host-protocol.ts';
 import { tinyModelFixture } from './fixtures.ts';
 
 /** Mesa's software rasteriser's Vulkan ICD, as Debian installs it. */
@@ -26,24 +27,63 @@ afterAll(async () => {
   await fixture?.cleanup();
 });
 
-/** Greedy tokens of a host: the prompt's prefill, then decodes. */
-async function greedy(host: EngineHost, text: string, n: number): Promise<number[]> {
-  const prompt = await host.tokenize(text);
-  const out: number[] = [];
-  let r = await host.step({ items: [{ seq: 'g', kind: 'prefill', tokens: prompt, sample: true }] });
-  for (;;) {
-    out.push(r.sampled[0]!.token);
-    if (out.length === n || r.sampled[0]!.finish !== undefined) break;
-    r = await host.step({ items: [{ seq: 'g', kind: 'decode' }] });
-  }
-  await host.free('g');
-  return out;
+const core = (replica: string): HostCoreSpec => ({
+  replica,
+  epoch: 1,
+  owner: 'tiny@1',
+  limits: {
+    policy: 'chunked',
+    maxRunning: 1,
+    tokenBudget: 256,
+    blockTokens: 16,
+    blocksTotal: 16,
+    maxContext: 255,
+    watermarkBlocks: 0,
+  },
+});
+
+/** Starts a host whose core's reports collect each sequence's token ids. */
+function spawnCollecting(opts: Omit<Parameters<typeof spawnEngineHost>[0], 'core' | 'report'>) {
+  const tokens = new Map<string, number[]>();
+  const finished = new Set<string>();
+  const host = spawnEngineHost({
+    ...opts,
+    core: core(opts.id),
+    report: (r) => {
+      for (const e of r.events) {
+        if (e.k === 't') tokens.set(e.id, [...(tokens.get(e.id) ?? []), ...(e.ids ?? [])]);
+        if (e.k === 'f') finished.add(e.id);
+      }
+    },
+  });
+  hosts.push(host);
+  return { host, tokens, finished };
+}
+
+/** Greedy tokens of a host's core: at most n after the prompt. */
+async function greedy(h: ReturnType<typeof spawnCollecting>, text: string, n: number): Promise<number[]> {
+  const prompt = await h.host.tokenize(text);
+  h.host.submit([
+    {
+      id: 'g',
+      priority: 0,
+      order: 0,
+      promptTokens: prompt.length,
+      outputTokens: n,
+      maxTokens: n,
+      estOutputTokens: n,
+      generated: 0,
+      prompt,
+    },
+  ]);
+  await expect.poll(() => h.finished.has('g'), { timeout: 600_000, interval: 50 }).toBe(true);
+  return h.tokens.get('g') ?? [];
 }
 
 describe.skipIf(!present && !required)('an engine host on the Vulkan build (software driver)', () => {
   it('offloads every layer to its replica device and samples what the CPU build samples', async () => {
     expect(present, `${LVP_ICD} is missing: apt-get install mesa-vulkan-drivers`).toBe(true);
-    const gpu = spawnEngineHost({
+    const onGpuHost = spawnCollecting({
       id: 'replica.vk#0',
       file: fixture.file,
       gpus: [0],
@@ -51,8 +91,8 @@ describe.skipIf(!present && !required)('an engine host on the Vulkan build (soft
       // The first start compiles the driver's shaders (about a minute on a loaded 2-core machine).
       loadTimeoutMs: 600_000,
     });
-    const cpu = spawnEngineHost({ id: 'replica.cpu#0', file: fixture.file, gpus: [], load });
-    hosts.push(gpu, cpu);
+    const onCpuHost = spawnCollecting({ id: 'replica.cpu#0', file: fixture.file, gpus: [], load });
+    const [gpu, cpu] = [onGpuHost.host, onCpuHost.host];
     await Promise.all([gpu.ready(), cpu.ready()]);
     const offload = gpu.capacity()!.offload!;
     expect(offload.backend).toBe('vulkan');
@@ -67,7 +107,7 @@ describe.skipIf(!present && !required)('an engine host on the Vulkan build (soft
       totalLayers: offload.totalLayers,
     });
     const text = 'hello the world';
-    const [onGpu, onCpu] = await Promise.all([greedy(gpu, text, 24), greedy(cpu, text, 24)]);
+    const [onGpu, onCpu] = await Promise.all([greedy(onGpuHost, text, 24), greedy(onCpuHost, text, 24)]);
     expect(onGpu.length).toBeGreaterThan(8);
     expect(onGpu).toEqual(onCpu);
   }, 900_000);

@@ -1,18 +1,20 @@
-// The worker's engine manager with an in-memory host: one host per replica over all its GPUs, steps over the
-// sequences' tokens, finishes by max tokens with the held text, and intended kills told apart from failures.
+// The worker's engine manager with an in-memory host: one host per replica over all its GPUs with the replica's core,
+// submits and cancels to the host of the right epoch, reports passed on, and intended kills told apart from failures.
 import { describe, expect, it } from 'vitest';
 import type { EngineHost, EngineHostOptions, HostState, HostStateChanged } from '../../../actors/engine/host-client.ts';
 import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { EngineFailure, StepPlan } from '../../../actors/engine/engine.ts';
+import type { EngineFailure } from '../../../actors/engine/engine.ts';
 import { createEngineManager } from '../../../actors/worker/engines.ts';
-import type { MessageOf } from '../../../machines/messages.ts';
+import { tinyModelFixture } from '../engine/fixtures.ts';
+import type { CoreReport, SubmitSeq } from '../../../machines/core-messages.ts';
+import type { MessageOf, WireCoreSpec } from '../../../machines/messages.ts';
 
 interface Fake extends EngineHost {
   opts: EngineHostOptions;
-  plans: StepPlan[];
-  freed: string[];
+  submitted: SubmitSeq[];
+  cancelled: string[];
   killed: boolean;
   become(to: HostState): void;
 }
@@ -20,6 +22,7 @@ interface Fake extends EngineHost {
 function fakeHost(opts: EngineHostOptions): Fake {
   let state: HostState = 'loading';
   const listeners = new Set<(e: HostStateChanged) => void>();
+  const held = new Set<string>();
   const capacity = {
     sequences: 4,
     cellsPerSequence: 255,
@@ -28,10 +31,14 @@ function fakeHost(opts: EngineHostOptions): Fake {
     freeSequences: 4,
     used: {},
   };
+  const cancel = (ids: readonly string[]): number => {
+    host.cancelled.push(...ids);
+    return ids.filter((id) => held.delete(id)).length;
+  };
   const host: Fake = {
     opts,
-    plans: [],
-    freed: [],
+    submitted: [],
+    cancelled: [],
     killed: false,
     id: opts.id,
     pid: 4242,
@@ -44,24 +51,17 @@ function fakeHost(opts: EngineHostOptions): Fake {
       for (const l of listeners) l({ type: 'host.state_changed', host: opts.id, from, to });
     },
     capacity: () => capacity,
+    stats: () => ({ steps: 1, busyMs: 2, idleMs: 0, idleGaps: 0 }),
     subscribe: (l) => (listeners.add(l), () => listeners.delete(l)),
     ready: () => Promise.resolve(),
     tokenize: async () => [],
-    step: async (plan) => {
-      host.plans.push(plan);
-      // An item marked last is freed by the step, its held text ('!') appended, as the real engine does.
-      for (const i of plan.items) if (i.last) host.freed.push(i.seq);
-      return {
-        sampled: plan.items.map((i) => ({ seq: i.seq, token: 65, text: i.last ? 'A!' : 'A' })),
-        ms: 1,
-        tokens: 1,
-        dispatches: 1,
-      };
+    submit: (seqs) => {
+      if (state !== 'ready') throw new Error(`host is ${state}`);
+      host.submitted.push(...seqs);
+      for (const s of seqs) held.add(s.id);
     },
-    free: async (seq) => {
-      host.freed.push(seq);
-      return { text: '!' };
-    },
+    cancel,
+    cancelAll: () => cancel([...held]),
     probe: async () => capacity,
     drain: () => undefined,
     unload: async () => host.become('stopped'),
@@ -85,6 +85,20 @@ const engine = {
   sequences: 4,
   threads: 1,
 };
+const core = (gpus: number[]): WireCoreSpec => ({
+  gpus,
+  owner: 'tiny@1',
+  limits: {
+    policy: 'chunked',
+    maxRunning: 4,
+    tokenBudget: 256,
+    blockTokens: 16,
+    blocksTotal: 64,
+    maxContext: 255,
+    watermarkBlocks: 0,
+  },
+});
+const range = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
 const assign = (gpu: number, tp: number, epoch = 1): MessageOf<'gpu.assign'> & { engine: typeof engine } => ({
   type: 'gpu.assign',
   gpu,
@@ -96,12 +110,25 @@ const assign = (gpu: number, tp: number, epoch = 1): MessageOf<'gpu.assign'> & {
   loadMs: 1,
   unloadMs: 1,
   engine,
+  core: core(range(tp)),
+});
+const seqOf = (id: string): SubmitSeq => ({
+  id,
+  priority: 0,
+  order: 0,
+  promptTokens: 2,
+  outputTokens: 4,
+  maxTokens: 4,
+  estOutputTokens: 4,
+  generated: 0,
+  prompt: [1, 2],
 });
 
 function setup(modelRoots: readonly string[] = [MODELS]) {
   const hosts: Fake[] = [];
   const events: string[] = [];
   const failures: (EngineFailure | undefined)[] = [];
+  const progress: string[] = [];
   const m = createEngineManager({
     spawn: (o) => {
       const h = fakeHost(o);
@@ -114,8 +141,9 @@ function setup(modelRoots: readonly string[] = [MODELS]) {
       events.push(`failed ${r}@${e} ${g.join(',')}`);
       failures.push(f);
     },
+    progress: (r, e, report) => progress.push(`${r}@${e} ${report.events.length}`),
   });
-  return { m, hosts, events, failures };
+  return { m, hosts, events, failures, progress };
 }
 
 describe('the worker engine manager', () => {
@@ -130,49 +158,47 @@ describe('the worker engine manager', () => {
     expect(m.owns('r', 1)).toBe(true);
   });
 
-  it('runs steps over the opened tokens and ends a sequence at its max tokens with the held text, freed in the step', async () => {
-    const { m, hosts } = setup();
-    m.assign(assign(0, 1));
-    const done: unknown[] = [];
-    const base = { type: 'step.execute' as const, replica: 'r', epoch: 1, gpus: [0] };
-    const shape = { prefill: [], decodeBatch: 0, decodeContext: 0 };
-    m.step(
-      {
-        ...base,
-        step: 1,
-        shape,
-        open: [{ seq: 's', tokens: [1, 2, 3], left: 2 }],
-        items: [{ seq: 's', from: 1, n: 2, sample: true }],
-      },
-      (r) => done.push(r),
-    );
-    m.step({ ...base, step: 2, shape, items: [{ seq: 's', from: 3, n: 0, sample: true }] }, (r) => done.push(r));
-    await new Promise((r) => setTimeout(r, 10));
-    expect(hosts[0]!.plans[0]!.items[0]).toMatchObject({ seq: 's', kind: 'prefill', tokens: [2, 3], sample: true });
-    expect(hosts[0]!.plans[1]!.items[0]).toEqual({ seq: 's', kind: 'decode', last: true });
-    expect(done[0]).toMatchObject({ sampled: [{ seq: 's', token: 65, text: 'A' }], cache: { sequences: 4 } });
-    expect(done[1]).toMatchObject({ sampled: [{ seq: 's', text: 'A!', finish: 'length' }] });
-    expect(hosts[0]!.freed).toEqual(['s']);
+  it("gives the host the assignment's core and hands on its reports as the replica's progress", () => {
+    const { m, hosts, progress } = setup();
+    for (let g = 0; g < 2; g++) m.assign(assign(g, 2));
+    expect(hosts[0]!.opts.core).toEqual({ replica: 'r', epoch: 1, owner: 'tiny@1', limits: core([0, 1]).limits });
+    const report: CoreReport = { at: 1, start: 0, events: [{ k: 's', id: 'a' }], load: {} as CoreReport['load'] };
+    hosts[0]!.opts.report!(report);
+    expect(progress).toEqual(['r@1 1']);
+    expect(m.stats('r')).toMatchObject({ steps: 1, busyMs: 2 });
   });
 
-  it('hands a recomputed sequence its generated tokens to replay on its first prefill only', async () => {
+  it('submits to and cancels on the host of the epoch named, and drops what names another', () => {
     const { m, hosts } = setup();
     m.assign(assign(0, 1));
-    const base = { type: 'step.execute' as const, replica: 'r', epoch: 1, gpus: [0] };
-    const shape = { prefill: [], decodeBatch: 0, decodeContext: 0 };
-    const open = [{ seq: 's', tokens: [1, 2, 3, 70, 71], left: 4, stop: ['xy'], generated: 2 }];
-    m.step({ ...base, step: 1, shape, open, items: [{ seq: 's', from: 0, n: 3, sample: false }] }, () => undefined);
-    m.step({ ...base, step: 2, shape, items: [{ seq: 's', from: 3, n: 2, sample: true }] }, () => undefined);
-    await new Promise((r) => setTimeout(r, 10));
-    expect(hosts[0]!.plans[0]!.items[0]).toEqual({
-      seq: 's',
-      kind: 'prefill',
-      tokens: [1, 2, 3],
-      sample: false,
-      sampling: { stop: ['xy'] },
-      streamed: [70, 71],
-    });
-    expect(hosts[0]!.plans[1]!.items[0]).toEqual({ seq: 's', kind: 'prefill', tokens: [70, 71], sample: true });
+    m.submit('r', 1, [seqOf('a')]);
+    hosts[0]!.become('ready');
+    m.submit('r', 1, [seqOf('a'), seqOf('b')]);
+    m.submit('r', 2, [seqOf('c')]);
+    m.cancel('r', 2, ['a']);
+    m.cancel('r', 1, ['b']);
+    expect(hosts[0]!.submitted.map((s) => s.id)).toEqual(['a', 'b']);
+    expect(hosts[0]!.cancelled).toEqual(['b']);
+    expect(m.cancelAll()).toBe(1);
+    expect(hosts[0]!.cancelled).toEqual(['b', 'a']);
+    expect(hosts[0]!.killed).toBe(false);
+  });
+
+  it.each([
+    ['without its core', { core: undefined }, /without its core/],
+    [
+      'with a dynamic-batching core',
+      { core: { ...core([0]), stateless: {} as WireCoreSpec['stateless'] } },
+      /generative/,
+    ],
+    ['with a core on other GPUs', { core: core([1]) }, /names GPUs 1, assigned 0/],
+  ])('refuses a llama.cpp replica assigned %s: no host starts, the load fails', (_what, patch, message) => {
+    const { m, hosts, events, failures } = setup();
+    m.assign({ ...assign(0, 1), ...patch });
+    expect(hosts).toHaveLength(0);
+    expect(events).toEqual(['failed r@1 0']);
+    expect(failures[0]).toMatchObject({ code: 'invalid_request', retryable: false });
+    expect(failures[0]!.message).toMatch(message);
   });
 
   it('kills the host on a fault of any of its GPUs without reporting a failure; a host that dies by itself is', () => {
@@ -188,23 +214,7 @@ describe('the worker engine manager', () => {
   });
 });
 
-describe('the worker engine manager, freeing', () => {
-  it('frees a sequence only after the steps sent before the free, which still find its tokens', async () => {
-    const { m, hosts } = setup();
-    m.assign(assign(0, 1));
-    const base = { type: 'step.execute' as const, replica: 'r', epoch: 1, gpus: [0] };
-    const shape = { prefill: [], decodeBatch: 0, decodeContext: 0 };
-    const open = [{ seq: 's', tokens: [1, 2], left: 9 }];
-    const done: unknown[] = [];
-    m.step({ ...base, step: 1, shape, open, items: [{ seq: 's', from: 0, n: 1, sample: false }] }, (r) => done.push(r));
-    m.step({ ...base, step: 2, shape, items: [{ seq: 's', from: 1, n: 1, sample: true }] }, (r) => done.push(r));
-    m.free('r', 1, ['s']);
-    await new Promise((r) => setTimeout(r, 10));
-    expect(done).toHaveLength(2);
-    expect(hosts[0]!.killed).toBe(false);
-    expect(hosts[0]!.freed).toEqual(['s']);
-  });
-
+describe('the worker engine manager, model files', () => {
   describe('opens model files only under its model roots', () => {
     const outside = join(ROOT, 'elsewhere.gguf');
     writeFileSync(outside, 'GGUF');
@@ -237,4 +247,35 @@ describe('the worker engine manager, freeing', () => {
       expect(none.failures[0]?.message).toMatch(/outside the worker's model roots/);
     });
   });
+});
+
+describe('the worker engine manager over a real host', () => {
+  it('serves a submitted sequence through the host it spawned, and cancels every sequence of every host', async () => {
+    const fixture = await tinyModelFixture();
+    const progress: CoreReport[] = [];
+    const ready: string[] = [];
+    const m = createEngineManager({
+      modelRoots: [fixture.dir],
+      ready: (r, e) => ready.push(`${r}@${e}`),
+      failed: (r, e, _g, f) => ready.push(`failed ${r}@${e}: ${f?.message}`),
+      progress: (_r, _e, report) => progress.push(report),
+    });
+    try {
+      m.assign({
+        ...assign(0, 1),
+        engine: { ...engine, file: fixture.file, contextTokens: 256, sequences: 4 },
+      });
+      await expect.poll(() => ready, { timeout: 60_000 }).toEqual(['r@1']);
+      const events = () => progress.flatMap((r) => r.events);
+      m.submit('r', 1, [{ ...seqOf('a'), prompt: [104, 105], outputTokens: 3, maxTokens: 3, estOutputTokens: 3 }]);
+      await expect.poll(() => events().some((e) => e.k === 'f' && e.id === 'a'), { timeout: 30_000 }).toBe(true);
+      expect(events().filter((e) => e.k === 't' && e.id === 'a')).toHaveLength(3);
+      m.submit('r', 1, [{ ...seqOf('b'), outputTokens: 200, maxTokens: 200, estOutputTokens: 200 }]);
+      expect(m.cancelAll()).toBe(1);
+      expect(m.stats('r')?.steps).toBeGreaterThanOrEqual(3);
+    } finally {
+      m.stopAll();
+      await fixture.cleanup();
+    }
+  }, 90_000);
 });
