@@ -54,7 +54,9 @@ const report = (r: CoreReport): void => {
   const l = r.load;
   // Nothing runnable: the wait for the next submit is not the engine's idle time.
   if (l.waiting + l.running === 0) executor?.workEnded();
-  void send({ v: 2, type: 'report', report: r, stats: executor?.stats() ?? NO_STATS });
+  // One message a step, not waited on: nothing follows it that a lost report would change.
+  const msg: HostMessage = { v: 2, type: 'report', report: r, stats: executor?.stats() ?? NO_STATS };
+  if (process.connected) process.send?.(msg);
 };
 
 const reply = async (id: number, work: () => Promise<Extract<HostMessage, { ok: true }>['value']>) => {
