@@ -76,8 +76,8 @@ interface Hosted {
   ending: boolean;
 }
 
-/** The host's core spec from the assignment's; null (with the reason) when a llama.cpp replica has none or asks for
- * dynamic batching, which a generative engine does not do. */
+/** The host's core spec from the assignment's, or why there is none: a llama.cpp replica assigned without one, or
+ * one asking for dynamic batching (a generative engine does not), or on other GPUs than its ranks. */
 function coreOf(m: Assign, gpus: readonly number[]): HostCoreSpec | string {
   const c: WireCoreSpec | undefined = m.core;
   if (!c) return `engine replica ${m.replica}@${m.epoch} was assigned without its core`;
