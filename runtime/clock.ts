@@ -22,16 +22,6 @@ export interface VirtualClock extends Clock {
   stop(): void;
   /** Number of pending events. */
   pending(): number;
-  /**
-   * Moves time forward to `t` inside the running event, counting `events` events the caller stood in for (a hop
-   * it computed instead of scheduling). Nothing changes and it answers false unless a run is in progress, stop() was
-   * not called, `t` is within the run's limit and no pending event comes at or before `t`: then no other event could
-   * have run in between, so the skip is indistinguishable from running those events one by one.
-   */
-  skipTo(t: number, events: number): boolean;
-  /** Counts `events` more events for the one running now: a timer that stands for several (a tensor-parallel gang's
-   * ranks finishing one step together) counts as the timers it replaces. Nothing happens outside a run. */
-  standIn(events: number): void;
 }
 
 interface Entry {
@@ -51,9 +41,6 @@ export function createVirtualClock(startMs = 0): VirtualClock {
   let seq = 0;
   let stopped = false;
   let live = 0;
-  // The running run()'s limit and its count of events (skipTo adds the ones it stands in for); -1: not running.
-  let limit = -1;
-  let ran = 0;
   const heap: Entry[] = [];
   // Pending timers by id, for clearTimeout: a table of slots reused through a free list, each with a generation
   // bumped on release, so that an id (generation × SLOTS + slot) names one timer only. (A Map set and deleted per
@@ -131,43 +118,24 @@ export function createVirtualClock(startMs = 0): VirtualClock {
       stopped = true;
     },
     pending: () => live,
-    skipTo: (t, events) => {
-      if (limit < 0 || stopped || t < now || t > limit) return false;
-      // Cancelled entries at the top are dropped here as run() would drop them.
-      while (heap.length > 0 && heap[0]!.fn === null) pop();
-      if (heap.length > 0 && heap[0]!.t <= t) return false;
-      now = t;
-      ran += events;
-      return true;
-    },
-    standIn: (events) => {
-      if (limit >= 0) ran += events;
-    },
     run: (untilMs = Infinity) => {
       stopped = false;
-      const outer = { limit, ran };
-      limit = untilMs;
-      ran = 0;
-      try {
-        while (!stopped && heap.length > 0) {
-          const top = heap[0]!;
-          if (top.t > untilMs) break;
-          pop();
-          if (top.fn === null) continue;
-          const fn = top.fn;
-          top.fn = null;
-          release(top.slot);
-          live--;
-          now = top.t;
-          ran++;
-          fn();
-        }
-        if (!stopped && untilMs !== Infinity && now < untilMs) now = untilMs;
-        return ran;
-      } finally {
-        limit = outer.limit;
-        ran = outer.ran;
+      let ran = 0;
+      while (!stopped && heap.length > 0) {
+        const top = heap[0]!;
+        if (top.t > untilMs) break;
+        pop();
+        if (top.fn === null) continue;
+        const fn = top.fn;
+        top.fn = null;
+        release(top.slot);
+        live--;
+        now = top.t;
+        ran++;
+        fn();
       }
+      if (!stopped && untilMs !== Infinity && now < untilMs) now = untilMs;
+      return ran;
     },
   };
 }

@@ -44,33 +44,6 @@ export interface ActorGroup {
   readonly size: number;
 }
 
-/** A step's shape as the simulator's lane prices it (the cost model's StepShape, structurally). */
-export interface LaneShape {
-  readonly prefill: readonly { readonly tokens: number; readonly cached: number }[];
-  readonly decodeBatch: number;
-  readonly decodeContext: number;
-}
-
-/** A run of steps one replica takes through the simulator's lane (transport/sim-link.ts). */
-export interface LaneRun {
-  /**
-   * The round trip of a step of `shape` dispatched now, exactly as the link's shortcut would take it had the step
-   * been sent as the lone message of the next flush: the clock moves to the ranks' reports' arrival (counting the
-   * events and messages they stand for) and the executor's busy time per rank is returned. Null when that cannot be
-   * shown (another event comes first, something else is queued on the link, the clock was stopped): then nothing
-   * changed, and the replica sends the step as usual.
-   */
-  roundTrip(shape: LaneShape): number | null;
-}
-
-/** The simulator's inline step lane: lets a replica whose step report arrived through the link's shortcut take
- * its next steps without messages, as long as the shortcut would have answered each of them (see sim-link.ts). */
-export interface StepLane {
-  /** A run for `replica` at `epoch` on `gpus`, or null (not inside a shortcut's report, or the node would not
-   * answer its steps by itself). */
-  open(replica: string, epoch: number, gpus: readonly number[]): LaneRun | null;
-}
-
 /** The runtime of one process: clock, randomness, ids, and the routing of messages between entities. */
 export interface Runtime {
   readonly name: string;
@@ -102,9 +75,6 @@ export interface Runtime {
   /** True while an inspector watches, or when created `stepByStep`: actors then take every event through their
    * machines (a replica's direct step is off). */
   stepByStep(): boolean;
-  /** The simulator's step lane, or null (serving, the reference run, `--wire-check`). */
-  lane(): StepLane | null;
-  setLane(lane: StepLane | null): void;
 }
 
 /** The prefixes of the events XState sends a parent when a child ends. */
@@ -171,7 +141,6 @@ export function createRuntime(opts: {
   // Groups: one inspection subscription each (on the system their members share), and their live members.
   const groups: { parent: AnyActorRef; members: ChurnMap<string, AnyActorRef>; sub: Subscription | null }[] = [];
   let inspector: ((ev: InspectionEvent) => void) | null = null;
-  let lane: StepLane | null = null;
 
   const send = (to: string, msg: Msg): void => {
     const deliver = local.get(to);
@@ -247,11 +216,6 @@ export function createRuntime(opts: {
     fault,
     dropped,
     stepByStep: () => inspector !== null || opts.stepByStep === true,
-    // An inspector must see every step's reports: no lane while one watches.
-    lane: () => (inspector === null ? lane : null),
-    setLane: (l) => {
-      lane = opts.stepByStep === true ? null : l;
-    },
     setInspector: (observer) => {
       inspector = observer;
       for (const e of inspectable.values()) {

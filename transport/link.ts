@@ -69,9 +69,6 @@ export interface LinkOptions {
    * the simulated link flushes at the current instant of the virtual clock.
    */
   defer?(flush: () => void): void;
-  /** The simulator's shortcut (sim-link.ts): offered a tick's lone envelope before it is framed; true when it was
-   * answered without the wire (it is then counted out, not framed). */
-  bypass?(to: string, msg: Msg): boolean;
   /** Frames travel as envelope arrays on this carrier instead of as bytes on the frame carrier (see ObjectCarrier). */
   objects?: ObjectCarrier;
 }
@@ -110,10 +107,6 @@ export function createLink(carrier: FrameCarrier, opts: LinkOptions): Link {
     queue = [];
     if (!carrier.isOpen()) {
       stats.dropped += out.length;
-      return;
-    }
-    if (out.length === 1 && opts.bypass?.(out[0]!.to, out[0]!.msg)) {
-      stats.messagesOut++;
       return;
     }
     for (let i = 0; i < out.length; i += MAX_ENVELOPES_PER_FRAME) {

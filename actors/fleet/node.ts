@@ -6,7 +6,6 @@ import { createRuntime } from '../../runtime/system.ts';
 import { connectSimLink, type SimLink } from '../../transport/sim-link.ts';
 import type { Scenario } from '../config.ts';
 import { startControlPlane, type ControlPlane } from '../control-plane.ts';
-import { createCostModelExecutor } from '../gpu/executor.ts';
 import { viewOf } from '../router/router.ts';
 import { startNodeAgent, type NodeAgent } from '../worker/agent.ts';
 
@@ -62,12 +61,9 @@ export function startFleetNode(
   const cp = startControlPlane(control, scenario, { checkInvariants: scenario.sim.checkInvariants, onIdle });
   const agent = startNodeAgent(nodeRt, {
     gpus: Array.from({ length: scenario.node.gpus }, (_, i) => i),
-    executor: createCostModelExecutor(clock),
     repairMs: scenario.node.repairMs,
     heartbeatMs: scenario.detection.heartbeatMs,
-    gangs: !stepByStep,
   });
-  if (!stepByStep) link.setShortcut(agent.shortcut, agent.lane);
   const violations = (): string[] => [
     ...cp.violations.map((v) => `${id}: ${v}`),
     ...[...control.faults, ...nodeRt.faults].map((f) => `${id}: ${f.actor}: ${String(f.error)}`),
@@ -101,7 +97,7 @@ function gaugesOf(cp: ControlPlane, model: string): NodeGauges {
   let total = 0;
   for (const r of cp.placement.replicas.values()) {
     if (r.model !== model) continue;
-    const st = r.batcher.gauges();
+    const st = r.work.gauges();
     waiting += st.waiting;
     running += st.running;
     used += st.blocksUsed;

@@ -5,7 +5,6 @@
 import type { Rng } from '../../runtime/rng.ts';
 import { createRuntime, type Runtime } from '../../runtime/system.ts';
 import type { Clock, TimerId, VirtualClock } from '../../runtime/clock.ts';
-import { createCostModelExecutor } from '../gpu/executor.ts';
 import { startNodeAgent, type NodeAgent } from '../worker/agent.ts';
 import { startControlPlane, type ControlPlane, type ControlPlaneMutations } from '../control-plane.ts';
 import type { Scenario } from '../config.ts';
@@ -56,13 +55,10 @@ export function buildDstSystem(
   rng: Rng,
   scenario: Scenario,
   mutations: ControlPlaneMutations,
-  speed: { shortcut: boolean; stepByStep: boolean } = { shortcut: false, stepByStep: false },
+  speed: { stepByStep: boolean } = { stepByStep: false },
 ): DstSystem {
   const nodeRt = createRuntime({ name: 'node', clock, rng: rng.fork('node') });
   const { stepByStep } = speed;
-  // The link shortcut answers from the running agent over the current control plane's link (see sim-link.ts).
-  const wireShortcut = (): void =>
-    current?.link.setShortcut(speed.shortcut && !stepByStep && agent ? agent.shortcut : null, agent?.lane);
   const gpus = Array.from({ length: scenario.node.gpus }, (_, i) => i);
   let agent: NodeAgent | null = null;
   let current: { link: SimLink; kill(): void } | null = null;
@@ -95,17 +91,13 @@ export function buildDstSystem(
     startAgent: () => {
       agent = startNodeAgent(nodeRt, {
         gpus,
-        executor: createCostModelExecutor(clock),
         repairMs: scenario.node.repairMs,
         heartbeatMs: scenario.detection.heartbeatMs,
-        gangs: !stepByStep,
       });
-      wireShortcut();
     },
     stopAgent: () => {
       agent?.stop();
       agent = null;
-      wireShortcut();
       registerPending = false;
     },
     cut: (direction) => {
@@ -144,7 +136,6 @@ export function buildDstSystem(
       const cp = startControlPlane(control, scenario, { checkInvariants: true, keepTraces: true, mutations });
       current = { link, kill: k.kill };
       applyLink(link);
-      wireShortcut();
       sys.cp = cp;
       sys.planes.push(cp);
       // The node registers with the new control plane: the work in flight was the old one's; what is loaded stays.

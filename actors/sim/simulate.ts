@@ -3,7 +3,6 @@
 import { createVirtualClock } from '../../runtime/clock.ts';
 import { createRng } from '../../runtime/rng.ts';
 import { createRuntime } from '../../runtime/system.ts';
-import { createCostModelExecutor } from '../gpu/executor.ts';
 import { startNodeAgent } from '../worker/agent.ts';
 import { startControlPlane, type ControlPlane } from '../control-plane.ts';
 import { createArrivalStream, type ArrivalStream } from './traffic.ts';
@@ -62,8 +61,7 @@ export interface SimOptions {
   /** Called with the control plane before traffic starts (tests, tracing). */
   onStart?(cp: ControlPlane): void;
   /** Every frame between control plane and node crosses the codec (encode, pre-scan, decode, schema check); by
-   * default frames travel as envelope arrays, and a lone step the node answers by itself is not framed at all (the
-   * link shortcut); the report is the same, byte for byte. */
+   * default frames travel as envelope arrays; the report is the same, byte for byte. */
   wireCheck?: boolean;
   /** The reference run: wireCheck, and every step of every replica through its machine (no direct step). */
   stepByStep?: boolean;
@@ -86,7 +84,6 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
     jitterMs: scenario.sim.jitterMs,
     codec: opts.wireCheck === true || stepByStep,
   });
-  const executor = createCostModelExecutor(clock);
   const gpuList = Array.from({ length: scenario.node.gpus }, (_, i) => i);
 
   let pendingArrivals = 0;
@@ -104,13 +101,10 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
   });
   const agent = startNodeAgent(nodeRt, {
     gpus: gpuList,
-    executor,
     repairMs: scenario.node.repairMs,
     heartbeatMs: scenario.detection.heartbeatMs,
     lanes: scenario.placement.policy === 'share' ? 2 : 1,
-    gangs: !stepByStep,
   });
-  if (opts.wireCheck !== true && !stepByStep) link.setShortcut(agent.shortcut, agent.lane);
   // Heartbeats keep the clock busy forever: the run ends when placement, requests and faults are all done.
   cp.placement.watch(maybeStop);
   opts.onStart?.(cp);
@@ -220,7 +214,7 @@ function buildReport(
   for (const r of cp.placement.replicas.values()) {
     steps += r.steps.count;
     sizeSum += r.steps.batchSizeSum;
-    preemptions += r.batcher.stats().preemptions;
+    preemptions += r.work.stats().preemptions;
   }
   const util = gpus.map((g) => (simMs > 0 ? Math.round((busyMs(g) / simMs) * 1000) / 1000 : 0));
   // Keyed by configured model names: made into an object from its entries, so any name is a key like another.

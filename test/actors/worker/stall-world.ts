@@ -3,7 +3,6 @@
 // timers run first and then it reads what arrived, as a resumed Node.js process does (timers phase before I/O).
 import { normalizeScenario, type Scenario } from '../../../actors/config.ts';
 import { startControlPlane, type ControlPlane } from '../../../actors/control-plane.ts';
-import { createCostModelExecutor } from '../../../actors/gpu/executor.ts';
 import { startNodeAgent } from '../../../actors/worker/agent.ts';
 import { createVirtualClock, type Clock, type TimerId, type VirtualClock } from '../../../runtime/clock.ts';
 import { createRng } from '../../../runtime/rng.ts';
@@ -90,7 +89,6 @@ export function stallWorld(scenario: Scenario): StallWorld {
   const cp = startControlPlane(control, scenario, { checkInvariants: true });
   startNodeAgent(nodeRt, {
     gpus: Array.from({ length: scenario.node.gpus }, (_, i) => i),
-    executor: createCostModelExecutor(worker.clock),
     repairMs: scenario.node.repairMs,
     heartbeatMs: scenario.detection.heartbeatMs,
   });
