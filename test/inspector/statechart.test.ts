@@ -19,7 +19,7 @@ describe('statecharts for the inspector', () => {
         'ready.saturated',
         'draining',
         'draining.settling',
-        'draining.stepping',
+        'draining.working',
         'unloading',
         'failed',
         'stopped',
@@ -36,8 +36,12 @@ describe('statecharts for the inspector', () => {
     expect(edges).toContainEqual({ from: 'draining', to: 'unloading', label: 'after drainDeadline', guard: null });
     expect(edges).toContainEqual({ from: 'failed', to: 'stopped', label: 'always', guard: 'allAccountedFor' });
     expect(edges).toContainEqual({ from: '', to: 'failed', label: 'gpu.failed', guard: 'newFailedGpu' });
-    // Targetless transitions (a rank reporting its part of a step) change nothing and are not drawn.
-    expect(edges.some((e) => e.label === 'step.completed')).toBe(false);
+    expect(edges).toContainEqual({ from: 'draining.working', to: 'unloading', label: 'work.idle', guard: null });
+    // Targetless transitions (a crash reported while loading or leaving) change nothing and are not drawn.
+    expect(edges.filter((e) => e.label === 'step.crashed').map((e) => [e.from, e.to])).toEqual([
+      ['ready', 'failed'],
+      ['draining', 'failed'],
+    ]);
   });
 
   it('only connects states that exist', () => {

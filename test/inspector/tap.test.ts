@@ -44,20 +44,22 @@ describe('the inspection tap', () => {
     expect((frames[3] as StateFrame).ev).toEqual({ type: 'gpu.loaded', gpu: 0, epoch: 1 });
   });
 
-  it('drops hot-path events (a rank reporting a step, a wake-up) unless they change the state', () => {
+  it('drops hot-path events (work handed to a busy core, a repeated saturation) unless they change the state', () => {
     const { tap, frames } = tapWith();
     const busy = { ready: 'busy' };
+    const saturated = { ready: 'saturated' };
     tap.observe(snap('replica.a#0', 'replica', busy, { type: 'xstate.init' }));
-    for (let i = 0; i < 100; i++)
-      tap.observe(snap('replica.a#0', 'replica', busy, { type: 'step.completed', step: i }));
-    tap.observe(snap('replica.a#0', 'replica', { ready: 'busy' }, { type: 'work.available' }));
-    tap.observe(snap('replica.a#0', 'replica', { ready: 'idle' }, { type: 'step.empty' }));
+    for (let i = 0; i < 100; i++) tap.observe(snap('replica.a#0', 'replica', busy, { type: 'work.available' }));
+    tap.observe(snap('replica.a#0', 'replica', saturated, { type: 'work.saturated' }));
+    tap.observe(snap('replica.a#0', 'replica', saturated, { type: 'work.saturated' }));
+    tap.observe(snap('replica.a#0', 'replica', { ready: 'idle' }, { type: 'work.idle' }));
     expect(frames.filter((f) => f.k === 'state').map((f) => (f as StateFrame).ev['type'])).toEqual([
       'xstate.init',
-      'step.empty',
+      'work.saturated',
+      'work.idle',
     ]);
-    expect(tap.stats.seen).toBe(103);
-    expect(tap.stats.emitted).toBe(3);
+    expect(tap.stats.seen).toBe(104);
+    expect(tap.stats.emitted).toBe(4);
   });
 
   it('keeps events that matter even without a change of state', () => {

@@ -48,6 +48,8 @@ export interface ExploreReport {
   /** A shortest event path from the initial snapshot to every explored state. */
   pathTo(key: string): AnyEventObject[];
   edges: readonly Edge[];
+  /** Every explored snapshot by its key. */
+  snapshots: ReadonlyMap<string, AnyMachineSnapshot>;
 }
 
 type StateNodeLike = {
@@ -253,6 +255,7 @@ export function explore(spec: ExploreSpec): ExploreReport {
       return path;
     },
     edges,
+    snapshots,
   };
 }
 

@@ -1,7 +1,9 @@
-// Every machine, explored over its pure transition function: all declared states and transitions reached, no dead ends.
+// Every machine, explored over its pure transition function: all declared states and transitions reached, no dead ends;
+// and the replica machine's own properties in every state it reaches.
 import { describe, expect, it } from 'vitest';
-import { machineSpecs } from './alphabets.ts';
+import { machineSpecs, replicaSpec } from './alphabets.ts';
 import { explore, summary, type ExploreReport } from './explore.ts';
+import { replicaViolations } from './replica-properties.ts';
 
 describe('model check of each machine', () => {
   for (const [name, spec] of Object.entries(machineSpecs)) {
@@ -39,4 +41,19 @@ describe('model check of each machine', () => {
       });
     });
   }
+});
+
+describe('the replica machine, in every state it reaches under its alphabet', () => {
+  const spec = replicaSpec();
+  const report = explore(spec);
+
+  it('fails its gang once, takes no work once failed, ignores work events outside service, and unloads only idle', () => {
+    expect(replicaViolations(spec, report)).toEqual([]);
+  });
+
+  it('reaches every state the properties speak of', () => {
+    const values = new Set([...report.snapshots.values()].map((s) => JSON.stringify(s.value)));
+    for (const v of ['"failed"', '"unloading"', '"stopped"', '{"ready":"saturated"}', '{"draining":"working"}'])
+      expect(values).toContain(v);
+  });
 });

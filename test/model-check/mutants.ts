@@ -1,9 +1,16 @@
 // Deliberately broken copies of the machines: the model checks must report each one.
-import { createMachine, type AnyStateMachine } from 'xstate';
+import { assign, createMachine, type AnyStateMachine } from 'xstate';
 import { gpuMachine } from '../../machines/gpu.machine.ts';
 import { replicaMachine } from '../../machines/replica.machine.ts';
 
-type StateConfig = { on?: Record<string, unknown>; entry?: unknown; after?: unknown; [k: string]: unknown };
+type StateConfig = {
+  on?: Record<string, unknown>;
+  entry?: unknown;
+  after?: unknown;
+  tags?: string[];
+  states?: States;
+  [k: string]: unknown;
+};
 type States = Record<string, StateConfig>;
 
 // A copy of a machine with some of its top-level states replaced; named guards, actions and delays are kept.
@@ -36,6 +43,12 @@ const failTransition = (): { guard: string; target: string; actions: string[] } 
 const state = (states: States, name: string): StateConfig => {
   const s = states[name];
   if (!s) throw new Error(`the machine has no state ${name}: update the mutant`);
+  return s;
+};
+
+const child = (parent: StateConfig, name: string): StateConfig => {
+  const s = parent.states?.[name];
+  if (!s) throw new Error(`the state has no child ${name}: update the mutant`);
   return s;
 };
 
@@ -91,6 +104,55 @@ export const replicaNeverRepeatingAssignments = (): AnyStateMachine =>
   withStates(replicaMachine, (states) => {
     const { after: _l, ...loading } = state(states, 'loading');
     return { ...states, loading };
+  });
+
+/** A replica that fails without raising its epoch: reports of the failed gang still carry its current epoch. */
+export const replicaKeepingEpochOnFailure = (): AnyStateMachine =>
+  replicaMachine.provide({ actions: { raiseEpoch: assign({ busy: false }) } });
+
+/** A replica that leaves draining for unloading when its core reports room again (`work.unsaturated`), before
+ * `work.idle`: it mistakes room for an empty core. */
+export const replicaLeavingDrainOnUnsaturated = (): AnyStateMachine =>
+  withStates(replicaMachine, (states) => {
+    const draining = state(states, 'draining');
+    const working = child(draining, 'working');
+    return {
+      ...states,
+      draining: {
+        ...draining,
+        states: {
+          ...draining.states,
+          working: { ...working, on: { ...working.on, 'work.unsaturated': '#replica.unloading' } },
+        },
+      },
+    };
+  });
+
+/** A failed replica that still tells the router it accepts work. */
+export const replicaAcceptingWorkWhenFailed = (): AnyStateMachine =>
+  withStates(replicaMachine, (states) => {
+    const failed = state(states, 'failed');
+    return { ...states, failed: { ...failed, tags: [...(failed.tags ?? []), 'accepting'] } };
+  });
+
+/** A failed replica that a late `work.idle` (its dead core's last report) sends back to ready. */
+export const replicaRevivedByWork = (): AnyStateMachine =>
+  withStates(replicaMachine, (states) => {
+    const failed = state(states, 'failed');
+    return { ...states, failed: { ...failed, on: { ...failed.on, 'work.idle': '#replica.ready' } } };
+  });
+
+/** A replica that only reports a crash of its control plane's side, and keeps serving what it can no longer hear. */
+export const replicaServingOnAfterCrash = (): AnyStateMachine =>
+  withStates(replicaMachine, (states) => {
+    const ready = state(states, 'ready');
+    const draining = state(states, 'draining');
+    const report = { 'step.crashed': { actions: 'crash' } };
+    return {
+      ...states,
+      ready: { ...ready, on: { ...ready.on, ...report } },
+      draining: { ...draining, on: { ...draining.on, ...report } },
+    };
   });
 
 /** A GPU that can never be repaired once failed. */

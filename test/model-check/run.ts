@@ -1,6 +1,7 @@
 // `npm run modelcheck`: every machine's exploration and the heavier tensor-parallel runs, as a table and one JSON line.
 import { machineSpecs } from './alphabets.ts';
 import { explore } from './explore.ts';
+import { replicaViolations } from './replica-properties.ts';
 import { checkTensorParallel, orderDependent, type TpOptions, type TpReport } from './tp-composition.ts';
 
 const quick = process.argv.includes('--quick');
@@ -20,6 +21,7 @@ const runs: Run[] = quick
       { name: 'tp2-full', options: { gpus: 2, faults: 2, arrivals: 2, downlink: 'fifo', pruneDeadReports: false } },
       { name: 'tp2', options: { gpus: 2, faults: 2, arrivals: 2 } },
       { name: 'tp2-loss-fifo', options: { ...LOSS, gpus: 2, downlink: 'fifo', pruneDeadReports: false } },
+      { name: 'tp2-crash', options: { gpus: 2, faults: 1, arrivals: 3, crashes: 1 } },
     ]
   : [
       // The check `npm test` runs: eight ranks, two faults, a drain and three units of work (reaching saturation).
@@ -33,6 +35,8 @@ const runs: Run[] = quick
       // A lost assignment, release or answer, made up for by the replica's retries (one may fire at any point).
       { name: 'tp4-loss', options: { ...LOSS, gpus: 4 } },
       { name: 'tp2-loss-fifo', options: { ...LOSS, gpus: 2, downlink: 'fifo', pruneDeadReports: false } },
+      // The control plane's handling of progress throws once, at any point a report would be applied.
+      { name: 'tp4-crash', options: { gpus: 4, faults: 2, arrivals: 3, crashes: 1 } },
     ];
 
 // Pairs of runs that must reach the same outcomes: the abstraction against the plain model.
@@ -50,15 +54,20 @@ const machines: Record<string, { statesExplored: number; transitions: number; pr
 let problems = 0;
 for (const [name, spec] of Object.entries(machineSpecs)) {
   const t = performance.now();
-  const r = explore(spec());
-  const bad = r.unreachableStates.length + r.unreachableTransitions.length + r.deadEnds.length + r.trapped.length;
+  const s = spec();
+  const r = explore(s);
+  // The replica machine's own properties, in every state it reached.
+  const broken = name === 'replica' ? replicaViolations(s, r) : [];
+  const bad =
+    r.unreachableStates.length + r.unreachableTransitions.length + r.deadEnds.length + r.trapped.length + broken.length;
   problems += bad;
   machines[name] = { statesExplored: r.states, transitions: r.transitions, problems: bad };
   console.log(
     `${name.padEnd(10)} ${pad(r.states, 8)} ${pad(r.transitions, 12)} ${pad(`${r.declaredStates}/${r.declaredTransitions}`, 14)} ` +
       `${pad(`${r.unreachableStates.length}/${r.unreachableTransitions.length}`, 17)} ${pad(r.deadEnds.length, 10)} ${pad(r.trapped.length, 8)} ${pad(Math.round(performance.now() - t), 6)}`,
   );
-  for (const s of [...r.unreachableStates, ...r.unreachableTransitions]) console.log(`  unreachable: ${s}`);
+  for (const u of [...r.unreachableStates, ...r.unreachableTransitions]) console.log(`  unreachable: ${u}`);
+  for (const v of broken) console.log(`  ${v.property}: ${v.detail}\n    ${v.path.join(' → ')}`);
   for (const k of [...r.deadEnds, ...r.trapped])
     console.log(
       `  stuck: ${k} via ${r
@@ -69,7 +78,7 @@ for (const [name, spec] of Object.entries(machineSpecs)) {
 }
 
 console.log(
-  '\nrun              gpus faults arrivals losses downlink prune    states  transitions  at-rest scenarios violations order-dep       ms',
+  '\nrun              gpus faults arrivals losses crashes downlink prune    states  transitions  at-rest scenarios violations order-dep       ms',
 );
 const results: Record<string, TpReport> = {};
 const rows: Record<string, unknown>[] = [];
@@ -82,7 +91,7 @@ for (const { name, options } of runs) {
   problems += r.violations.length + dependent;
   const downlink = options.downlink ?? 'eager';
   console.log(
-    `${name.padEnd(16)} ${pad(options.gpus, 4)} ${pad(options.faults, 6)} ${pad(options.arrivals, 8)} ${pad(options.losses ?? 0, 6)} ${downlink.padEnd(8)} ${((options.pruneDeadReports ?? true) ? 'yes' : 'no').padEnd(5)} ${pad(r.states, 9)} ` +
+    `${name.padEnd(16)} ${pad(options.gpus, 4)} ${pad(options.faults, 6)} ${pad(options.arrivals, 8)} ${pad(options.losses ?? 0, 6)} ${pad(options.crashes ?? 0, 7)} ${downlink.padEnd(8)} ${((options.pruneDeadReports ?? true) ? 'yes' : 'no').padEnd(5)} ${pad(r.states, 9)} ` +
       `${pad(r.transitions, 12)} ${pad(r.quiescent, 8)} ${pad(r.scenarios, 9)} ${pad(r.violations.length, 10)} ${pad(dependent, 9)} ${pad(ms, 8)}`,
   );
   for (const v of r.violations) console.log(`  ${v.property}: ${v.detail}\n    ${v.path.join(' → ')}`);

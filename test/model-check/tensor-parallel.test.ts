@@ -1,5 +1,6 @@
-// One tensor-parallel-8 replica with its eight GPU actors: every interleaving of loads, step reports, up to two
-// faults and a drain, checked for single failure, dropped stale results, GPU fates and order-independent outcomes.
+// One tensor-parallel-8 replica with its eight GPU actors and its engine core: every interleaving of loads, ranks
+// finishing their shares of the core's steps, the core's progress, up to two faults and a drain, checked for single
+// failure, exactly-once outcomes, dropped reports of a dead epoch, GPU fates and order-independent outcomes.
 import { describe, expect, it } from 'vitest';
 import { checkTensorParallel, orderDependent, type TpReport } from './tp-composition.ts';
 
@@ -27,7 +28,7 @@ describe('tensor-parallel replica with eight GPUs', () => {
       const r = run();
       expect(r.states).toBeGreaterThan(10_000);
       expect(r.replicaStates).toEqual([
-        'draining.stepping',
+        'draining.working',
         'failed',
         'loading',
         'ready.busy',
@@ -46,9 +47,10 @@ describe('tensor-parallel replica with eight GPUs', () => {
   it('ends each scenario the same way whatever the order of the messages', { timeout: 180_000 }, () => {
     const r = run();
     expect(orderDependent(r)).toEqual([]);
-    // No fault while the GPUs were held, one, and two: each happens, drained or not.
-    const keys = [...r.outcomes.keys()].map((k) => JSON.parse(k) as { ownedFaults: number; drained: boolean });
+    // No fault while the GPUs were held, one, and two: each happens, drained or not, with work or without.
+    const keys = [...r.outcomes.keys()].map((k) => JSON.parse(k) as { ownedFaults: number; arrived: number });
     for (const ownedFaults of [0, 1, 2]) expect(keys.some((k) => k.ownedFaults === ownedFaults)).toBe(true);
+    for (const arrived of [0, 3]) expect(keys.some((k) => k.arrived === arrived)).toBe(true);
     for (const [k, set] of r.outcomes) {
       const s = JSON.parse(k) as { ownedFaults: number; laterFaults: number };
       const outcome = JSON.parse([...set][0]!) as {
@@ -81,7 +83,8 @@ describe('the abstractions of the check', () => {
     const outcomes = (r: TpReport) => new Map([...r.outcomes].map(([k, v]) => [k, [...v].sort()]));
     expect(outcomes(abstract)).toEqual(outcomes(full));
     expect(full.states).toBeGreaterThan(abstract.states);
-    // Without the pruning, results of a dead epoch or step do reach the replica, and change nothing.
+    // Without the pruning, progress of a dead epoch (or for a replica no longer serving) does reach the control
+    // plane, which drops it; the machine would ignore its work events too.
     expect(full.staleResultsDelivered).toBeGreaterThan(0);
     expect(abstract.deadReportsDropped).toBeGreaterThan(0);
   });
@@ -115,5 +118,26 @@ describe('a tensor-parallel replica whose GPU commands or their answers are lost
     });
     expect(describeViolations(r)).toEqual([]);
     expect(orderDependent(r)).toEqual([]);
+  });
+});
+
+describe("a tensor-parallel replica whose control plane crashes applying its core's progress", () => {
+  it('fails as a unit once, whatever else happens, and ends each scenario the same way', () => {
+    const r = checkTensorParallel({ gpus: 3, faults: 1, arrivals: 3, crashes: 1 });
+    console.log(`TP-3 with a crash: ${r.states} states, ${r.scenarios} scenarios`);
+    expect(describeViolations(r)).toEqual([]);
+    expect(orderDependent(r)).toEqual([]);
+    // Crashes happen, with and without a fault; a crash alone loses no GPU: each ends free, the replica stopped.
+    const crashed = [...r.outcomes].filter(([k]) => (JSON.parse(k) as { crashes: number }).crashes === 1);
+    const alone = crashed.filter(([k]) => {
+      const s = JSON.parse(k) as { ownedFaults: number; laterFaults: number };
+      return s.ownedFaults + s.laterFaults === 0;
+    });
+    expect(alone.length).toBeGreaterThan(0);
+    expect(crashed.length).toBeGreaterThan(alone.length);
+    for (const [, set] of alone)
+      expect([...set].map((o) => JSON.parse(o) as unknown)).toEqual([
+        { replica: 'stopped', failed: false, failedGpus: 0, gpusFailed: 0, gpusFree: 3 },
+      ]);
   });
 });

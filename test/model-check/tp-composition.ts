@@ -1,5 +1,13 @@
 // Exhaustive interleavings of one tensor-parallel replica with its GPU actors: the real replica and GPU machines
-// (pure transitions, cached), an abstract batcher and node executor, per-GPU FIFO links, faults and a drain at any point.
+// (pure transitions, cached), an abstract engine core beside the gang's engine and the control plane's side of it,
+// FIFO links, faults, a drain and (optionally) a throw in the control plane's handling of progress at any point.
+//
+// The core runs the step loop: a step runs on every rank and completes only when every rank finished its share; the
+// core then reports progress (units finished, what it holds, saturation) under the epoch its gang serves. Ranks report
+// nothing per step to the control plane. The control plane's side (as actors/replica.ts) hands units to the core,
+// applies progress of the replica's current epoch while it serves, and tells the machine of changes of its work:
+// `work.available`, `work.saturated`/`work.unsaturated`, and `work.idle` once it holds nothing and no submit is unheard.
+// Any rank's abort (a fault, a release) stops the core: its step in flight never completes.
 //
 // What keeps eight GPUs small (a naive composition with per-channel FIFO queues reaches millions of states):
 // - symmetry: GPUs are interchangeable, so a world is keyed by the sorted multiset of per-GPU signatures and GPU
@@ -23,6 +31,7 @@ import {
 import { gpuMachine } from '../../machines/gpu.machine.ts';
 import { replicaMachine } from '../../machines/replica.machine.ts';
 import { liveEventTypes, pendingTimers, pureStepper } from './pure.ts';
+import { engineCore } from './tp-core.ts';
 import { worldKeys, type Gpu, type Msg, type World } from './tp-world.ts';
 
 /** The size of the composition and the machines under test. */
@@ -31,10 +40,12 @@ export interface TpOptions {
   gpus: number;
   /** GPU faults the environment may inject, each at any point. */
   faults: number;
-  /** Units of work that may arrive while the replica accepts; each applied step finishes one. */
+  /** Units of work that may arrive while the replica accepts; each step of the core finishes one. */
   arrivals: number;
-  /** The batcher reports saturation when at least this many units wait at planning time. */
+  /** The core reports saturation when it holds at least this many units after a step. */
   saturateAt?: number;
+  /** Times the control plane's handling of a progress report may throw (`step.crashed`; default 0). */
+  crashes?: number;
   /** Whether a drain may be requested at any point (default true). */
   drain?: boolean;
   /**
@@ -45,8 +56,9 @@ export interface TpOptions {
   /** Times a replica retry may fire at any point (default 0); beyond that it fires only when nothing else can act. */
   retries?: number;
   /**
-   * `eager` (default): a command from the replica reaches its GPU at once; `fifo`: it waits in a per-GPU FIFO until
-   * the checker delivers it. Both ways every GPU's reports to the control plane wait in their own FIFO.
+   * `eager` (default): a command from the replica reaches its GPU (a submit its core) at once; `fifo`: it waits in a
+   * per-GPU FIFO (submits in the core's) until the checker delivers it. Both ways every GPU's reports and the core's
+   * progress wait in their own FIFO.
    */
   downlink?: 'eager' | 'fifo';
   /**
@@ -83,7 +95,8 @@ export interface TpReport {
   outcomes: Map<string, Set<string>>;
   violations: Violation[];
   cachedTransitions: number;
-  /** Step results delivered to the replica for another epoch or step (each checked to change nothing). */
+  /** Progress reports that reached the control plane for a dead epoch or a replica no longer serving (each dropped,
+   * and checked to change nothing had the machine heard the work events it carries). */
   staleResultsDelivered: number;
   /** Reports dropped because no state the replica can still reach handles them. */
   deadReportsDropped: number;
@@ -95,13 +108,24 @@ export interface TpReport {
 }
 
 const REPLICA_ID = 'replica.big@v1#0';
+/** The epoch the replica starts in: its GPUs are assigned, and its core reports, under it. */
+const EPOCH = 0;
 
 /** Messages the environment may lose: the ones the replica's retries repeat (or whose answers they ask again). */
 const LOSABLE = new Set(['gpu.assign', 'gpu.release', 'gpu.loaded', 'gpu.released']);
 /** A replica timer that repeats unanswered commands (`assignRetry`, `releaseRetry`). */
 const isRetry = (timer: string): boolean => timer.split('.')[2]!.endsWith('Retry');
-/** A step of the environment rather than of the system: a fault or a lost message. */
-const environment = (label: string): boolean => label.endsWith(' faults') || label.endsWith(' is lost');
+/** A step of the environment rather than of the system: a fault, a lost message or a throw. */
+const environment = (label: string): boolean =>
+  label.endsWith(' faults') || label.endsWith(' is lost') || label.endsWith(' throws');
+/** What the control plane tells the machine when its handling of progress threw. */
+const CRASHED: AnyEventObject = { type: 'step.crashed', error: new Error('applying progress threw') };
+/** The work events a progress report can cause. */
+const WORK_EVENTS: readonly AnyEventObject[] = [
+  { type: 'work.idle' },
+  { type: 'work.saturated' },
+  { type: 'work.unsaturated' },
+];
 
 /** Runs the exhaustive exploration and checks every property along the way. */
 export function checkTensorParallel(o: TpOptions): TpReport {
@@ -115,12 +139,13 @@ export function checkTensorParallel(o: TpOptions): TpReport {
   const maxViolations = o.maxViolations ?? 5;
   const losses = o.losses ?? 0;
   const retries = o.retries ?? 0;
+  const crashes = o.crashes ?? 0;
   const replicaInput = {
     id: REPLICA_ID,
     model: 'big',
     version: 'v1',
     gpus: [...Array(n).keys()],
-    epoch: 0,
+    epoch: EPOCH,
     loadMs: 100,
     unloadMs: 50,
   };
@@ -157,6 +182,7 @@ export function checkTensorParallel(o: TpOptions): TpReport {
   }
 
   const clone = (w: World): World => ({ ...w, gpus: [...w.gpus], failedEpochs: [...w.failedEpochs] });
+  const failed = (w: World): boolean => w.failedEpochs.length > 0 || w.replica.hasTag('failed');
   const setGpu = (w: World, i: number, patch: Partial<Gpu>): void => {
     w.gpus[i] = { ...w.gpus[i]!, ...patch };
   };
@@ -179,36 +205,27 @@ export function checkTensorParallel(o: TpOptions): TpReport {
     return (per[i] ??= { ...m, gpu: i });
   };
 
-  // A GPU machine takes an event; what it emits goes onto its report link, an aborted step stops the executor.
+  const core = engineCore({ replica: REPLICA_ID, epoch: EPOCH, saturateAt, violate });
+
+  // A GPU machine takes an event; what it emits goes onto its report link, an abort stops the core.
   const gpuEvent = (w: World, i: number, e: AnyEventObject): void => {
     const g = w.gpus[i]!;
     const [next, actions] = gpuSteps.step(g.snap, e);
     const up = [...g.up];
-    let exec = g.exec;
+    let aborted = false;
     for (const a of actions) {
       if (a.type === 'xstate.emit') {
         const ev = (a.params as { event: { to: string; msg: Msg } }).event;
         up.push([ev.to, relabel(ev.msg, i)]);
-      } else if (a.type === 'abortStep') exec = null;
+      } else if (a.type === 'abortStep') aborted = true;
       else if (a.type !== 'xstate.raise' && a.type !== 'xstate.cancel') violate('unmodelled GPU action', a.type);
     }
-    setGpu(w, i, { snap: next, up, exec });
+    setGpu(w, i, { snap: next, up });
+    if (aborted) core.stop(w);
   };
 
-  // The node agent's side of a command: GPU commands go to the GPU actor, a step starts on a serving rank of that epoch.
-  const deliverDown = (w: World, i: number, m: Msg): void => {
-    if (m.type === 'step.execute') {
-      const g = w.gpus[i]!;
-      const c = ctx(g.snap);
-      if (!g.snap.hasTag('serving') || c['replica'] !== m['replica'] || c['epoch'] !== m['epoch']) return;
-      if (g.exec)
-        violate(
-          'one step per rank',
-          `rank ${i} asked to run step ${String(m['step'])} while running step ${g.exec.step}`,
-        );
-      setGpu(w, i, { exec: { epoch: m['epoch'] as number, step: m['step'] as number } });
-    } else gpuEvent(w, i, m);
-  };
+  // The node's side of a command: it goes to the GPU actor.
+  const deliverDown = (w: World, i: number, m: Msg): void => gpuEvent(w, i, m);
 
   const sendDown = (w: World, i: number, m: Msg): void => {
     if (eager) deliverDown(w, i, m);
@@ -221,6 +238,12 @@ export function checkTensorParallel(o: TpOptions): TpReport {
       const epoch = m['epoch'] as number;
       if (w.failedEpochs.includes(epoch)) violate('fails once per epoch', `replica.failed twice for epoch ${epoch}`);
       w.failedEpochs.push(epoch);
+      // Reports of the failed gang carry the epoch it served under: the failure must leave that epoch behind.
+      if (epoch === EPOCH)
+        violate(
+          'a failure raises the epoch',
+          `replica.failed names epoch ${epoch}, the epoch its gang's reports carry`,
+        );
     } else if (m.type === 'replica.stopped') {
       for (let i = 0; i < n; i++) {
         const g = w.gpus[i]!;
@@ -241,96 +264,63 @@ export function checkTensorParallel(o: TpOptions): TpReport {
     }
   };
 
-  // The replica takes an event and everything it causes synchronously (its own follow-up events included).
-  const toReplica = (w: World, first: AnyEventObject): void => {
+  // The replica takes an event and everything it causes synchronously.
+  const toReplica = (w: World, e: AnyEventObject): void => {
     if (!w.registered) return;
-    const queue: AnyEventObject[] = [first];
-    while (queue.length > 0) {
-      const e = queue.shift()!;
-      const pre = w.replica;
-      const pc = ctx(pre);
-      const [next, actions] = replicaSteps.step(pre, e);
-      if (
-        e.type === 'gpu.failed' &&
-        (pre.matches('loading') || pre.matches('ready') || pre.matches('draining')) &&
-        (pc['gpus'] as number[]).includes((e as Msg)['gpu'] as number)
-      )
-        w.faultWhileServing = true;
-      if (e.type === 'step.completed') {
-        const m = e as Msg;
-        const stale = m['epoch'] !== pc['epoch'] || m['step'] !== pc['step'];
-        if (stale) staleResultsDelivered++;
-        if (stale && (snapKey(next) !== snapKey(pre) || actions.length > 0))
-          violate(
-            'stale step results are dropped',
-            `step.completed (epoch ${String(m['epoch'])}, step ${String(m['step'])}) changed the replica at epoch ${String(pc['epoch'])}, step ${String(pc['step'])}`,
-          );
-      }
-      w.replica = next;
-      for (const a of actions) {
-        const c = (a.info?.context ?? ctx(next)) as Record<string, unknown>;
-        const gang = c['gpus'] as number[];
-        switch (a.type) {
-          case 'xstate.emit': {
-            const ev = (a.params as { event: { to: string; msg: Msg } }).event;
-            if (ev.to === 'placement') toPlacement(w, ev.msg);
-            break;
-          }
-          // The factory's commands: to the GPUs that have not answered (loaded; released or failed) yet.
-          case 'assignGpus':
-            for (const i of gang)
-              if (!(c['loadedGpus'] as number[]).includes(i))
-                sendDown(w, i, {
-                  type: 'gpu.assign',
-                  replica: REPLICA_ID,
-                  epoch: c['gpuEpoch'],
-                  loadMs: 100,
-                  unloadMs: 50,
-                });
-            break;
-          case 'releaseGpus':
-            for (const i of gang)
-              if (!(c['failedGpus'] as number[]).includes(i) && !(c['releasedGpus'] as number[]).includes(i))
-                sendDown(w, i, { type: 'gpu.release', replica: REPLICA_ID, epoch: c['gpuEpoch'] });
-            break;
-          case 'dispatchStep':
-            if (w.work === 0) {
-              w.inflight = false;
-              w.saturated = false;
-              queue.push({ type: 'step.empty', epoch: c['epoch'] });
-              break;
-            }
-            w.inflight = true;
-            if (w.work >= saturateAt !== w.saturated) {
-              w.saturated = !w.saturated;
-              queue.push({ type: w.saturated ? 'work.saturated' : 'work.unsaturated' });
-            }
-            for (const i of gang)
-              sendDown(w, i, { type: 'step.execute', replica: REPLICA_ID, epoch: c['epoch'], step: c['step'] });
-            break;
-          case 'completeStep':
-            if (!w.inflight) {
-              violate('only the step in flight is applied', `completeStep with no step in flight (on ${e.type})`);
-              break;
-            }
-            w.work--;
-            w.completed++;
-            w.inflight = false;
-            break;
-          case 'abortStep':
-            w.inflight = false;
-            break;
-          case 'interruptAll':
-            w.interrupted += w.work;
-            w.work = 0;
-            w.inflight = false;
-            break;
-          case 'xstate.raise':
-          case 'xstate.cancel':
-            break;
-          default:
-            violate('unmodelled replica action', a.type);
+    const pre = w.replica;
+    const pc = ctx(pre);
+    const [next, actions] = replicaSteps.step(pre, e);
+    if (
+      e.type === 'gpu.failed' &&
+      (pre.matches('loading') || pre.matches('ready') || pre.matches('draining')) &&
+      (pc['gpus'] as number[]).includes((e as Msg)['gpu'] as number)
+    )
+      w.failureWhileServing = true;
+    if (e.type === 'step.crashed' && pre.hasTag('serving')) w.failureWhileServing = true;
+    w.replica = next;
+    for (const a of actions) {
+      const c = (a.info?.context ?? ctx(next)) as Record<string, unknown>;
+      const gang = c['gpus'] as number[];
+      switch (a.type) {
+        case 'xstate.emit': {
+          const ev = (a.params as { event: { to: string; msg: Msg } }).event;
+          if (ev.to === 'placement') toPlacement(w, ev.msg);
+          break;
         }
+        // The factory's commands: to the GPUs that have not answered (loaded; released or failed) yet.
+        case 'assignGpus':
+          for (const i of gang)
+            if (!(c['loadedGpus'] as number[]).includes(i))
+              sendDown(w, i, {
+                type: 'gpu.assign',
+                replica: REPLICA_ID,
+                epoch: c['gpuEpoch'],
+                loadMs: 100,
+                unloadMs: 50,
+              });
+          break;
+        case 'releaseGpus':
+          if (w.held > 0)
+            violate(
+              'the gang is released only once the replica holds no work',
+              `releaseGpus (on ${e.type}) while the control plane holds ${w.held} unit(s) in the core`,
+            );
+          for (const i of gang)
+            if (!(c['failedGpus'] as number[]).includes(i) && !(c['releasedGpus'] as number[]).includes(i))
+              sendDown(w, i, { type: 'gpu.release', replica: REPLICA_ID, epoch: c['gpuEpoch'] });
+          break;
+        // Every unit the control plane holds is handed back (resumed elsewhere or failed): exactly once each.
+        case 'interruptAll':
+          w.interrupted += w.held;
+          w.held = 0;
+          break;
+        // The control plane's fault report (or a broken invariant's rethrow, which the alphabet has not).
+        case 'crash':
+        case 'xstate.raise':
+        case 'xstate.cancel':
+          break;
+        default:
+          violate('unmodelled replica action', a.type);
       }
     }
   };
@@ -348,12 +338,52 @@ export function checkTensorParallel(o: TpOptions): TpReport {
     }
   };
 
+  // The control plane's side hears the core: progress of another epoch, or reaching a replica that no longer serves,
+  // is dropped; otherwise its units are finished, and the machine hears what changed in its work.
+  const deliverProgress = (w: World): void => {
+    const [m, ...rest] = w.progress as [Msg, ...Msg[]];
+    w.progress = rest;
+    if (!w.registered || w.crashed) return;
+    if (m['epoch'] !== ctx(w.replica)['epoch'] || !w.replica.hasTag('serving')) {
+      staleResultsDelivered++;
+      // Behind the control plane's check, the machine itself ignores the work events of a dead report.
+      for (const e of WORK_EVENTS) {
+        const [next, actions] = replicaSteps.step(w.replica, e);
+        if (snapKey(next) !== snapKey(w.replica) || actions.length > 0)
+          violate(
+            'work events of a dead epoch change nothing',
+            `${e.type} moves the replica from ${JSON.stringify(w.replica.value)} to ${JSON.stringify(next.value)}`,
+          );
+      }
+      return;
+    }
+    if (failed(w)) violate('no work after failure', `progress applied to a replica that failed`);
+    const finished = m['finished'] as number;
+    if (finished > w.held)
+      violate('each unit ends once', `progress finishes ${finished} unit(s); the control plane holds ${w.held}`);
+    w.held -= Math.min(finished, w.held);
+    w.completed += finished;
+    const saturated = m['saturated'] as boolean;
+    if (saturated !== w.saturated) {
+      w.saturated = saturated;
+      toReplica(w, { type: saturated ? 'work.saturated' : 'work.unsaturated' });
+    }
+    // The view: the core's last load plus the submits it does not count yet.
+    if ((m['held'] as number) === 0 && w.sent <= (m['received'] as number)) toReplica(w, { type: 'work.idle' });
+  };
+
   // Dead reports: a report whose event type no state the replica can still reach handles (by the machine's declared
   // transitions, an over-approximation) is a no-op whenever it arrives, and its arrival commutes with every other
-  // step, so it is dropped at once. A report to a replica that is gone is dropped by the runtime anyway.
+  // step, so it is dropped at once. Progress counts as live while the replica may yet serve (the states that hear
+  // `work.idle`), since the control plane applies it only then. A report to a replica that is gone is dropped by the
+  // runtime anyway.
   const prune = (w: World): void => {
     if (!pruneDead) return;
     const live = w.registered ? liveEventTypes(w.replica) : null;
+    if (w.progress.length > 0 && (!live || w.crashed || !live.has('work.idle'))) {
+      deadReportsDropped += w.progress.length;
+      w.progress = [];
+    }
     w.gpus.forEach((g, i) => {
       const up = g.up.filter(([to, m]) =>
         to === REPLICA_ID ? !!live && live.has(m.type) : to !== 'placement' || g.owner,
@@ -365,15 +395,6 @@ export function checkTensorParallel(o: TpOptions): TpReport {
   };
 
   const { signatures, worldKey } = worldKeys();
-
-  // One message object per report, so that its name and its cached transitions are found by identity.
-  const reports = new Map<string, Msg>();
-  const completed = (gpu: number, epoch: number, stepNo: number): Msg => {
-    const k = `${gpu}.${epoch}.${stepNo}`;
-    let m = reports.get(k);
-    if (!m) reports.set(k, (m = { type: 'step.completed', gpu, replica: REPLICA_ID, epoch, step: stepNo }));
-    return m;
-  };
 
   // Successors: each is a labelled world; GPU events are tried on one GPU per signature class.
   let branchLabel = '';
@@ -399,11 +420,7 @@ export function checkTensorParallel(o: TpOptions): TpReport {
         });
       for (const t of pendingTimers(g.snap))
         branch(`gpu.${i} ${t.split('.')[2]} elapses`, (x) => gpuEvent(x, i, { type: t }));
-      const exec = g.exec;
-      if (exec)
-        branch(`rank ${i} finishes step ${exec.step}`, (x) =>
-          setGpu(x, i, { exec: null, up: [...g.up, [REPLICA_ID, completed(i, exec.epoch, exec.step)]] }),
-        );
+      if (g.exec === 'running') branch(`rank ${i} finishes its share of the step`, (x) => core.rankFinishes(x, i));
       const report = g.up[0];
       if (report) branch(`${report[1].type} from gpu.${i} arrives`, (x) => deliverUp(x, i));
       if (w.faults < o.faults && !g.snap.matches('failed'))
@@ -421,12 +438,36 @@ export function checkTensorParallel(o: TpOptions): TpReport {
         x.drained = true;
         toReplica(x, { type: 'replica.drain', deadlineMs: 1000 });
       });
+    // The router hands a unit to an accepting replica: submitted to its core, and the machine told. (The actor tells
+    // only an idle machine; every other state must ignore it, so it is told in each.)
     if (w.arrived < o.arrivals && w.registered && w.replica.hasTag('accepting'))
       branch('work arrives', (x) => {
+        if (failed(x)) violate('no work after failure', `a unit is handed to a replica that failed`);
         x.arrived++;
-        x.work++;
+        x.held++;
+        x.sent++;
+        if (eager) core.submit(x);
+        else x.submits++;
         toReplica(x, { type: 'work.available' });
       });
+    if (w.submits > 0)
+      branch('the core receives seq.submit', (x) => {
+        x.submits--;
+        core.submit(x);
+      });
+    if (w.progress.length > 0) {
+      branch('seq.progress arrives', deliverProgress);
+      const applies = w.registered && !w.crashed && w.replica.hasTag('serving');
+      if (w.crashes < crashes && applies && w.progress[0]!['epoch'] === ctx(w.replica)['epoch'])
+        // The modelled control plane then drops the core's reports only: the GPUs' answers still reach the machine,
+        // which needs them to stop.
+        branch('applying seq.progress throws', (x) => {
+          x.crashes++;
+          x.crashed = true;
+          x.progress = x.progress.slice(1);
+          toReplica(x, CRASHED);
+        });
+    }
     for (let i = 0; i < n && w.lost < losses; i++) {
       const g = w.gpus[i]!;
       const up = g.up[0]?.[1];
@@ -484,15 +525,16 @@ export function checkTensorParallel(o: TpOptions): TpReport {
           `gpu.${i} ${g.ownedFault ? 'faulted while held' : 'did not fault while held'} but the replica's failedGpus is [${failedGpus.join(',')}]`,
         );
     });
-    if (w.work !== 0 || w.completed + w.interrupted !== w.arrived)
+    if (w.held !== 0 || w.completed + w.interrupted !== w.arrived)
       violate(
         'no work is stranded',
-        `arrived ${w.arrived}, completed ${w.completed}, interrupted ${w.interrupted}, still held ${w.work}`,
+        `arrived ${w.arrived}, completed ${w.completed}, interrupted ${w.interrupted}, still held ${w.held}`,
       );
-    if (w.failedEpochs.length !== (w.faultWhileServing ? 1 : 0))
+    if (w.coreLive) violate('the core stops with its gang', `the stopped replica's core still runs`);
+    if (w.failedEpochs.length !== (w.failureWhileServing ? 1 : 0))
       violate(
         'fails exactly once per fault epoch',
-        `replica.failed sent ${w.failedEpochs.length} time(s); a fault ${w.faultWhileServing ? 'did' : 'did not'} reach it while serving`,
+        `replica.failed sent ${w.failedEpochs.length} time(s); a fault or crash ${w.failureWhileServing ? 'did' : 'did not'} reach it while serving`,
       );
     const owned = w.gpus.filter((g) => g.ownedFault).length;
     const scenario = JSON.stringify({
@@ -500,6 +542,7 @@ export function checkTensorParallel(o: TpOptions): TpReport {
       laterFaults: w.gpus.filter((g) => g.freeFault).length,
       drained: w.drained,
       arrived: w.arrived,
+      crashes: w.crashes,
     });
     const outcome = JSON.stringify({
       replica: w.replica.value,
@@ -518,16 +561,23 @@ export function checkTensorParallel(o: TpOptions): TpReport {
     replica: replica0,
     registered: true,
     gpus: gpus0,
-    work: 0,
+    coreLive: true,
+    coreHeld: 0,
+    coreReceived: 0,
+    submits: 0,
+    progress: [],
+    held: 0,
+    sent: 0,
+    saturated: false,
+    crashed: false,
     arrived: 0,
     completed: 0,
     interrupted: 0,
-    inflight: false,
-    saturated: false,
     faults: 0,
+    crashes: 0,
     drained: false,
     failedEpochs: [],
-    faultWhileServing: false,
+    failureWhileServing: false,
     lost: 0,
     retried: 0,
   };

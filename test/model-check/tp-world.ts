@@ -4,14 +4,15 @@ import type { AnyMachineSnapshot } from 'xstate';
 /** A message between the entities of the composition. */
 export type Msg = { type: string; [k: string]: unknown };
 
-/** One GPU of the gang: its machine, its rank's executor, its links, and what placement and the checker know of it. */
+/** One GPU of the gang: its machine, its rank's share of the core's step, its links, and what placement and the
+ * checker know of it. */
 export interface Gpu {
   snap: AnyMachineSnapshot;
-  /** The step the node's executor runs on this rank, if any. */
-  exec: { epoch: number; step: number } | null;
+  /** This rank's share of the step the engine core runs: running, finished (the step waits for other ranks), or none. */
+  exec: 'running' | 'finished' | null;
   /** Commands from the replica not yet delivered (FIFO mode). */
   down: Msg[];
-  /** Reports from this GPU and its rank to the control plane, in order: `[to, msg]`. */
+  /** Reports from this GPU to the control plane, in order: `[to, msg]`. */
   up: [string, Msg][];
   /** Placement's ownership table: this GPU belongs to the replica. */
   owner: boolean;
@@ -30,18 +31,32 @@ export interface World {
   /** The replica is still reachable by its system id (placement unregisters it once stopped). */
   registered: boolean;
   gpus: Gpu[];
-  work: number;
+  /** The engine core beside the gang's engine: running (until any rank aborts), the units it holds (a step runs
+   * whenever it holds any; each step finishes one), and the submits it received. */
+  coreLive: boolean;
+  coreHeld: number;
+  coreReceived: number;
+  /** Submits on their way to the core (FIFO mode). */
+  submits: number;
+  /** The core's progress reports on their way to the control plane, in order. */
+  progress: Msg[];
+  /** The control plane's side of the replica: units it holds (handed to the core, neither finished nor handed
+   * back), submits it sent, the saturation it last heard, and whether its handling of progress threw. */
+  held: number;
+  sent: number;
+  saturated: boolean;
+  crashed: boolean;
   arrived: number;
   completed: number;
   interrupted: number;
-  inflight: boolean;
-  saturated: boolean;
   faults: number;
+  /** Times the control plane's handling of progress threw. */
+  crashes: number;
   drained: boolean;
   /** Epochs of the `replica.failed` messages placement heard. */
   failedEpochs: number[];
-  /** A fault reached the replica while it was loading, ready or draining (so it must fail). */
-  faultWhileServing: boolean;
+  /** A fault or a crash reached the replica while it was loading, ready or draining (so it must fail). */
+  failureWhileServing: boolean;
   /** Messages the environment lost so far. */
   lost: number;
   /** Replica retries fired while other things could still happen. */
@@ -80,7 +95,7 @@ export function worldKeys(): { signatures(w: World): number[]; worldKey(w: World
   const gpuSig = (g: Gpu): number => {
     let sig = gpuSigs.get(g);
     if (sig === undefined) {
-      const exec = g.exec ? `${g.exec.epoch}.${g.exec.step}` : '-';
+      const exec = g.exec ?? '-';
       const down = g.down.map(msgId).join(' ');
       const up = g.up.map(([to, m]) => `${to}>${msgId(m)}`).join(' ');
       sig = name(
@@ -110,11 +125,12 @@ export function worldKeys(): { signatures(w: World): number[]; worldKey(w: World
       for (const k of Object.keys(rc)) if (k !== 'gpus' && Array.isArray(rc[k])) rc[k] = (rc[k] as unknown[]).length;
       replicaCanon.set(w.replica, (rk = name(JSON.stringify(['replica', w.replica.value, w.replica.status, rc]))));
     }
-    const flags = `${+w.registered}${+w.inflight}${+w.saturated}${+w.drained}${+w.faultWhileServing}`;
+    const flags = `${+w.registered}${+w.coreLive}${+w.saturated}${+w.crashed}${+w.drained}${+w.failureWhileServing}`;
     const counts =
-      `${w.work},${w.arrived},${w.completed},${w.interrupted},${w.faults},${w.lost},${w.retried},` +
-      w.failedEpochs.join('/');
-    return `${rk}:${flags}:${counts}:${[...sigs].sort((a, b) => a - b).join(',')}`;
+      `${w.coreHeld},${w.coreReceived},${w.submits},${w.held},${w.sent},${w.arrived},${w.completed},${w.interrupted},` +
+      `${w.faults},${w.crashes},${w.lost},${w.retried},${w.failedEpochs.join('/')}`;
+    const progress = w.progress.map(msgId).join(' ');
+    return `${rk}:${flags}:${counts}:${progress}:${[...sigs].sort((a, b) => a - b).join(',')}`;
   };
 
   return { signatures, worldKey };

@@ -1,6 +1,10 @@
+// A TP-8 replica losing GPUs while its engine core reports: whatever the order of the faults, the core's late work
+// events and a crash, the gang fails once; and a real replica actor gives every request exactly one outcome wherever
+// the fault falls among its core's progress reports.
 import { describe, expect, it } from 'vitest';
 import { initialTransition, transition, type AnyMachineSnapshot } from 'xstate';
 import { replicaMachine, type ReplicaEvent } from '../../../machines/replica.machine.ts';
+import type { ReplicaLoad, SeqEvent } from '../../../machines/core-messages.ts';
 import { createVirtualClock } from '../../../runtime/clock.ts';
 import { createRng } from '../../../runtime/rng.ts';
 import { createRuntime, type Msg } from '../../../runtime/system.ts';
@@ -9,12 +13,13 @@ import { createCostModel } from '../../../actors/gpu/cost-model.ts';
 import { gpuProfile, modelProfile } from '../../../actors/gpu/profiles.ts';
 import { createSequence, type Sequence } from '../../../actors/batcher/sequence.ts';
 
+const ID = 'replica.big@v1#0';
 const GANG = [0, 1, 2, 3, 4, 5, 6, 7];
 const FAILED = 3;
-const input = { id: 'replica.big@v1#0', model: 'big', version: 'v1', gpus: GANG, epoch: 1, loadMs: 10, unloadMs: 10 };
+const input = { id: ID, model: 'big', version: 'v1', gpus: GANG, epoch: 1, loadMs: 10, unloadMs: 10 };
 
-/** A replica with step 1 in flight on all eight ranks. */
-function stepping(): AnyMachineSnapshot {
+/** A loaded TP-8 replica whose core holds work. */
+function busy(): AnyMachineSnapshot {
   let [s] = initialTransition(replicaMachine, input);
   [s] = transition(replicaMachine, s, { type: 'replica.start' });
   for (const g of GANG) [s] = transition(replicaMachine, s, { type: 'gpu.loaded', gpu: g, epoch: 1 });
@@ -22,111 +27,167 @@ function stepping(): AnyMachineSnapshot {
   return s;
 }
 
-// Event i < 8 is rank i's result for step 1; event 8 is the fault on GPU 3.
-const eventOf = (i: number): ReplicaEvent =>
-  i < 8 ? { type: 'step.completed', gpu: i, epoch: 1, step: 1 } : { type: 'gpu.failed', gpu: FAILED, code: 'xid_79' };
+// Events 0-7: a fault on each rank; 8, 9: the core's work events; 10: the control plane's handling of progress threw.
+const EVENTS: ReplicaEvent[] = [
+  ...GANG.map((gpu): ReplicaEvent => ({ type: 'gpu.failed', gpu, code: 'xid_79' })),
+  { type: 'work.saturated' },
+  { type: 'work.idle' },
+  { type: 'step.crashed', error: new Error('applying progress threw') },
+];
+const ALL = (1 << EVENTS.length) - 1;
+/** Events that fail a serving replica: any rank's fault, or the crash. */
+const FAILING = ALL & ~((1 << 8) | (1 << 9));
+
 const project = (s: AnyMachineSnapshot): string => {
-  const c = s.context as Record<string, unknown>;
+  const c = s.context as { epoch: number; busy: boolean; failedGpus: readonly number[]; released: number };
   return JSON.stringify({
     value: s.value,
-    epoch: c['epoch'],
-    failedGpus: c['failedGpus'],
-    stepping: c['stepping'],
-    pendingRanks: c['pendingRanks'],
+    epoch: c.epoch,
+    busy: c.busy,
+    failedGpus: [...c.failedGpus].sort(),
+    released: c.released,
   });
 };
+const tellsFailed = (a: { type: string; params?: unknown }): boolean =>
+  a.type === 'xstate.emit' && (a.params as { event: { msg: { type: string } } }).event.msg.type === 'replica.failed';
 
-describe('a TP-8 replica losing a GPU mid-step', () => {
-  it('reaches the same state whatever the order of the eight ranks and the fault (all 9! orders)', () => {
-    // Exhaustive over every order: explore (delivered set, actions so far); every path into a set must give the same
-    // state, and the local checks below hold on every transition, hence on every one of the 362,880 orders.
-    const start = stepping();
+describe('a TP-8 replica losing GPUs while its core reports work', () => {
+  it('fails its gang once, at the first fault or crash, whatever the order of eight faults, two work events and a crash (all 11! orders)', () => {
+    // Exhaustive over every order: explore (delivered set, state, failures told so far); the local checks below hold
+    // on every transition, hence on every one of the 39,916,800 orders.
     const byMask = new Map<number, string>();
     const finals = new Set<string>();
     const seen = new Set<string>();
     let transitions = 0;
-    const walk = (s: AnyMachineSnapshot, mask: number, applied: number, interrupted: number): void => {
-      const key = `${mask}|${applied}|${interrupted}`;
+    const walk = (s: AnyMachineSnapshot, mask: number, told: number, interrupted: number): void => {
+      const p = project(s);
+      const key = `${mask}|${p}|${told}|${interrupted}`;
       if (seen.has(key)) return;
       seen.add(key);
-      const p = project(s);
-      const prev = byMask.get(mask);
-      if (prev === undefined) byMask.set(mask, p);
-      else expect(p).toBe(prev);
-      if (mask === 0x1ff) {
-        finals.add(`${p} applied=${applied} interrupted=${interrupted}`);
+      // Once the gang failed, the state depends only on which events came, not on their order.
+      if (mask & FAILING) {
+        const prev = byMask.get(mask);
+        if (prev === undefined) byMask.set(mask, p);
+        else expect(p).toBe(prev);
+      }
+      if (mask === ALL) {
+        finals.add(`${p} told=${told} interrupted=${interrupted}`);
         return;
       }
-      for (let i = 0; i < 9; i++) {
+      for (let i = 0; i < EVENTS.length; i++) {
         if (mask & (1 << i)) continue;
-        const [next, actions] = transition(replicaMachine, s, eventOf(i));
+        const e = EVENTS[i]!;
+        const [next, actions] = transition(replicaMachine, s, e);
         transitions++;
         const types = actions.map((a) => a.type);
-        const completes = types.filter((t) => t === 'completeStep').length;
+        const tells = actions.filter(tellsFailed).length;
         const interrupts = types.filter((t) => t === 'interruptAll').length;
-        const faultSeen = (mask & 0x100) !== 0;
-        // The step is applied only when all eight ranks reported before the fault; late results are dropped.
-        if (completes > 0) {
-          expect(faultSeen).toBe(false);
-          expect((mask | (1 << i)) & 0xff).toBe(0xff);
+        const first = (mask & FAILING) === 0 && ((1 << i) & FAILING) !== 0;
+        // The first fault or crash fails the whole gang: its work handed back once, the epoch raised, placement told.
+        expect(tells).toBe(first ? 1 : 0);
+        expect(interrupts).toBe(first ? 1 : 0);
+        if (first) {
+          expect(next.hasTag('failed')).toBe(true);
+          expect((next.context as { epoch: number }).epoch).toBe(2);
         }
-        if (i === 8) {
-          expect(interrupts).toBe(1);
-          expect(types).toContain('abortStep');
-          expect(applied).toBe((mask & 0xff) === 0xff ? 1 : 0);
-        } else expect(interrupts).toBe(0);
-        walk(next, mask | (1 << i), applied + completes, interrupted + interrupts);
+        // After it, the core's work events (from a dead epoch) change nothing, and a crash is only reported.
+        if (!first && (mask & FAILING) !== 0 && e.type.startsWith('work.')) {
+          expect(project(next)).toBe(project(s));
+          expect(types).toEqual([]);
+        }
+        if (!first && (mask & FAILING) !== 0 && e.type === 'step.crashed') expect(types).toEqual(['crash']);
+        walk(next, mask | (1 << i), told + tells, interrupted + interrupts);
       }
     };
-    walk(start, 0, 0, 0);
-    expect(transitions).toBeGreaterThan(500);
-    // Two histories (step applied before the fault, or aborted by it), one end state: failed, epoch 2, GPU 3 lost.
-    const states = new Set([...finals].map((f) => f.split(' applied')[0]));
-    expect(states.size).toBe(1);
-    expect([...states][0]).toContain('"value":"failed"');
-    expect([...states][0]).toContain('"epoch":2');
-    expect([...finals].every((f) => f.endsWith('interrupted=1'))).toBe(true);
-  });
-
-  it('gives every request the same outcome whatever the position of the fault among the ranks', () => {
-    const outcomes = new Set<string>();
-    for (let pos = 0; pos <= 8; pos++) {
-      for (const failedReports of [false, true]) {
-        const r = driveReplica(pos, failedReports);
-        // Exactly one hand-back per request, with the tokens it streamed; the replica ends failed at epoch 2.
-        expect(r.interrupted.sort()).toEqual(['req.a', 'req.b']);
-        expect(r.state).toBe('failed');
-        expect(r.epoch).toBe(2);
-        outcomes.add(JSON.stringify({ interrupted: r.interrupted, state: r.state, epoch: r.epoch }));
-        // Tokens: the step counts only if all eight ranks reported before the fault.
-        expect(r.tokens).toBe(failedReports && pos === 8 ? 1 : 0);
-      }
-    }
-    expect(outcomes.size).toBe(1);
+    walk(busy(), 0, 0, 0);
+    expect(transitions).toBeGreaterThan(5_000);
+    // One end: every GPU failed and accounted for, the replica stopped at epoch 2, told and interrupted once.
+    expect([...finals]).toEqual([
+      `${JSON.stringify({ value: 'stopped', epoch: 2, busy: false, failedGpus: GANG, released: 0 })} told=1 interrupted=1`,
+    ]);
   });
 });
 
-/** Drives a real replica actor: one step in flight, then the eight ranks' results with the fault at `pos`. */
-function driveReplica(
-  pos: number,
-  failedReports: boolean,
-): { interrupted: string[]; state: string; epoch: number; tokens: number } {
+/** A load report with the given fields (the rest zero). */
+function load(over: Partial<ReplicaLoad>): ReplicaLoad {
+  return {
+    waiting: 0,
+    running: 0,
+    blocksUsed: 0,
+    blocksTotal: 1000,
+    prefillTokensAhead: 0,
+    decodeTokensAhead: 0,
+    waitingBlocks: 0,
+    waitingByClass: [],
+    waitingTokensByClass: [],
+    committedBlocks: 0,
+    runningCommittedBlocks: 0,
+    runningContext: 0,
+    preemptions: 0,
+    steps: 0,
+    received: 0,
+    queued: 0,
+    saturated: false,
+    stepCount: 0,
+    stepMembers: 0,
+    stepTokens: 0,
+    stepPredictedMs: 0,
+    stepBusyMs: 0,
+    inflightPredictedMs: 0,
+    inflightMs: 0,
+    ...over,
+  };
+}
+
+// The core's three reports for requests a and b (epoch 1): both scheduled; a token each and a finished; b finished.
+const REPORTS: [SeqEvent[], Partial<ReplicaLoad>][] = [
+  [
+    [
+      { k: 's', id: 'req.a' },
+      { k: 's', id: 'req.b' },
+    ],
+    { running: 2, received: 2, stepCount: 1 },
+  ],
+  [
+    [
+      { k: 't', id: 'req.a', n: 1 },
+      { k: 't', id: 'req.b', n: 1 },
+      { k: 'f', id: 'req.a', reason: 'done' },
+    ],
+    { running: 1, received: 2, stepCount: 2 },
+  ],
+  [
+    [
+      { k: 't', id: 'req.b', n: 1 },
+      { k: 'f', id: 'req.b', reason: 'done' },
+    ],
+    { received: 2, stepCount: 3 },
+  ],
+];
+
+/** Drives a real replica actor holding two requests: its core's three reports, with the fault on GPU 3 at `pos`. */
+function driveReplica(pos: number): {
+  finished: string[];
+  interrupted: string[];
+  tokens: number;
+  state: string;
+  epoch: number;
+} {
   const clock = createVirtualClock();
   const runtime = createRuntime({ name: 't', clock, rng: createRng(1) });
-  const sent: { to: string; msg: Msg }[] = [];
-  runtime.setRemote((to, msg) => sent.push({ to, msg }));
+  runtime.setRemote(() => {});
+  const finished: string[] = [];
   const interrupted: string[] = [];
   let tokens = 0;
-  const cost = createCostModel(modelProfile('llama-3-70b'), gpuProfile('H100-SXM'), 8);
   const r = createReplica(runtime, {
-    id: 'replica.big@v1#0',
+    id: ID,
     model: 'big',
     version: 'v1',
     gpus: GANG,
     epoch: 1,
     gpuType: 'H100-SXM',
     modelProfile: 'llama-3-70b',
-    cost,
+    cost: createCostModel(modelProfile('llama-3-70b'), gpuProfile('H100-SXM'), 8),
     limits: {
       policy: 'chunked',
       maxRunning: 8,
@@ -139,38 +200,53 @@ function driveReplica(
     onInterrupted: (seqs: Sequence[]) => interrupted.push(...seqs.map((s) => s.id)),
   });
   r.actor.send({ type: 'replica.start' });
-  for (const g of GANG) runtime.send(r.id, { type: 'gpu.loaded', gpu: g, replica: r.id, epoch: 1 });
+  for (const g of GANG) runtime.send(ID, { type: 'gpu.loaded', gpu: g, replica: ID, epoch: 1 });
   const listener = {
     scheduled: () => {},
     preempted: () => {},
     tokens: (_s: Sequence, n: number) => (tokens += n),
-    finished: () => {},
+    finished: (s: Sequence) => finished.push(s.id),
   };
-  for (const id of ['req.a', 'req.b']) {
+  for (const id of ['req.a', 'req.b'])
     r.enqueue(
       createSequence({
         id,
         priority: 0,
         order: id === 'req.a' ? 1 : 2,
         promptTokens: 16,
-        outputTokens: 4,
+        outputTokens: 2,
         maxTokens: 4,
         receivedAt: 0,
         listener,
       }),
     );
-  }
-  const step = r.actor.getSnapshot().context.step;
-  const results = GANG.filter((g) => failedReports || g !== FAILED).map((g): Msg => ({
-    type: 'step.completed',
-    gpu: g,
-    replica: r.id,
+  const order: Msg[] = REPORTS.map(([events, l], i) => ({
+    type: 'seq.progress',
+    replica: ID,
     epoch: 1,
-    step,
+    at: 10 * (i + 1),
+    start: 10 * i,
+    events,
+    load: load(l),
   }));
-  const order: Msg[] = [...results];
-  order.splice(Math.min(pos, order.length), 0, { type: 'gpu.failed', gpu: FAILED, code: 'xid_79' });
-  for (const m of order) runtime.send(r.id, m);
+  order.splice(pos, 0, { type: 'gpu.failed', gpu: FAILED, code: 'xid_79' });
+  for (const m of order) runtime.send(ID, m);
   const s = r.actor.getSnapshot();
-  return { interrupted, state: String(s.value), epoch: s.context.epoch, tokens };
+  return { finished, interrupted, tokens, state: String(s.value), epoch: s.context.epoch };
 }
+
+describe('a real TP-8 replica losing a GPU among its core’s progress reports', () => {
+  it('gives every request exactly one outcome wherever the fault falls, and applies no report after it', () => {
+    for (let pos = 0; pos <= REPORTS.length; pos++) {
+      const r = driveReplica(pos);
+      // Finished by the reports before the fault; every other one handed back by the failure, once.
+      const before = REPORTS.slice(0, pos).flatMap(([events]) => events);
+      const done = before.filter((e) => e.k === 'f').map((e) => (e as { id: string }).id);
+      expect(r.finished).toEqual(done);
+      expect(r.interrupted.sort()).toEqual(['req.a', 'req.b'].filter((id) => !done.includes(id)));
+      expect(r.tokens).toBe(before.filter((e) => e.k === 't').length);
+      expect(r.state).toBe('failed');
+      expect(r.epoch).toBe(2);
+    }
+  });
+});
