@@ -510,7 +510,8 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
     }
   };
   runtime.register(o.id, (msg) => {
-    if (crashed) return;
+    // After a crash the replica's work is unknown: its core's reports are dropped; its GPUs' answers still count.
+    if (crashed && msg.type === 'seq.progress') return;
     try {
       onMessage(msg);
     } catch (error) {

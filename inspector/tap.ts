@@ -6,9 +6,8 @@ import { cleanFields, type ActorFrame, type Clean, type Frame, type StateFrame, 
 
 /** Events that arrive per step or per wake-up: shown only when they change the actor's state. */
 const HOT_EVENTS: ReadonlySet<string> = new Set([
-  'step.completed',
   'work.available',
-  'step.empty',
+  'work.idle',
   'work.saturated',
   'work.unsaturated',
 ]);
@@ -16,7 +15,7 @@ const HOT_EVENTS: ReadonlySet<string> = new Set([
 /** Context fields the page shows, per machine; nothing else leaves the process. */
 const CONTEXT_FIELDS: Readonly<Record<string, readonly string[]>> = {
   gpu: ['replica', 'epoch', 'faultCode'],
-  replica: ['model', 'version', 'epoch', 'step', 'gpus', 'failedGpus'],
+  replica: ['model', 'version', 'epoch', 'busy', 'gpus', 'failedGpus'],
   request: ['model', 'priority', 'replica', 'tokens', 'resumes', 'preemptions', 'code', 'message', 'outcome'],
   placement: ['mode', 'target', 'reservation', 'switches', 'deadlineAt'],
 };
