@@ -49,7 +49,7 @@ describe('deterministic simulation testing', () => {
     expect(r.violations.some((v) => v.startsWith('P1'))).toBe(true);
   });
 
-  it('catches submits that never reach their core: the replica's view goes stale (P15)', () => {
+  it('catches submits that never reach their core: the view of its work goes stale (P15)', () => {
     const r = runDstSeed(1, { simSeconds: 60, mutation: 'lose-submits', faults: [] });
     expect(r.violations.some((v) => v.startsWith('P15'))).toBe(true);
     expect(runDstSeed(1, { simSeconds: 60, faults: [] }).violations).toEqual([]);
