@@ -331,6 +331,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
     blocksTotal: o.limits.blocksTotal ?? o.cost.kvBlocks(o.limits.blockTokens),
   };
   const work = createWorkView(limits);
+  const owner = ownerKey(o.model, o.version);
   const held = new Map<string, Sequence>();
   const items = new Map<string, StatelessItem>();
   const progress = createProgressApplier(o, held, items);
@@ -429,6 +430,9 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
     ready: () => hasTag('ready'),
     accepting: () => hasTag('accepting'),
     enqueue: (seq, atHead = false) => {
+      // Only this replica's model@version: its core takes every sequence as its own.
+      if (seq.owner !== '' && seq.owner !== owner)
+        throw new Error(`sequence ${seq.id} of ${seq.owner} handed to ${o.id}, a replica of ${owner}`);
       if (seq.promptTokens + seq.maxTokens > limits.maxContext)
         throw new RangeError(
           `sequence ${seq.id}: prompt ${seq.promptTokens} + max tokens ${seq.maxTokens} exceed the context of ${limits.maxContext}`,

@@ -36,7 +36,7 @@ interface Figures {
   p99AddedTbtMs: number;
   concurrentStreams: number;
   bytesPerStream: number;
-  [k: string]: number | boolean;
+  [k: string]: number | boolean | number[];
 }
 
 // Eight single-GPU replicas of the small model with room for thousands of sequences each (the executor is zero-cost,

@@ -88,8 +88,6 @@ export interface DstOptions {
   simSeconds: number;
   faults?: DstFault[];
   mutation?: DstMutation;
-  /** The link shortcut (see transport/sim-link.ts): off by default, so the DST keeps every frame on the codec. */
-  shortcut?: boolean;
   /** The reference run: every step through the replica machines (replicas' direct steps off). The result is the same
    * either way, with or without the shortcut; a test shows it. */
   stepByStep?: boolean;
@@ -555,7 +553,6 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
     faults.some((f) => f.kind === 'partition' && f.until === undefined);
   const clock = createVirtualClock();
   const sys = buildDstSystem(clock, rng, scenario, MUTATIONS[opts.mutation ?? 'none'], {
-    shortcut: opts.shortcut === true,
     stepByStep: opts.stepByStep === true,
   });
   clock.run(600_000);
