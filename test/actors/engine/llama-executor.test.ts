@@ -113,7 +113,7 @@ describe('the llama executor under an engine core', () => {
 
   it('gives each of several sequences batched together the greedy text it has alone', async () => {
     const prompts = PROMPTS.map((p) => engine.tokenize(p));
-    const want = [];
+    const want: Awaited<ReturnType<typeof engineGreedy>>[] = [];
     for (const p of prompts) want.push(await engineGreedy(p, 16));
     const { core, got, finished } = coreOver();
     core.submit(prompts.map((p, i) => seqOf(`s${i}`, p, 16, i)));
@@ -124,7 +124,7 @@ describe('the llama executor under an engine core', () => {
 
   it('continues a sequence preempted by recompute with the tokens it would have had', async () => {
     const prompts = PROMPTS.slice(0, 2).map((p) => engine.tokenize(p));
-    const want = [];
+    const want: Awaited<ReturnType<typeof engineGreedy>>[] = [];
     for (const p of prompts) want.push(await engineGreedy(p, 40));
     // Two sequences growing to ~50 tokens each in 5 blocks of 16: the newer one is preempted and recomputed.
     const { core, got, reports, finished } = coreOver({ ...LIMITS, blocksTotal: 5 });
