@@ -9,16 +9,11 @@ import { createWallClock, type Clock } from '../../runtime/clock.ts';
 import { createRng } from '../../runtime/rng.ts';
 import { createRuntime, type Msg, type Runtime } from '../../runtime/system.ts';
 import { contained, faultHandler, timerFailed } from '../../runtime/contain.ts';
-import {
-  createCostModelExecutor,
-  createTimedExecutor,
-  createZeroCostExecutor,
-  type Executor,
-} from '../gpu/executor.ts';
 import { PROTOCOL_VERSION } from '../../transport/protocol.ts';
 import { createLink, type Link } from '../../transport/link.ts';
 import { connectWs, type WsPeer } from '../../transport/ws.ts';
 import { startNodeAgent, type NodeAgent } from './agent.ts';
+import type { StepTiming } from './cores.ts';
 import { stateName } from '../../machines/state-name.ts';
 
 /** Which executor the worker runs steps with. */
@@ -62,11 +57,12 @@ export interface NodeProcess {
   stop(): void;
 }
 
-/** Builds the executor a worker runs. */
-export function createExecutor(kind: ExecutorKind, clock: Clock, timeScale = 1, fixedStepMs = 1): Executor {
-  if (kind === 'zero-cost') return createZeroCostExecutor(clock);
-  if (kind === 'fixed') return createTimedExecutor('fixed', clock, () => fixedStepMs);
-  return createCostModelExecutor(clock, timeScale);
+/** How a worker's cores time their steps: the roofline (scaled), none (the zero-cost overhead runs), or a fixed
+ * time per step. */
+export function stepTiming(kind: ExecutorKind, timeScale = 1, fixedStepMs = 1): StepTiming {
+  if (kind === 'zero-cost') return { fixedMs: 0 };
+  if (kind === 'fixed') return { fixedMs: fixedStepMs };
+  return { scale: timeScale };
 }
 
 /** The worker's runtime for one registration: a fault an actor contained is logged; one it did not (its state
@@ -99,7 +95,7 @@ export function startNodeProcess(opts: NodeProcessOptions): NodeProcess {
   const clock = opts.clock ?? createWallClock(timerFailed(log));
   const nodeName = opts.node ?? 'node';
   const scale = opts.timeScale ?? 1;
-  const executor = createExecutor(opts.executor ?? 'cost-model', clock, scale, opts.fixedStepMs);
+  const steps = stepTiming(opts.executor ?? 'cost-model', scale, opts.fixedStepMs);
   let peer: WsPeer | null = null;
   let link: Link | null = null;
   let runtime: Runtime | null = null;
@@ -116,7 +112,6 @@ export function startNodeProcess(opts: NodeProcessOptions): NodeProcess {
 
   const dropAgent = (): void => {
     if (!agent) return;
-    for (const g of opts.gpus) executor.abort(g);
     agent.stop();
     agent = null;
     runtime?.setRemote(null);
@@ -198,7 +193,7 @@ export function startNodeProcess(opts: NodeProcessOptions): NodeProcess {
         agent = startNodeAgent(runtime, {
           id: 'node',
           gpus: opts.gpus,
-          executor,
+          steps,
           timeScale: scale,
           ...(repairMs !== undefined ? { repairMs } : {}),
           ...(settings.heartbeatMs ? { heartbeatMs: settings.heartbeatMs } : {}),
