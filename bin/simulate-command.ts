@@ -9,8 +9,8 @@ import type { ControlPlane } from '../actors/control-plane.ts';
 
 const USAGE =
   'usage: switchyard simulate <scenario.yaml> [--seed N] [--json] [--wall] [--explain req.N] [--trace out.json]\n' +
-  '  [--wire-check]    every frame crosses the codec (no link shortcut, no envelope arrays; same report)\n' +
-  '  [--step-by-step]  --wire-check, and every step through the replica machine (the reference run)\n' +
+  '  [--wire-check]    every frame crosses the codec (no envelope arrays; same report)\n' +
+  '  [--step-by-step]  --wire-check, and every request event through the interpreted machine (the reference run)\n' +
   '       switchyard simulate --fleet <fleet-scenario.yaml> [--seed N] [--router gie-like|predicted] [--json] [--wall]\n' +
   '         [--step-by-step]  the reference fleet run (tokens counted one by one at the edge; same report)\n';
 

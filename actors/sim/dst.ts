@@ -88,8 +88,8 @@ export interface DstOptions {
   simSeconds: number;
   faults?: DstFault[];
   mutation?: DstMutation;
-  /** The reference run: every step through the replica machines (replicas' direct steps off). The result is the same
-   * either way, with or without the shortcut; a test shows it. */
+  /** The reference run: every frame through the codec and every request event through the interpreted machine. The
+   * result is the same either way; a test shows it. */
   stepByStep?: boolean;
 }
 
