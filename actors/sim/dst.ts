@@ -367,6 +367,9 @@ function scheduleFaults(
             if (n <= 0) break;
             if (c.streaming && !c.terminal && !c.lost && sys.cp && c.plane === sys.planes.length - 1) {
               sys.cp.cancel(id);
+              // A cancel ends the request at once, as cancelled: one outcome, and the one the client asked for.
+              if (c.terminal?.outcome !== 'cancelled')
+                clients.violate('P1', `${id}: cancelled, but its outcome is ${c.terminal?.outcome ?? 'not yet given'}`);
               n--;
             }
           }
