@@ -43,6 +43,9 @@ export interface WorkView {
   last(): ReplicaLoad | null;
   /** When (control-plane clock) the last load was heard; -1 before the first. */
   heardAt(): number;
+  /** The step its core runs now, as last reported: its predicted ms and how long it has run by `now` (control-plane
+   * clock); null when none ran at the last report. */
+  stepInFlight(now: number): { predictedMs: number; elapsedMs: number } | null;
   /** When the oldest submit the core has not reported was sent; -1 when none. */
   oldestPending(): number;
   /** Prefill tokens of the submits not reported yet. */
@@ -138,6 +141,10 @@ export function createWorkView(limits: ContinuousLimits): WorkView {
     queued: () => (load?.queued ?? 0) + sums.count,
     last: () => load,
     heardAt: () => heardAt,
+    stepInFlight: (now) =>
+      load && load.inflightPredictedMs > 0
+        ? { predictedMs: load.inflightPredictedMs, elapsedMs: load.inflightMs + Math.max(0, now - heardAt) }
+        : null,
     oldestPending: () => {
       for (let i = head; i < pending.length; i++) if (!pending[i]!.gone) return pending[i]!.at;
       return -1;

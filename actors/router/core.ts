@@ -56,7 +56,7 @@ export function createRouterCore(deps: RouterDeps): RouterCore {
     },
     fits: (r, e) => e.needBlocks <= r.blocksTotal,
     // Measured step-time ratio, kept within sane bounds so one odd sample cannot zero or explode an estimate.
-    estimate: (r, work) => r.estimate(work, Math.min(20, Math.max(0.5, deps.slowdown?.(r.id) ?? 1))),
+    estimate: (r, work) => r.estimate(work, Math.min(20, Math.max(0.5, deps.slowdown?.(r.id) ?? 1)), deps.now()),
     choose: (cands, ests) => {
       const { fits } = core;
       if (core.policy === 'round-robin') {

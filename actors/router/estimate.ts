@@ -51,6 +51,9 @@ const fullShape = { prefill: [fullChunk], decodeBatch: 0, decodeContext: 0 };
 /** What an estimate reads of a replica: its ledger's stats, its batching limits and its cost model. */
 export interface ReplicaLoad {
   id: string;
+  /** The step the replica runs now, when known: its predicted ms (at the cost model's speed) and the real ms it has
+   * run. Absent: half a step is assumed. */
+  inflight?: { predictedMs: number; elapsedMs: number } | null;
   stats: Pick<
     BatcherStats,
     | 'waiting'
@@ -114,8 +117,19 @@ function slotsFreedAfter(n: number, k: number): number {
  * slower (or faster) the replica's steps have really been running (measured by outlier ejection), so admission
  * tracks a straggler instead of letting its queue expire.
  */
-export function estimateWait(r: ReplicaHandle, work: WorkSpec, slowdown = 1): WaitEstimate {
-  return estimateLoad({ id: r.id, stats: r.work.stats(), limits: r.work.limits, cost: r.cost }, work, slowdown);
+export function estimateWait(r: ReplicaHandle, work: WorkSpec, slowdown = 1, now?: number): WaitEstimate {
+  const inflight = now === undefined ? undefined : r.work.stepInFlight(now);
+  return estimateLoad(
+    {
+      id: r.id,
+      stats: r.work.stats(),
+      limits: r.work.limits,
+      cost: r.cost,
+      ...(inflight !== undefined ? { inflight } : {}),
+    },
+    work,
+    slowdown,
+  );
 }
 
 /** estimateWait over a replica's load as data (a real replica's ledger, or the work held for one still loading). */
@@ -137,8 +151,17 @@ export function estimateLoad(r: ReplicaLoad, work: WorkSpec, slowdown = 1): Wait
     aheadCount += st.waitingByClass[c] ?? 0;
   }
 
-  // A busy replica finishes the step in flight first: half a step on average.
-  const inflightS = st.running + st.waiting > 0 ? (ahead > 0 ? fullS : decodeS) / 2 : 0;
+  // A busy replica finishes the step in flight first: what its core said of it (its predicted time less what has run,
+  // at the observed slowdown), or half a step on average when unknown.
+  const f = r.inflight;
+  const inflightS =
+    f !== undefined
+      ? f === null
+        ? 0
+        : Math.max(0, f.predictedMs - f.elapsedMs / slowdown) / 1000
+      : st.running + st.waiting > 0
+        ? (ahead > 0 ? fullS : decodeS) / 2
+        : 0;
 
   const B = lim.blockTokens;
   const inFlight = st.running + st.waiting;

@@ -15,7 +15,8 @@ export interface ReplicaView {
   /** KV blocks in all: a request that needs more can never run here. */
   readonly blocksTotal: number;
   /** Predicted wait, first token and KV headroom of `work` here; `slowdown` scales the cost model's step times. */
-  estimate(work: WorkSpec, slowdown: number): WaitEstimate;
+  /** `now`: the router's clock, to place the step in flight (absent: half a step is assumed). */
+  estimate(work: WorkSpec, slowdown: number, now?: number): WaitEstimate;
   /** Requests of class `rank` waiting in its queue, and their prompt tokens. */
   waiting(rank: number): { count: number; tokens: number };
 }
@@ -39,7 +40,7 @@ export function viewOf(r: ReplicaHandle): ReplicaView {
     ready: () => isReady(r),
     state: () => r.state(),
     blocksTotal: r.work.limits.blocksTotal,
-    estimate: (work, slowdown) => estimateWait(r, work, slowdown),
+    estimate: (work, slowdown, now) => estimateWait(r, work, slowdown, now),
     // The class totals only: stats() would walk the running set whenever a step changed it.
     waiting: (rank) => r.work.waitingOf(rank),
   };

@@ -368,8 +368,10 @@ function scheduleFaults(
             if (c.streaming && !c.terminal && !c.lost && sys.cp && c.plane === sys.planes.length - 1) {
               sys.cp.cancel(id);
               // A cancel ends the request at once, as cancelled: one outcome, and the one the client asked for.
-              if (c.terminal?.outcome !== 'cancelled')
-                clients.violate('P1', `${id}: cancelled, but its outcome is ${c.terminal?.outcome ?? 'not yet given'}`);
+              // (Read again: the cancel has just set it.)
+              const ended = (c as { terminal?: { outcome: string } }).terminal;
+              if (ended?.outcome !== 'cancelled')
+                clients.violate('P1', `${id}: cancelled, but its outcome is ${ended?.outcome ?? 'not yet given'}`);
               n--;
             }
           }
