@@ -323,6 +323,49 @@ function giveUp(o: ReplicaOptions, held: Map<string, Sequence>, items: Map<strin
   }
 }
 
+/** The work of a replica its control plane has not heard progress of (see ReplicaHandle.inflight). */
+function inflightOf(
+  o: ReplicaOptions,
+  work: WorkView,
+  limits: ContinuousLimits,
+  reported: readonly number[],
+): ReturnType<ReplicaHandle['inflight']> {
+  const l = work.last();
+  if (l && l.inflightPredictedMs > 0)
+    return { step: l.stepCount, since: work.heardAt() - l.inflightMs, predictedMs: l.inflightPredictedMs, reported };
+  const pendingAt = work.oldestPending();
+  if (pendingAt >= 0) {
+    const prefill = Math.min(work.pendingPrefill(), limits.tokenBudget);
+    const stepMs = o.cost.stepS({ prefill: [{ tokens: prefill, cached: 0 }], decodeBatch: 0, decodeContext: 0 }) * 1000;
+    const predictedMs = stepMs * (o.slowdown ?? 1) + (o.stateless?.maxDelayMs ?? 0);
+    return { step: l?.stepCount ?? 0, since: pendingAt, predictedMs, reported };
+  }
+  if (l && l.queued > 0 && o.stateless)
+    return { step: l.stepCount, since: work.heardAt(), predictedMs: o.stateless.maxDelayMs, reported };
+  return null;
+}
+
+/** Refuses a sequence a replica's core could not take: another model@version's, or longer than its context. */
+function admitSeq(o: ReplicaOptions, limits: ContinuousLimits, seq: Sequence): void {
+  const owner = ownerKey(o.model, o.version);
+  // Only this replica's model@version: its core takes every sequence as its own.
+  if (seq.owner !== '' && seq.owner !== owner)
+    throw new Error(`sequence ${seq.id} of ${seq.owner} handed to ${o.id}, a replica of ${owner}`);
+  if (seq.promptTokens + seq.maxTokens > limits.maxContext)
+    throw new RangeError(
+      `sequence ${seq.id}: prompt ${seq.promptTokens} + max tokens ${seq.maxTokens} exceed the context of ${limits.maxContext}`,
+    );
+}
+
+/** What a submitted sequence adds to the view until its core reports it. */
+const pendingOf = (seq: Sequence) => ({
+  id: seq.id,
+  rank: seq.priority,
+  prefill: seq.promptTokens + seq.generated,
+  decode: Math.max(0, seq.estOutputTokens - seq.generated),
+  finalTokens: seq.promptTokens + seq.estOutputTokens,
+});
+
 /** Creates and starts a replica actor registered as its system id. */
 export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandle {
   const { clock } = runtime;
@@ -331,7 +374,6 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
     blocksTotal: o.limits.blocksTotal ?? o.cost.kvBlocks(o.limits.blockTokens),
   };
   const work = createWorkView(limits);
-  const owner = ownerKey(o.model, o.version);
   const held = new Map<string, Sequence>();
   const items = new Map<string, StatelessItem>();
   const progress = createProgressApplier(o, held, items);
@@ -350,12 +392,8 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
         if (event.type !== 'step.crashed') return;
         // A broken invariant is not contained: the actor errors, its fault ends a serving process.
         if (event.error instanceof BrokenInvariant) throw event.error;
-        runtime.fault({
-          actor: o.id,
-          error: event.error,
-          requests: [...held.keys(), ...items.keys()],
-          contained: true,
-        });
+        const requests = [...held.keys(), ...items.keys()];
+        runtime.fault({ actor: o.id, error: event.error, requests, contained: true });
       },
       interruptAll: () => {
         work.reset();
@@ -430,26 +468,10 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
     ready: () => hasTag('ready'),
     accepting: () => hasTag('accepting'),
     enqueue: (seq, atHead = false) => {
-      // Only this replica's model@version: its core takes every sequence as its own.
-      if (seq.owner !== '' && seq.owner !== owner)
-        throw new Error(`sequence ${seq.id} of ${seq.owner} handed to ${o.id}, a replica of ${owner}`);
-      if (seq.promptTokens + seq.maxTokens > limits.maxContext)
-        throw new RangeError(
-          `sequence ${seq.id}: prompt ${seq.promptTokens} + max tokens ${seq.maxTokens} exceed the context of ${limits.maxContext}`,
-        );
+      admitSeq(o, limits, seq);
       held.set(seq.id, seq);
       seq.running = false;
-      const prefill = seq.promptTokens + seq.generated;
-      work.submitted(
-        {
-          id: seq.id,
-          rank: seq.priority,
-          prefill,
-          decode: Math.max(0, seq.estOutputTokens - seq.generated),
-          finalTokens: seq.promptTokens + seq.estOutputTokens,
-        },
-        clock.now(),
-      );
+      work.submitted(pendingOf(seq), clock.now());
       submit({ seqs: [submitOf(seq, atHead)] });
       workAvailable();
     },
@@ -466,34 +488,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
     get steps() {
       return work.steps();
     },
-    inflight: () => {
-      const l = work.last();
-      if (l && l.inflightPredictedMs > 0)
-        return {
-          step: l.stepCount,
-          since: work.heardAt() - l.inflightMs,
-          predictedMs: l.inflightPredictedMs,
-          reported,
-        };
-      const pendingAt = work.oldestPending();
-      if (pendingAt >= 0) {
-        const shape = {
-          prefill: [{ tokens: Math.min(work.pendingPrefill(), limits.tokenBudget), cached: 0 }],
-          decodeBatch: 0,
-          decodeContext: 0,
-        };
-        const stepMs = o.cost.stepS(shape) * 1000 * (o.slowdown ?? 1);
-        return {
-          step: l?.stepCount ?? 0,
-          since: pendingAt,
-          predictedMs: stepMs + (o.stateless?.maxDelayMs ?? 0),
-          reported,
-        };
-      }
-      if (l && l.queued > 0 && o.stateless)
-        return { step: l.stepCount, since: work.heardAt(), predictedMs: o.stateless.maxDelayMs, reported };
-      return null;
-    },
+    inflight: () => inflightOf(o, work, limits, reported),
   };
   const onMessage = (msg: Msg): void => {
     switch (msg.type) {

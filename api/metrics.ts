@@ -15,6 +15,8 @@ export interface ServerMetrics {
   refused(code: string): void;
   /** Records one executed step's batch size. */
   step(model: string, size: number): void;
+  /** Records `n` executed steps of mean batch size `size` (one progress report of a core). */
+  steps(model: string, size: number, n: number): void;
   /** Records a handler that failed on one request (answered 500 on that request alone). */
   handlerFailed(): void;
   /** The exposition text. */
@@ -326,6 +328,10 @@ function outcomeMetrics(registers: Registry[], models: readonly string[]): Omit<
     },
     refused: (code) => edgeRefusals.inc({ code: refusalLabel(code) }),
     step: (model, size) => batch.record(seriesOf(modelLabel(model)).batch, size),
+    steps: (model, size, n) => {
+      const series = seriesOf(modelLabel(model)).batch;
+      for (let i = 0; i < n; i++) batch.record(series, size);
+    },
     handlerFailed: () => handlerFailures.inc(),
   };
 }

@@ -176,9 +176,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     },
   });
   const metrics = createServerMetrics(cp, node);
-  cp.onProgress = (r, d) => {
-    for (let i = 0; i < d.steps; i++) metrics.step(r.model, d.members / d.steps);
-  };
+  cp.onProgress = (r, d) => metrics.steps(r.model, d.members / d.steps, d.steps);
   const base = createServing(cp, node, metrics, opts.tokenizers);
   const tenantGate = opts.tenants
     ? createTenantGate(base, {
