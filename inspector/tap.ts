@@ -5,12 +5,7 @@ import type { InspectionEvent } from 'xstate';
 import { cleanFields, type ActorFrame, type Clean, type Frame, type StateFrame, type TraceFrame } from './protocol.ts';
 
 /** Events that arrive per step or per wake-up: shown only when they change the actor's state. */
-const HOT_EVENTS: ReadonlySet<string> = new Set([
-  'work.available',
-  'work.idle',
-  'work.saturated',
-  'work.unsaturated',
-]);
+const HOT_EVENTS: ReadonlySet<string> = new Set(['work.available', 'work.idle', 'work.saturated', 'work.unsaturated']);
 
 /** Context fields the page shows, per machine; nothing else leaves the process. */
 const CONTEXT_FIELDS: Readonly<Record<string, readonly string[]>> = {

@@ -77,8 +77,7 @@ function submitOne(deps: SubmitDeps, id: string, spec: SubmitSpec, clientListene
   // A stateless request goes to the replica with the fewest requests in its batcher (the router's estimate reads the
   // iteration-level ledger, empty for these replicas); that batcher refuses what no batch can hold, or a full queue.
   const target = routed && stateless ? deps.stateless.leastQueued(routed) : routed;
-  const refused =
-    target && stateless ? target.checkItem({ id, tokens: spec.promptTokens }) : null;
+  const refused = target && stateless ? target.checkItem({ id, tokens: spec.promptTokens }) : null;
   // Admitted: its actor starts as `request.admitted` leaves it (the table's start says how).
   const admitted = adm.ok && !refused ? { replica: target?.id ?? HELD_ADDRESS, t } : undefined;
   const l = table.start(
