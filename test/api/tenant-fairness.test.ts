@@ -141,7 +141,7 @@ function fakeControlPlane(clock: VirtualClock): Fake {
       model: 'm',
       ready: () => true,
       stateless: null,
-      batcher: {
+      work: {
         limits: { maxRunning: SLOTS / 2, blocksTotal: 1_000, blockTokens: 16 },
         stats: () => ({ waiting: waiting.length / 2 }),
       },

@@ -112,7 +112,7 @@ function fakeInner(): { inner: Serving; got: Got[]; refuse: { on: boolean } } {
             model: 'm',
             ready: () => true,
             stateless: null,
-            batcher: {
+            work: {
               limits: { maxRunning: 4, blocksTotal: 1_000, blockTokens: 16 },
               stats: () => ({ waiting: got.filter((g) => !g.started).length }),
             },
