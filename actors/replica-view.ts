@@ -53,12 +53,22 @@ export interface WorkView {
   steps(): StepStats;
   /** Records a submit (generative: its lengths; stateless: tokens 0). */
   submitted(s: { id: string; rank: number; prefill: number; decode: number; finalTokens: number }, now: number): void;
-  /** A submitted request left before the core reported it. */
-  cancelled(id: string): void;
+  /** A submitted request left (cancelled, expired): a cancel goes to the core. Until a report counts that cancel, the
+   * view leaves the request out: `held` says what it held when the core had reported it (running or waiting). */
+  cancelled(id: string, held?: Withdrawn): void;
   /** A load from the core, heard at `now`. */
   heard(load: ReplicaLoad, now: number): void;
   /** The core is gone (failure, restart): nothing it reported holds. */
   reset(): void;
+}
+
+/** What a withdrawn sequence the core had reported holds, by the view's estimate. */
+export interface Withdrawn {
+  running: boolean;
+  rank: number;
+  prefill: number;
+  decode: number;
+  finalTokens: number;
 }
 
 const EMPTY: readonly number[] = [];
@@ -75,6 +85,26 @@ export function createWorkView(limits: ContinuousLimits): WorkView {
   const byClass: number[] = [];
   const tokensByClass: number[] = [];
   const blocksOf = (tokens: number): number => Math.ceil(tokens / limits.blockTokens);
+  // Cancels sent, and the reported sequences they withdrew that no report has counted the cancel of yet.
+  let cancels = 0;
+  let gone: (Withdrawn & { index: number })[] = [];
+  const out = { running: 0, waiting: 0, prefill: 0, decode: 0, finalBlocks: 0, runningBlocks: 0 };
+  const resum = (): void => {
+    out.running = out.waiting = out.prefill = out.decode = out.finalBlocks = out.runningBlocks = 0;
+    for (const g of gone) {
+      const fb = blocksOf(g.finalTokens);
+      if (g.running) {
+        out.running++;
+        out.runningBlocks += fb;
+      } else {
+        out.waiting++;
+        out.prefill += g.prefill;
+      }
+      out.decode += g.decode;
+      out.finalBlocks += fb;
+    }
+  };
+  const sub = (a: number, b: number): number => Math.max(0, a - b);
 
   const drop = (p: Pending): void => {
     if (p.gone) return;
@@ -103,20 +133,20 @@ export function createWorkView(limits: ContinuousLimits): WorkView {
   const stats = (): BatcherStats => {
     const l = load;
     return {
-      waiting: (l?.waiting ?? 0) + sums.count,
-      running: l?.running ?? 0,
+      waiting: sub(l?.waiting ?? 0, out.waiting) + sums.count,
+      running: sub(l?.running ?? 0, out.running),
       blocksUsed: l?.blocksUsed ?? 0,
       blocksTotal: limits.blocksTotal,
-      prefillTokensAhead: (l?.prefillTokensAhead ?? 0) + sums.prefill,
-      decodeTokensAhead: (l?.decodeTokensAhead ?? 0) + sums.decode,
+      prefillTokensAhead: sub(l?.prefillTokensAhead ?? 0, out.prefill) + sums.prefill,
+      decodeTokensAhead: sub(l?.decodeTokensAhead ?? 0, out.decode) + sums.decode,
       waitingBlocks: (l?.waitingBlocks ?? 0) + sums.blocks,
       waitingByClass: sums.count > 0 ? addByClass(l?.waitingByClass ?? EMPTY, byClass) : (l?.waitingByClass ?? EMPTY),
       waitingTokensByClass:
         sums.count > 0
           ? addByClass(l?.waitingTokensByClass ?? EMPTY, tokensByClass)
           : (l?.waitingTokensByClass ?? EMPTY),
-      committedBlocks: (l?.committedBlocks ?? 0) + sums.finalBlocks,
-      runningCommittedBlocks: l?.runningCommittedBlocks ?? 0,
+      committedBlocks: sub(l?.committedBlocks ?? 0, out.finalBlocks) + sums.finalBlocks,
+      runningCommittedBlocks: sub(l?.runningCommittedBlocks ?? 0, out.runningBlocks),
       runningContext: l?.runningContext ?? 0,
       preemptions: l?.preemptions ?? 0,
       steps: l?.steps ?? 0,
@@ -178,8 +208,16 @@ export function createWorkView(limits: ContinuousLimits): WorkView {
       byClass[p.rank] = (byClass[p.rank] ?? 0) + 1;
       tokensByClass[p.rank] = (tokensByClass[p.rank] ?? 0) + p.prefill;
     },
-    cancelled: (id) => {
-      for (let i = head; i < pending.length; i++) if (pending[i]!.id === id) drop(pending[i]!);
+    cancelled: (id, held) => {
+      const index = cancels++;
+      for (let i = head; i < pending.length; i++) {
+        if (pending[i]!.id !== id) continue;
+        drop(pending[i]!);
+        return;
+      }
+      if (!held) return;
+      gone.push({ ...held, index });
+      resum();
     },
     heard: (l, now) => {
       load = l;
@@ -189,6 +227,10 @@ export function createWorkView(limits: ContinuousLimits): WorkView {
       const ackUpTo = pending.length - Math.max(0, Math.min(unacked, pending.length - head));
       while (head < ackUpTo) drop(pending[head++]!);
       compact();
+      if (gone.length > 0) {
+        gone = gone.filter((g) => g.index >= l.cancelled);
+        resum();
+      }
     },
     reset: () => {
       load = null;
@@ -197,6 +239,9 @@ export function createWorkView(limits: ContinuousLimits): WorkView {
       pending.length = 0;
       head = 0;
       sent = 0;
+      cancels = 0;
+      gone = [];
+      resum();
     },
   };
 }

@@ -500,9 +500,10 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
         return actor.send(msg);
       // A request leaving (cancelled, expired): the core drops it at once.
       case 'request.withdraw': {
+        const s = held.get(msg.id);
         const known = held.delete(msg.id) || items.delete(msg.id);
         if (!known) return;
-        work.cancelled(msg.id);
+        work.cancelled(msg.id, s ? { ...pendingOf(s), running: s.running } : undefined);
         runtime.send('node', { type: 'seq.cancel', replica: o.id, epoch: epochNow(), ids: [msg.id] });
         return;
       }

@@ -42,6 +42,7 @@ export const IDLE_LOAD: ReplicaLoad = {
   preemptions: 0,
   steps: 0,
   received: 0,
+  cancelled: 0,
   queued: 0,
   saturated: false,
   stepCount: 0,

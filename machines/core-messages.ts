@@ -104,6 +104,9 @@ export interface ReplicaLoad {
   /** Sequences and items the core has received since it started (refused ones too): the control plane counts the
    * submits a report does not yet reflect as the ones after the first `received`. */
   received: number;
+  /** Cancels (ids) the core has received since it started: the control plane keeps a cancelled sequence out of its
+   * view until a report counts its cancel. */
+  cancelled: number;
   /** Requests a stateless core holds (forming, closed and running batches). */
   queued: number;
   /** The core cannot admit more now (slots or blocks full): the replica is saturated. */

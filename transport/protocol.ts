@@ -135,6 +135,7 @@ const replicaLoad = obj({
   preemptions: total,
   steps: total,
   received: total,
+  cancelled: total,
   queued: count,
   saturated: bool(),
   stepCount: total,

@@ -48,6 +48,7 @@ export function createEngineCore(o: EngineCoreOptions): EngineCore {
   let dirty = false;
   // Sequences and items received since the core started, refused ones included.
   let received = 0;
+  let cancelled = 0;
   let byClass: readonly number[] = [];
   let tokensByClass: readonly number[] = [];
 
@@ -72,6 +73,7 @@ export function createEngineCore(o: EngineCoreOptions): EngineCore {
       preemptions: s.preemptions,
       steps: s.steps,
       received,
+      cancelled,
       queued: steps.queued(),
       saturated: steps.saturated(),
       stepCount: totals.count,
@@ -181,6 +183,7 @@ export function createEngineCore(o: EngineCoreOptions): EngineCore {
       }, false),
     cancel: (ids) =>
       change(() => {
+        cancelled += ids.length;
         for (const id of ids) {
           steps.cancel(id);
           release?.(id);

@@ -251,6 +251,7 @@ const LOAD_FIELDS: Record<keyof ReplicaLoad, Check> = {
   preemptions: nat,
   steps: nat,
   received: nat,
+  cancelled: nat,
   queued: nat,
   saturated: bool,
   stepCount: nat,

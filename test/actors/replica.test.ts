@@ -63,6 +63,7 @@ function load(over: Partial<ReplicaLoad> = {}): ReplicaLoad {
     preemptions: 0,
     steps: 0,
     received: 0,
+    cancelled: 0,
     queued: 0,
     saturated: false,
     stepCount: 0,

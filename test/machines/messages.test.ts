@@ -115,6 +115,7 @@ const samples: { [T in NodeProtocolMessage['type']]: Extract<NodeProtocolMessage
       preemptions: 0,
       steps: 9,
       received: 3,
+      cancelled: 0,
       queued: 0,
       saturated: false,
       stepCount: 9,

@@ -33,6 +33,7 @@ const load: ReplicaLoad = {
   preemptions: 0,
   steps: 2,
   received: 1,
+  cancelled: 0,
   queued: 0,
   saturated: false,
   stepCount: 2,
