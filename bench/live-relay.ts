@@ -14,7 +14,7 @@ import {
 } from '../transport/client-protocol.ts';
 import { createLink } from '../transport/link.ts';
 import { attachWsServer, connectWs, type WsPeer } from '../transport/ws.ts';
-import type { ReplicaLoad, SeqEvent } from '../machines/core-messages.ts';
+import { idleLoad, type ReplicaLoad, type SeqEvent } from '../machines/core-messages.ts';
 
 /** Lanes stepping independently, like switchyard's eight single-GPU replicas, each with its own loop at the worker. */
 const LANES = 8;
@@ -26,33 +26,7 @@ interface Active {
 }
 
 /** A load report of nothing, as the node protocol requires one in every progress message. */
-export const IDLE_LOAD: ReplicaLoad = {
-  waiting: 0,
-  running: 0,
-  blocksUsed: 0,
-  blocksTotal: 0,
-  prefillTokensAhead: 0,
-  decodeTokensAhead: 0,
-  waitingBlocks: 0,
-  waitingByClass: [],
-  waitingTokensByClass: [],
-  committedBlocks: 0,
-  runningCommittedBlocks: 0,
-  runningContext: 0,
-  preemptions: 0,
-  steps: 0,
-  received: 0,
-  cancelled: 0,
-  queued: 0,
-  saturated: false,
-  stepCount: 0,
-  stepMembers: 0,
-  stepTokens: 0,
-  stepPredictedMs: 0,
-  stepBusyMs: 0,
-  inflightPredictedMs: 0,
-  inflightMs: 0,
-};
+const IDLE_LOAD: ReplicaLoad = idleLoad();
 
 /** Runs the relay's server hop; prints `{"url": ...}` once listening. */
 export async function runRelayServer(): Promise<void> {

@@ -133,3 +133,35 @@ export interface CoreReport {
   events: SeqEvent[];
   load: ReplicaLoad;
 }
+
+/** A load of nothing (a core that holds no work), with `over` on top: the shape every report carries. */
+export function idleLoad(over: Partial<ReplicaLoad> = {}): ReplicaLoad {
+  return {
+    waiting: 0,
+    running: 0,
+    blocksUsed: 0,
+    blocksTotal: 0,
+    prefillTokensAhead: 0,
+    decodeTokensAhead: 0,
+    waitingBlocks: 0,
+    waitingByClass: [],
+    waitingTokensByClass: [],
+    committedBlocks: 0,
+    runningCommittedBlocks: 0,
+    runningContext: 0,
+    preemptions: 0,
+    steps: 0,
+    received: 0,
+    cancelled: 0,
+    queued: 0,
+    saturated: false,
+    stepCount: 0,
+    stepMembers: 0,
+    stepTokens: 0,
+    stepPredictedMs: 0,
+    stepBusyMs: 0,
+    inflightPredictedMs: 0,
+    inflightMs: 0,
+    ...over,
+  };
+}

@@ -8,7 +8,7 @@ import { createReplica, GPU_RETRY_MS } from '../../actors/replica.ts';
 import { createCostModel } from '../../actors/gpu/cost-model.ts';
 import { gpuProfile, modelProfile } from '../../actors/gpu/profiles.ts';
 import { createSequence, type Sequence } from '../../actors/batcher/sequence.ts';
-import type { ReplicaLoad, SeqEvent } from '../../machines/core-messages.ts';
+import { idleLoad, type ReplicaLoad, type SeqEvent } from '../../machines/core-messages.ts';
 import type { MessageOf } from '../../machines/messages.ts';
 import { BrokenInvariant } from '../../runtime/contain.ts';
 
@@ -46,36 +46,7 @@ function setup(opts: { onProgress?: () => void; onInterrupted?: (ids: string[]) 
 }
 
 /** A full load report with the given fields (the rest zero). */
-function load(over: Partial<ReplicaLoad> = {}): ReplicaLoad {
-  return {
-    waiting: 0,
-    running: 0,
-    blocksUsed: 0,
-    blocksTotal: 1024,
-    prefillTokensAhead: 0,
-    decodeTokensAhead: 0,
-    waitingBlocks: 0,
-    waitingByClass: [],
-    waitingTokensByClass: [],
-    committedBlocks: 0,
-    runningCommittedBlocks: 0,
-    runningContext: 0,
-    preemptions: 0,
-    steps: 0,
-    received: 0,
-    cancelled: 0,
-    queued: 0,
-    saturated: false,
-    stepCount: 0,
-    stepMembers: 0,
-    stepTokens: 0,
-    stepPredictedMs: 0,
-    stepBusyMs: 0,
-    inflightPredictedMs: 0,
-    inflightMs: 0,
-    ...over,
-  };
-}
+const load = (over: Partial<ReplicaLoad> = {}): ReplicaLoad => idleLoad({ blocksTotal: 1024, ...over });
 
 /** A loaded replica holding sequences `a` and `b` (3 output tokens each); `progress()` delivers a core's report. */
 function serving(opts: { onProgress?: () => void; onInterrupted?: (ids: string[]) => void } = {}) {

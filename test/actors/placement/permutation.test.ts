@@ -4,7 +4,7 @@
 import { describe, expect, it } from 'vitest';
 import { initialTransition, transition, type AnyMachineSnapshot } from 'xstate';
 import { replicaMachine, type ReplicaEvent } from '../../../machines/replica.machine.ts';
-import type { ReplicaLoad, SeqEvent } from '../../../machines/core-messages.ts';
+import { idleLoad, type ReplicaLoad, type SeqEvent } from '../../../machines/core-messages.ts';
 import { createVirtualClock } from '../../../runtime/clock.ts';
 import { createRng } from '../../../runtime/rng.ts';
 import { createRuntime, type Msg } from '../../../runtime/system.ts';
@@ -109,36 +109,7 @@ describe('a TP-8 replica losing GPUs while its core reports work', () => {
 });
 
 /** A load report with the given fields (the rest zero). */
-function load(over: Partial<ReplicaLoad>): ReplicaLoad {
-  return {
-    waiting: 0,
-    running: 0,
-    blocksUsed: 0,
-    blocksTotal: 1000,
-    prefillTokensAhead: 0,
-    decodeTokensAhead: 0,
-    waitingBlocks: 0,
-    waitingByClass: [],
-    waitingTokensByClass: [],
-    committedBlocks: 0,
-    runningCommittedBlocks: 0,
-    runningContext: 0,
-    preemptions: 0,
-    steps: 0,
-    received: 0,
-    cancelled: 0,
-    queued: 0,
-    saturated: false,
-    stepCount: 0,
-    stepMembers: 0,
-    stepTokens: 0,
-    stepPredictedMs: 0,
-    stepBusyMs: 0,
-    inflightPredictedMs: 0,
-    inflightMs: 0,
-    ...over,
-  };
-}
+const load = (over: Partial<ReplicaLoad> = {}): ReplicaLoad => idleLoad({ blocksTotal: 1000, ...over });
 
 // The core's three reports for requests a and b (epoch 1): both scheduled; a token each and a finished; b finished.
 const REPORTS: [SeqEvent[], Partial<ReplicaLoad>][] = [
