@@ -2,25 +2,36 @@
 // (actors/engine-core/) runs each replica's step loop beside its engine; the control plane never sees a step, only
 // these request-level messages, coalesced per replica per step (never one message per token or per sequence).
 
-/** A core's continuous-batching limits (actors/batcher/types.ts ContinuousLimits has this shape). */
+/** How a replica composes each step. */
+export type BatchPolicy = 'chunked' | 'prefill-first' | 'static';
+
+/** Limits of a replica's iteration loop (continuous batching), in its core and in the control plane's view. */
 export interface CoreLimits {
-  policy: 'chunked' | 'prefill-first' | 'static';
+  policy: BatchPolicy;
   maxRunning: number;
+  /** Tokens (prefill + decode) one step may process. */
   tokenBudget: number;
   blockTokens: number;
   blocksTotal: number;
+  /** Prompt plus output tokens one sequence may hold. */
   maxContext: number;
+  /** Free blocks kept back when admitting new sequences, so running ones can grow (vLLM's watermark). */
   watermarkBlocks: number;
 }
 
-/** A stateless core's dynamic-batching limits (actors/batcher/stateless.ts StatelessLimits has this shape). */
+/** Bounds of the batches a stateless replica's core forms (dynamic batching). */
 export interface CoreStatelessLimits {
   maxSize: number;
+  /** Padded tokens (members times their bucket) one batch may hold. */
   maxTokens: number;
   maxMemoryBytes: number;
+  /** The longest the oldest member of a forming batch waits before the batch closes. */
   maxDelayMs: number;
+  /** Ascending input-length buckets: a request is padded to the first edge at or above its length. */
   buckets: readonly number[];
+  /** Activation memory per padded token. */
   bytesPerToken: number;
+  /** Requests held at once (forming, closed and running batches). */
   maxQueued: number;
 }
 

@@ -7,6 +7,7 @@ import { createActor, type ActorRefFrom } from 'xstate';
 import { batchMachine, fitsBatch, type BatchContext } from '../../machines/batch.machine.ts';
 import type { StepShape } from '../gpu/cost-model.ts';
 import { failure, type Failure } from '../../machines/outcomes.ts';
+import type { CoreStatelessLimits } from '../../machines/core-messages.ts';
 import type { Clock } from '../../runtime/clock.ts';
 
 /** Execution options that change the computation (pooling, normalisation, truncation); part of the key. */
@@ -34,21 +35,8 @@ export interface StatelessItem {
   reply(outcome: StatelessOutcome): void;
 }
 
-/** Bounds of the batches one replica's batcher forms. */
-export interface StatelessLimits {
-  maxSize: number;
-  /** Padded tokens (members times their bucket) one batch may hold. */
-  maxTokens: number;
-  maxMemoryBytes: number;
-  /** The longest the oldest member of a forming batch waits before the batch closes. */
-  maxDelayMs: number;
-  /** Ascending input-length buckets: a request is padded to the first edge at or above its length. */
-  buckets: readonly number[];
-  /** Activation memory per padded token. */
-  bytesPerToken: number;
-  /** Requests held at once (forming, closed and running batches). */
-  maxQueued: number;
-}
+/** Bounds of the batches one replica's batcher forms (defined with the core's messages). */
+export type StatelessLimits = CoreStatelessLimits;
 
 /** A closed batch as a replica runs it. */
 export interface ClosedBatch {

@@ -1,23 +1,11 @@
 // The continuous batcher's public shapes: its limits, a planned step, its stats, and the batcher itself.
 import type { StepShape } from '../gpu/cost-model.ts';
 import type { Sequence } from './sequence.ts';
+import type { CoreLimits } from '../../machines/core-messages.ts';
 
-/** How a replica composes each step. */
-export type BatchPolicy = 'chunked' | 'prefill-first' | 'static';
-
-/** Limits of a replica's iteration loop. */
-export interface ContinuousLimits {
-  policy: BatchPolicy;
-  maxRunning: number;
-  /** Tokens (prefill + decode) one step may process. */
-  tokenBudget: number;
-  blockTokens: number;
-  blocksTotal: number;
-  /** Prompt plus output tokens one sequence may hold. */
-  maxContext: number;
-  /** Free blocks kept back when admitting new sequences, so running ones can grow (vLLM's watermark). */
-  watermarkBlocks: number;
-}
+/** How a replica composes each step, and the limits of its iteration loop (defined with the core's messages). */
+export type { BatchPolicy } from '../../machines/core-messages.ts';
+export type ContinuousLimits = CoreLimits;
 
 /** One sequence's part in a step. */
 export interface PlanEntry {
