@@ -73,6 +73,41 @@ export interface Withdrawn {
 
 const EMPTY: readonly number[] = [];
 
+/** Withdrawn sequences the core has not counted the cancel of, and what they held in all. */
+function createWithdrawals(blocksOf: (tokens: number) => number) {
+  let gone: (Withdrawn & { index: number })[] = [];
+  const sums = { running: 0, waiting: 0, prefill: 0, decode: 0, finalBlocks: 0, runningBlocks: 0 };
+  const resum = (): void => {
+    sums.running = sums.waiting = sums.prefill = sums.decode = sums.finalBlocks = sums.runningBlocks = 0;
+    for (const g of gone) {
+      const fb = blocksOf(g.finalTokens);
+      if (g.running) {
+        sums.running++;
+        sums.runningBlocks += fb;
+      } else {
+        sums.waiting++;
+        sums.prefill += g.prefill;
+      }
+      sums.decode += g.decode;
+      sums.finalBlocks += fb;
+    }
+  };
+  return {
+    sums,
+    /** `w` was withdrawn with the cancel numbered `index` (from 0). */
+    add: (w: Withdrawn, index: number): void => {
+      gone.push({ ...w, index });
+      resum();
+    },
+    /** A report counted the first `cancels` cancels. */
+    counted: (cancels: number): void => {
+      if (gone.length === 0) return;
+      gone = gone.filter((g) => g.index >= cancels);
+      resum();
+    },
+  };
+}
+
 /** Creates the view of a replica with the given limits (`blocksTotal` is the ledger's). */
 export function createWorkView(limits: ContinuousLimits): WorkView {
   let load: ReplicaLoad | null = null;
@@ -87,23 +122,8 @@ export function createWorkView(limits: ContinuousLimits): WorkView {
   const blocksOf = (tokens: number): number => Math.ceil(tokens / limits.blockTokens);
   // Cancels sent, and the reported sequences they withdrew that no report has counted the cancel of yet.
   let cancels = 0;
-  let gone: (Withdrawn & { index: number })[] = [];
-  const out = { running: 0, waiting: 0, prefill: 0, decode: 0, finalBlocks: 0, runningBlocks: 0 };
-  const resum = (): void => {
-    out.running = out.waiting = out.prefill = out.decode = out.finalBlocks = out.runningBlocks = 0;
-    for (const g of gone) {
-      const fb = blocksOf(g.finalTokens);
-      if (g.running) {
-        out.running++;
-        out.runningBlocks += fb;
-      } else {
-        out.waiting++;
-        out.prefill += g.prefill;
-      }
-      out.decode += g.decode;
-      out.finalBlocks += fb;
-    }
-  };
+  const gone = createWithdrawals(blocksOf);
+  const out = gone.sums;
   const sub = (a: number, b: number): number => Math.max(0, a - b);
 
   const drop = (p: Pending): void => {
@@ -215,9 +235,7 @@ export function createWorkView(limits: ContinuousLimits): WorkView {
         drop(pending[i]!);
         return;
       }
-      if (!held) return;
-      gone.push({ ...held, index });
-      resum();
+      if (held) gone.add(held, index);
     },
     heard: (l, now) => {
       load = l;
@@ -227,10 +245,7 @@ export function createWorkView(limits: ContinuousLimits): WorkView {
       const ackUpTo = pending.length - Math.max(0, Math.min(unacked, pending.length - head));
       while (head < ackUpTo) drop(pending[head++]!);
       compact();
-      if (gone.length > 0) {
-        gone = gone.filter((g) => g.index >= l.cancelled);
-        resum();
-      }
+      gone.counted(l.cancelled);
     },
     reset: () => {
       load = null;
@@ -240,8 +255,7 @@ export function createWorkView(limits: ContinuousLimits): WorkView {
       head = 0;
       sent = 0;
       cancels = 0;
-      gone = [];
-      resum();
+      gone.counted(Infinity);
     },
   };
 }

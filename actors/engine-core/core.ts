@@ -7,7 +7,7 @@
 // `g` of completing it. Events that came outside a step (a refused submit) ride the next report. A submit or cancel
 // that finds the core idle and starts no step is answered at once, when it changed anything.
 import type { SeqEvent } from '../../machines/core-messages.ts';
-import type { StepPlan } from '../batcher/types.ts';
+import type { BatcherStats, StepPlan } from '../batcher/types.ts';
 import { createCoreEvents } from './core-events.ts';
 import { createContinuousSteps, type CoreSteps } from './continuous-steps.ts';
 import { createStatelessSteps } from './stateless-steps.ts';
@@ -33,6 +33,45 @@ function stable(prev: readonly number[], cur: readonly number[]): readonly numbe
   return cur.slice();
 }
 
+/** A core's load from its scheduler's stats, its counters and the step in flight. */
+function loadOf(
+  s: BatcherStats,
+  byClass: readonly number[],
+  tokensByClass: readonly number[],
+  c: { received: number; cancelled: number; queued: number; saturated: boolean },
+  totals: StepTotals,
+  inflight: StepPlan | null,
+  now: number,
+): ReplicaLoad {
+  return {
+    waiting: s.waiting,
+    running: s.running,
+    blocksUsed: s.blocksUsed,
+    blocksTotal: s.blocksTotal,
+    prefillTokensAhead: s.prefillTokensAhead,
+    decodeTokensAhead: s.decodeTokensAhead,
+    waitingBlocks: s.waitingBlocks,
+    waitingByClass: byClass as number[],
+    waitingTokensByClass: tokensByClass as number[],
+    committedBlocks: s.committedBlocks,
+    runningCommittedBlocks: s.runningCommittedBlocks,
+    runningContext: s.runningContext,
+    preemptions: s.preemptions,
+    steps: s.steps,
+    received: c.received,
+    cancelled: c.cancelled,
+    queued: c.queued,
+    saturated: c.saturated,
+    stepCount: totals.count,
+    stepMembers: totals.members,
+    stepTokens: totals.tokens,
+    stepPredictedMs: totals.predictedMs,
+    stepBusyMs: totals.busyMs,
+    inflightPredictedMs: inflight === null ? 0 : inflight.predictedMs,
+    inflightMs: inflight === null ? 0 : now - inflight.dispatchedAt,
+  };
+}
+
 /** Creates a replica's engine core; it runs a step as soon as it has work. */
 export function createEngineCore(o: EngineCoreOptions): EngineCore {
   const { clock, executor } = o;
@@ -56,34 +95,8 @@ export function createEngineCore(o: EngineCoreOptions): EngineCore {
     const s = steps.stats();
     byClass = stable(byClass, s.waitingByClass);
     tokensByClass = stable(tokensByClass, s.waitingTokensByClass);
-    const now = clock.now();
-    return {
-      waiting: s.waiting,
-      running: s.running,
-      blocksUsed: s.blocksUsed,
-      blocksTotal: s.blocksTotal,
-      prefillTokensAhead: s.prefillTokensAhead,
-      decodeTokensAhead: s.decodeTokensAhead,
-      waitingBlocks: s.waitingBlocks,
-      waitingByClass: byClass as number[],
-      waitingTokensByClass: tokensByClass as number[],
-      committedBlocks: s.committedBlocks,
-      runningCommittedBlocks: s.runningCommittedBlocks,
-      runningContext: s.runningContext,
-      preemptions: s.preemptions,
-      steps: s.steps,
-      received,
-      cancelled,
-      queued: steps.queued(),
-      saturated: steps.saturated(),
-      stepCount: totals.count,
-      stepMembers: totals.members,
-      stepTokens: totals.tokens,
-      stepPredictedMs: totals.predictedMs,
-      stepBusyMs: totals.busyMs,
-      inflightPredictedMs: inflight === null ? 0 : inflight.predictedMs,
-      inflightMs: inflight === null ? 0 : now - inflight.dispatchedAt,
-    };
+    const counts = { received, cancelled, queued: steps.queued(), saturated: steps.saturated() };
+    return loadOf(s, byClass, tokensByClass, counts, totals, inflight, clock.now());
   };
   const send = (at: number, start: number, events: SeqEvent[], ranks: number[] | null): void => {
     dirty = false;
