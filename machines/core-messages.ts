@@ -96,22 +96,34 @@ export type SeqEvent =
   | { k: 'f'; id: string; reason: SeqFinish; result?: number; batch?: string; size?: number; error?: string }
   | { k: 'g'; ids?: string[] };
 
-/** A replica's load as its core reports it after every step: what routing and admission predict from. */
-export interface ReplicaLoad {
+/** What the router and the ledger read from a batcher (a core's continuous batcher; zeros for a stateless core). */
+export interface BatcherStats {
   waiting: number;
   running: number;
   blocksUsed: number;
   blocksTotal: number;
+  /** Prefill tokens not yet computed, waiting and running. */
   prefillTokensAhead: number;
+  /** Expected decode tokens still to produce, by the ledger's estimate. */
   decodeTokensAhead: number;
+  /** Blocks the waiting queue will need for its prefill. */
   waitingBlocks: number;
-  waitingByClass: number[];
-  waitingTokensByClass: number[];
+  /** Waiting sequences and their prefill tokens per priority class (index = class rank). */
+  waitingByClass: readonly number[];
+  waitingTokensByClass: readonly number[];
+  /** Blocks every running and waiting sequence will hold at its expected final length (at least what it holds
+   * now: static reservations included), the ledger's committed KV. */
   committedBlocks: number;
+  /** The part of committedBlocks held or still to be written by running sequences. */
   runningCommittedBlocks: number;
+  /** Total context of the running sequences. */
   runningContext: number;
   preemptions: number;
   steps: number;
+}
+
+/** A replica's load as its core reports it after every step: what routing and admission predict from. */
+export interface ReplicaLoad extends BatcherStats {
   /** Sequences and items the core has received since it started (refused ones too): the control plane counts the
    * submits a report does not yet reflect as the ones after the first `received`. */
   received: number;

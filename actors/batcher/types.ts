@@ -1,7 +1,7 @@
 // The continuous batcher's public shapes: its limits, a planned step, its stats, and the batcher itself.
 import type { StepShape } from '../gpu/cost-model.ts';
 import type { Sequence } from './sequence.ts';
-import type { CoreLimits } from '../../machines/core-messages.ts';
+import type { BatcherStats, CoreLimits } from '../../machines/core-messages.ts';
 
 /** How a replica composes each step, and the limits of its iteration loop (defined with the core's messages). */
 export type { BatchPolicy } from '../../machines/core-messages.ts';
@@ -65,28 +65,5 @@ export interface ContinuousBatcher {
   checkInvariants(plan?: StepPlan, owner?: string): void;
 }
 
-/** What the router and the ledger read from a batcher. */
-export interface BatcherStats {
-  waiting: number;
-  running: number;
-  blocksUsed: number;
-  blocksTotal: number;
-  /** Prefill tokens not yet computed, waiting and running. */
-  prefillTokensAhead: number;
-  /** Expected decode tokens still to produce, by the ledger's estimate. */
-  decodeTokensAhead: number;
-  /** Blocks the waiting queue will need for its prefill. */
-  waitingBlocks: number;
-  /** Waiting sequences and their prefill tokens per priority class (index = class rank). */
-  waitingByClass: readonly number[];
-  waitingTokensByClass: readonly number[];
-  /** Blocks every running and waiting sequence will hold at its expected final length (at least what it holds
-   * now: static reservations included), the ledger's committed KV. */
-  committedBlocks: number;
-  /** The part of committedBlocks held or still to be written by running sequences. */
-  runningCommittedBlocks: number;
-  /** Total context of the running sequences. */
-  runningContext: number;
-  preemptions: number;
-  steps: number;
-}
+/** What the router and the ledger read from a batcher (defined with the core's messages, whose load carries it). */
+export type { BatcherStats } from '../../machines/core-messages.ts';

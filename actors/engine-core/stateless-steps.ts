@@ -1,7 +1,7 @@
 // A core's steps under dynamic batching (a stateless model): items submitted to the stateless batcher, one closed
 // batch per step, each member answered once with its result (the simulated model's: its token count) or its error.
 import { failure } from '../../machines/outcomes.ts';
-import type { SubmitItem } from '../../machines/core-messages.ts';
+import { idleLoad, type SubmitItem } from '../../machines/core-messages.ts';
 import type { BatcherStats, StepPlan } from '../batcher/types.ts';
 import {
   batchShape,
@@ -16,22 +16,7 @@ import type { CoreSteps } from './continuous-steps.ts';
 import type { EngineCoreOptions } from './types.ts';
 
 /** A stateless core has no KV ledger: its batcher counts are zeros. */
-const NO_BATCHER: BatcherStats = Object.freeze({
-  waiting: 0,
-  running: 0,
-  blocksUsed: 0,
-  blocksTotal: 0,
-  prefillTokensAhead: 0,
-  decodeTokensAhead: 0,
-  waitingBlocks: 0,
-  waitingByClass: Object.freeze([]) as readonly number[],
-  waitingTokensByClass: Object.freeze([]) as readonly number[],
-  committedBlocks: 0,
-  runningCommittedBlocks: 0,
-  runningContext: 0,
-  preemptions: 0,
-  steps: 0,
-});
+const NO_BATCHER: BatcherStats = Object.freeze(idleLoad());
 
 /** The step of a closed batch: one padded prefill per member, no decodes (what the replica planned for it). */
 function planOf(b: ClosedBatch, now: number): StepPlan {
