@@ -52,7 +52,8 @@ export interface NodeLink {
 const definedOnly = <T extends object>(o: T): Partial<T> =>
   Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 
-const controlAccepts = (to: string): boolean => to === 'control' || to === 'placement' || to.startsWith('replica.');
+const controlAccepts = (to: string): boolean =>
+  to === 'control' || to === 'placement' || to === 'inspector' || to.startsWith('replica.');
 
 /** Starts accepting a worker for `runtime` (the control plane's runtime). */
 export function startNodeLink(runtime: Runtime, opts: NodeLinkOptions): NodeLink {

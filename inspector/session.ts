@@ -4,7 +4,9 @@ import type { InspectionEvent } from 'xstate';
 import type { ControlPlane } from '../actors/control-plane.ts';
 import { gpuProfile } from '../actors/gpu/profiles.ts';
 import type { ReplicaHandle } from '../actors/replica.ts';
+import type { MessageOf } from '../machines/messages.ts';
 import type { TimerId } from '../runtime/clock.ts';
+import type { Msg } from '../runtime/system.ts';
 import {
   cleanFields,
   INSPECT_VERSION,
@@ -28,6 +30,30 @@ export interface SessionOptions {
   summaryMs?: number;
   /** Most live actors whose current view is kept for late readers. */
   maxViews?: number;
+  /** Ask the node to forward its GPU actors' snapshots while inspection is on (default: with `timer`, i.e. when
+   * serving; a recorded simulation leaves its link's traffic as it was). */
+  nodeWatch?: boolean;
+}
+
+/** How long a node forwards its GPU actors after one watch message; renewed at a third of it while on. */
+export const NODE_WATCH_LEASE_MS = 5000;
+
+/** A node's forwarded GPU snapshot as the tap's inspection event: the same filter and frames as a local actor. */
+function remoteSnapshot(m: Msg): InspectionEvent | null {
+  if (m.type !== 'inspect.snapshot') return null;
+  const s = m as unknown as MessageOf<'inspect.snapshot'>;
+  const [top, sub] = s.state.split('.');
+  return {
+    type: '@xstate.snapshot',
+    rootId: s.id,
+    actorRef: { id: s.id, logic: { id: 'gpu' } },
+    event: { type: s.event },
+    snapshot: {
+      value: sub === undefined ? top : { [top!]: sub },
+      status: s.status,
+      context: { replica: s.replica, epoch: s.epoch, faultCode: s.faultCode },
+    },
+  } as unknown as InspectionEvent;
 }
 
 /** A reader of the stream. */
@@ -67,6 +93,31 @@ function gpuState(
   return { state: 'unloading', machineState: 'allocated.unloading' };
 }
 
+/** The node's GPU actors in the inspection: watch leases sent while on, their forwarded snapshots handed to `see`. */
+function nodeWatcher(runtime: ControlPlane['runtime'], enabled: boolean, see: (ev: InspectionEvent) => void) {
+  let watchedAt = -Infinity;
+  const watch = (leaseMs: number): void => {
+    if (!enabled) return;
+    watchedAt = runtime.clock.now();
+    runtime.send('node', { type: 'inspect.watch', leaseMs });
+  };
+  if (enabled)
+    runtime.register('inspector', (m) => {
+      const ev = remoteSnapshot(m);
+      if (ev) see(ev);
+    });
+  return {
+    start: () => watch(NODE_WATCH_LEASE_MS),
+    renew: () => {
+      if (runtime.clock.now() - watchedAt >= NODE_WATCH_LEASE_MS / 3) watch(NODE_WATCH_LEASE_MS);
+    },
+    end: () => watch(0),
+    close: () => {
+      if (enabled) runtime.unregister('inspector');
+    },
+  };
+}
+
 /** Starts (idle) inspection of a control plane; inspection turns on with the first reader and off with the last. */
 export function createInspectionSession(cp: ControlPlane, opts: SessionOptions): InspectionSession {
   const { runtime } = cp;
@@ -83,7 +134,7 @@ export function createInspectionSession(cp: ControlPlane, opts: SessionOptions):
   let lastSummary = -Infinity;
   let timer: TimerId | null = null;
   let on = false;
-
+  const node = nodeWatcher(runtime, opts.nodeWatch ?? opts.timer, (ev) => on && tap.observe(ev));
   const broadcast = (f: Frame): void => {
     for (const s of sinks) s(f);
   };
@@ -115,6 +166,7 @@ export function createInspectionSession(cp: ControlPlane, opts: SessionOptions):
 
   const emitSummary = (): void => {
     lastSummary = clock.now();
+    if (on) node.renew();
     placementFrames();
     broadcast(summary());
   };
@@ -152,9 +204,11 @@ export function createInspectionSession(cp: ControlPlane, opts: SessionOptions):
       views.clear();
       placementSeen = Math.max(0, cp.placement.events.length - 50);
       runtime.setInspector(observer);
+      node.start();
       if (opts.timer) timer = clock.setTimeout(beat, summaryMs);
     } else {
       runtime.setInspector(null);
+      node.end();
       if (timer !== null) clock.clearTimeout(timer);
       timer = null;
     }
@@ -211,6 +265,7 @@ export function createInspectionSession(cp: ControlPlane, opts: SessionOptions):
       sinks.clear();
       raws.clear();
       update();
+      node.close();
     },
   };
 }

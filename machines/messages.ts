@@ -101,6 +101,20 @@ export type NodeProtocolMessage =
   | { type: 'gpu.fence'; gpu: number; code: string; fence?: number }
   /** What a node holds, sent after each registration (see NodeInventoryDevice). */
   | { type: 'node.inventory'; node: string; fence: number; loads: number; devices: NodeInventoryDevice[] }
+  /** Someone inspects the control plane: the node forwards its GPU actors' snapshots for `leaseMs` (renewed while
+   * someone watches; `leaseMs` 0 ends it at once). */
+  | { type: 'inspect.watch'; leaseMs: number }
+  /** One GPU actor's snapshot, as the node's inspection saw it (only while a watch lease holds). */
+  | {
+      type: 'inspect.snapshot';
+      id: string;
+      state: string;
+      status: string;
+      event: string;
+      replica: string | null;
+      epoch: number;
+      faultCode: string | null;
+    }
   /** Sequences (generative) or items (stateless) handed to a replica's engine core. */
   | { type: 'seq.submit'; replica: string; epoch: number; seqs?: SubmitSeq[]; items?: SubmitItem[] }
   /** Sequences or items that left on the control plane (cancelled, expired): the core drops them at once. */

@@ -24,6 +24,18 @@ const gpu = int({ min: 0, max: 63 });
 const epoch = int({ min: 0 });
 const count = int({ min: 0, max: 10_000_000 });
 const ms = num({ min: 0, max: 1e12 });
+/** A GPU actor's id (`gpu.<n>`) and the states its machine can be in, as dotted paths. */
+const gpuActorId = str({ min: 5, max: 8, pattern: /^gpu\.\d{1,3}$/ });
+const GPU_STATES = [
+  'offline',
+  'probing',
+  'free',
+  'allocated.loading',
+  'allocated.serving',
+  'allocated.unloading',
+  'failed',
+  'repairing',
+] as const;
 
 /** Most sequences, items or ids of one message, most token ids of one sequence, most text of one event, and most
  * events of one progress report. */
@@ -231,6 +243,17 @@ export const nodeMessageSchema = union('type', {
       }),
       { max: 128 },
     ),
+  }),
+  // Someone inspects the control plane: the node forwards its GPU actors' snapshots while the lease holds.
+  'inspect.watch': obj({ leaseMs: int({ min: 0, max: 60_000 }) }),
+  'inspect.snapshot': obj({
+    id: gpuActorId,
+    state: oneOf(...GPU_STATES),
+    status: oneOf('active', 'done', 'error', 'stopped'),
+    event: id,
+    replica: nullable(id),
+    epoch: int({ min: 0 }),
+    faultCode: nullable(id),
   }),
   // Sequences (generative) or items (stateless) handed to a replica's engine core.
   'seq.submit': obj({

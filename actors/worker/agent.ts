@@ -2,6 +2,7 @@
 // core (actors/worker/cores.ts); engine replicas run their core in their engine host (engines.ts).
 import { createActor, type ActorRefFrom } from 'xstate';
 import { gpuMachine } from '../../machines/gpu.machine.ts';
+import { createInspectRelay } from './inspect-relay.ts';
 import type { CostModel } from '../gpu/cost-model.ts';
 import { costModelFor } from '../gpu/profile-cost-model.ts';
 import type { Msg, Runtime } from '../../runtime/system.ts';
@@ -227,6 +228,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   const lanesOf = (g: number): number[] => Array.from({ length: opts.lanes ?? 1 }, (_, l) => (g % stride) + l * stride);
   const devices = opts.gpus.flatMap(lanesOf);
   let heartbeat: TimerId | null = null;
+  const relay = createInspectRelay(runtime);
   const fences = createFenceLog();
   const loads = createLoadCounter();
   const cores: NodeCores = createNodeCores({
@@ -334,6 +336,8 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
       inject(m.gpu, m.fault, m.factor);
     } else if (m.type === 'gpu.fence') {
       fenceOnce(m.gpu, m.code, m.fence);
+    } else if (m.type === 'inspect.watch') {
+      relay.watch(m);
     }
   });
   const inventory = (): MessageOf<'node.inventory'> => ({
@@ -359,6 +363,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     announce: () => send('placement', inventory()),
     orphan: () => cores.orphan() + engines.cancelAll(),
     stop: () => {
+      relay.stop();
       engines.stopAll();
       cores.stopAll();
       if (heartbeat !== null) clock.clearTimeout(heartbeat);

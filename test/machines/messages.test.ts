@@ -52,6 +52,17 @@ const samples: { [T in NodeProtocolMessage['type']]: Extract<NodeProtocolMessage
   'gpu.failed': { type: 'gpu.failed', gpu: 3, code: 'xid_79', replica: null },
   'gpu.inject': { type: 'gpu.inject', gpu: 3, fault: 'straggle', factor: 2 },
   'gpu.fence': { type: 'gpu.fence', gpu: 3, code: 'missed_heartbeats', fence: 4 },
+  'inspect.watch': { type: 'inspect.watch', leaseMs: 5000 },
+  'inspect.snapshot': {
+    type: 'inspect.snapshot',
+    id: 'gpu.3',
+    state: 'allocated.serving',
+    status: 'active',
+    event: 'gpu.loaded',
+    replica: 'replica.m@v#0',
+    epoch: 1,
+    faultCode: null,
+  },
   'node.inventory': {
     type: 'node.inventory',
     node: 'node',
