@@ -1,6 +1,7 @@
 // The control plane: requests, router, placement and replicas of one node, wired on one runtime. The same code
 // serves live traffic (wall clock, WebSocket link to the node agent) and runs simulations (virtual clock). Its
 // parts live in actors/control/: the request table, the hold, resume, stateless dispatch, submit, invariants.
+import { createProfileFits, type ProfileFits } from './profile-fit.ts';
 import type { Scenario } from './config.ts';
 import { withoutEngines } from './engine-config.ts';
 import { createCollector, type Collector } from './metrics/collector.ts';
@@ -57,6 +58,8 @@ export interface ControlPlane {
   onProgress?: (r: ReplicaHandle, delta: ProgressDelta) => void;
   /** Outlier ejection: replicas out of routing for slow or failing steps. */
   readonly health: Health;
+  /** Whether each real engine's calibrated profile fits this machine (predicted vs measured first steps). */
+  readonly profileFits: ProfileFits;
 }
 
 /** Faults a test injects into the production objects on purpose, to show that a promise's check catches them. */
@@ -183,6 +186,10 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
     ...(mutations.flatDropsRootTransitions ? { flatMutation: 'drop-root-transitions' as const } : {}),
   });
   const held = createHeldQueue(runtime, (model) => placement.demand(model));
+  const profileFits = createProfileFits(
+    new Map(scenario.models.flatMap((m) => (m.engine && m.calibration ? [[m.name, m.calibration] as const] : []))),
+    opts.log ?? (() => {}),
+  );
   const stateless = createStatelessDispatch({
     clock,
     replicas: () => placement.replicas.values(),
@@ -215,6 +222,7 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
         collector.estimate('stepMs', predicted, actual);
         if (judged) health.step(r.id, predicted, actual);
       }
+      profileFits.observe(r.model, d);
       cp.onProgress?.(r, d);
       resumer.stepCompleted(r);
     },
@@ -295,6 +303,7 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
     violations: invariants.violations,
     checkWorkConservation: () => conservation.sample(clock.now()),
     health,
+    profileFits,
   };
   return cp;
 }

@@ -151,6 +151,18 @@ export function createServerMetrics(cp: ControlPlane, node: NodeLink): ServerMet
     },
   });
   new Gauge({
+    name: 'switchyard_profile_fit_ratio',
+    help:
+      "A real engine's calibrated profile: predicted ÷ measured step time over its first steps, per model (absent " +
+      'until judged; outside 0.75..1.25 the profile does not fit this machine)',
+    labelNames: ['model'],
+    registers,
+    collect() {
+      this.reset();
+      for (const [model, f] of cp.profileFits.all()) if (f.ratio !== null) this.set({ model }, f.ratio);
+    },
+  });
+  new Gauge({
     name: 'switchyard_replica_state',
     help: 'Replicas by machine state (1 for the current state)',
     labelNames: ['replica', 'model', 'state'],

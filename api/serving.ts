@@ -1,5 +1,6 @@
 // What every client API (WebSocket stream, OpenAI HTTP, chat) uses: submit a request to the control plane and hear
 // accepted / tokens (with pseudo-text) / exactly one terminal event; readiness and model listing.
+import type { ProfileFit } from '../actors/profile-fit.ts';
 import type { ClientListener, ControlPlane, TerminalOutcome } from '../actors/control-plane.ts';
 import { failure, type Failure } from '../machines/outcomes.ts';
 import type { NodeLink } from '../actors/node-link.ts';
@@ -91,6 +92,9 @@ export interface ModelReadiness {
   /** Each replica's machine state, its GPUs, and why outlier ejection keeps it out of routing now (null: it is in). */
   replicas: { id: string; state: string; gpus: number[]; ejected: string | null }[];
   reason: string | null;
+  /** A real engine's calibrated profile against this machine's first steps (see actors/profile-fit.ts): a profile
+   * that does not fit serves on, and says so here. */
+  profile?: ProfileFit;
 }
 
 /** The serving facade over a control plane. */
@@ -288,7 +292,8 @@ export function createServing(
         const switchable = cp.scenario.placement.policy === 'switch' && serving;
         const ready = why === null && (anyReady || switchable);
         const reason = ready ? null : !node.connected() ? 'no worker registered' : (why ?? 'no replica is ready yet');
-        out.push([m.name, { ready, replicas, reason }]);
+        const fit = cp.profileFits.of(m.name);
+        out.push([m.name, { ready, replicas, reason, ...(fit ? { profile: { ...fit } } : {}) }]);
       }
       return Object.fromEntries(out);
     },

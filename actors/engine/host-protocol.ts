@@ -35,6 +35,9 @@ export interface HostCoreSpec {
   limits: CoreLimits;
   /** Check the batcher's invariants after every step. */
   check?: boolean;
+  /** The calibrated profile the control plane prices this replica with: the core predicts its steps with it too
+   * (without one, with the model file's size, as the control plane prices an uncalibrated engine). */
+  profile?: string;
 }
 
 /** What a host measured of its engine: steps, the engine's time in them, and its idle time between a step's return
@@ -179,7 +182,7 @@ const LIMIT_FIELDS: Record<keyof CoreLimits, Check> = {
 
 const checkCoreSpec = shape(
   { replica: str(HOST_BOUNDS.maxSeqId, 1), epoch: nat, owner: str(HOST_BOUNDS.maxSeqId), limits: shape(LIMIT_FIELDS) },
-  { check: bool },
+  { check: bool, profile: str(4096, 1) },
 );
 
 const checkSampling = shape(

@@ -8,7 +8,13 @@
 // and all of its memory never outlive the replica.
 import { statSync } from 'node:fs';
 import { createWallClock } from '../../runtime/clock.ts';
-import { profileStepS, sizedEngineProfile } from '../gpu/profile-cost-model.ts';
+import {
+  engineProfileAt,
+  EngineProfileError,
+  profileStepS,
+  sizedEngineProfile,
+  type EngineProfile,
+} from '../gpu/profile-cost-model.ts';
 import { createEngineCore } from '../engine-core/core.ts';
 import type { EngineCore } from '../engine-core/types.ts';
 import type { CoreReport } from '../../machines/core-messages.ts';
@@ -74,6 +80,16 @@ const loadedEngine = (): Engine => {
   return engine;
 };
 
+/** The calibrated profile a core predicts with; one that cannot be read refuses the open, typed. */
+function calibratedProfile(file: string): EngineProfile {
+  try {
+    return engineProfileAt(file);
+  } catch (e) {
+    if (e instanceof EngineProfileError) throw new EngineError('invalid_request', e.message);
+    throw e;
+  }
+}
+
 /** Opens the replica's core over the engine; refused when its limits do not fit the engine's real cache. */
 function openCore(spec: HostCoreSpec): EngineCapacity {
   const e = loadedEngine();
@@ -92,15 +108,17 @@ function openCore(spec: HostCoreSpec): EngineCapacity {
         `batch ${cap.batchTokens})`,
     );
   }
-  // Step times predicted from the model file's size (sizedEngineProfile), as the control plane prices an
-  // uncalibrated engine; the measured time is what the core reports as busy.
+  // Step times predicted as the control plane prices the replica: with its calibrated profile, else from the model
+  // file's size (sizedEngineProfile); the measured time is what the core reports as busy.
   const opts = loaded!.options;
-  const profile = sizedEngineProfile(statSync(loaded!.file).size, {
-    threads: opts.threads ?? 1,
-    sequences: cap.sequences,
-    contextTokens: cap.cellsPerSequence + 1,
-    batchTokens: cap.batchTokens,
-  });
+  const profile = spec.profile
+    ? calibratedProfile(spec.profile)
+    : sizedEngineProfile(statSync(loaded!.file).size, {
+        threads: opts.threads ?? 1,
+        sequences: cap.sequences,
+        contextTokens: cap.cellsPerSequence + 1,
+        batchTokens: cap.batchTokens,
+      });
   executor = createLlamaExecutor(e, {
     replica: spec.replica,
     now: clock.now,

@@ -7,6 +7,7 @@
 // fenced by the agent. A release, an unload or a fault of any of its GPUs kills the host on purpose (that is not
 // reported as a failure). Sequences go to the host as they come (submit, cancel); its core's reports come back
 // through `progress`, one per step. The worker keeps no tokens: the host's core holds its sequences.
+import { CALIBRATED_PREFIX } from '../gpu/profile-cost-model.ts';
 import type { EngineFailure } from '../engine/engine.ts';
 import { nodeHostTimers, spawnEngineHost, type EngineHost, type EngineHostOptions } from '../engine/host-client.ts';
 import type { HostCoreSpec, HostStats } from '../engine/host-protocol.ts';
@@ -91,6 +92,9 @@ function coreOf(m: Assign, gpus: readonly number[]): HostCoreSpec | string {
     owner: c.owner,
     limits: c.limits,
     ...(c.check ? { check: true } : {}),
+    ...(m.model.startsWith(CALIBRATED_PREFIX)
+      ? { profile: m.model.slice(CALIBRATED_PREFIX.length, m.model.lastIndexOf('|')) }
+      : {}),
   };
 }
 
@@ -114,6 +118,13 @@ export function createEngineManager(opts: EngineManagerOptions): EngineManager {
       return opts.failed(m.replica, m.epoch, gpus, refused);
     }
     const core = coreOf(m, gpus);
+    // Its calibrated profile is read by the host under the same rule as the model file.
+    const profileRefused = typeof core !== 'string' && core.profile ? modelFileRefusal(core.profile, roots) : null;
+    if (profileRefused) {
+      const message = `its calibrated profile ${profileRefused.message.replace(/^model file /, '')}`;
+      log(`engine host ${m.replica}@${m.epoch} not started: ${message}`);
+      return opts.failed(m.replica, m.epoch, gpus, { ...profileRefused, message });
+    }
     if (typeof core === 'string') {
       log(`engine host ${m.replica}@${m.epoch} not started: ${core}`);
       return opts.failed(m.replica, m.epoch, gpus, { code: 'invalid_request', message: core, retryable: false });
