@@ -41,7 +41,17 @@ export interface Schema<T> {
   /** Builds the output value from a conforming input; null when the input is the output (no defaults below). */
   readonly fill: Filler | null;
   readonly hasDefault: boolean;
+  /** What the schema accepts, for references written from it (docs/configuration.md): its expectation in words, the
+   * schema it wraps (optional, default, nullable, array item, record value) and a default's value. */
+  readonly doc?: SchemaDoc;
   readonly __type?: T;
+}
+
+/** A schema's description (see Schema.doc). */
+export interface SchemaDoc {
+  readonly expected?: string;
+  readonly inner?: Schema<unknown>;
+  readonly defaultValue?: unknown;
 }
 
 // A schema whose field may be absent in an enclosing obj(); produced by optional().
@@ -124,8 +134,9 @@ function make<T>(
   fields: Fields | null = null,
   strict = false,
   fill: Filler | null = null,
+  doc?: SchemaDoc,
 ): Schema<T> {
-  return { kind, check, isOptional: false, fields, strict, fill, hasDefault: false };
+  return { kind, check, isOptional: false, fields, strict, fill, hasDefault: false, ...(doc ? { doc } : {}) };
 }
 
 // Runs a child filler, adding `seg` to the path of a failure on its way up.
@@ -227,19 +238,31 @@ export function str(opts: { min?: number; max?: number; pattern?: RegExp } = {})
     throw new TypeError('str(): pattern must not use the g or y flag');
   const expected = `string${lengthBounds(opts.min, opts.max)}`;
   const expectedPattern = pattern === undefined ? expected : `${expected} matching ${String(pattern)}`;
-  return make('str', (v) => {
-    if (typeof v !== 'string' || v.length < min || v.length > max) return fail(expected, v);
-    if (pattern !== undefined && !pattern.test(v)) return fail(expectedPattern, v);
-    return null;
-  });
+  return make(
+    'str',
+    (v) => {
+      if (typeof v !== 'string' || v.length < min || v.length > max) return fail(expected, v);
+      if (pattern !== undefined && !pattern.test(v)) return fail(expectedPattern, v);
+      return null;
+    },
+    null,
+    false,
+    null,
+    { expected: expectedPattern },
+  );
 }
 
 // A safe integer (Number.isSafeInteger), optionally bounded.
 export function int(opts: { min?: number; max?: number } = {}): Schema<number> {
   const { min = -Infinity, max = Infinity } = opts;
   const expected = `safe integer${bounds(opts.min, opts.max)}`;
-  return make('int', (v) =>
-    Number.isSafeInteger(v) && (v as number) >= min && (v as number) <= max ? null : fail(expected, v),
+  return make(
+    'int',
+    (v) => (Number.isSafeInteger(v) && (v as number) >= min && (v as number) <= max ? null : fail(expected, v)),
+    null,
+    false,
+    null,
+    { expected },
   );
 }
 
@@ -247,14 +270,21 @@ export function int(opts: { min?: number; max?: number } = {}): Schema<number> {
 export function num(opts: { min?: number; max?: number } = {}): Schema<number> {
   const { min = -Infinity, max = Infinity } = opts;
   const expected = `finite number${bounds(opts.min, opts.max)}`;
-  return make('num', (v) =>
-    typeof v === 'number' && Number.isFinite(v) && v >= min && v <= max ? null : fail(expected, v),
+  return make(
+    'num',
+    (v) => (typeof v === 'number' && Number.isFinite(v) && v >= min && v <= max ? null : fail(expected, v)),
+    null,
+    false,
+    null,
+    { expected },
   );
 }
 
 // true or false.
 export function bool(): Schema<boolean> {
-  return make('bool', (v) => (v === true || v === false ? null : fail('boolean', v)));
+  return make('bool', (v) => (v === true || v === false ? null : fail('boolean', v)), null, false, null, {
+    expected: 'boolean',
+  });
 }
 
 // Exactly one literal value (compared with ===).
@@ -268,7 +298,7 @@ export function oneOf<const L extends readonly (string | number)[]>(...values: L
   if (values.length === 0) throw new TypeError('oneOf(): needs at least one value');
   const expected = `one of ${values.map((x) => JSON.stringify(x)).join(' | ')}`;
   const set = new Set<unknown>(values);
-  return make('oneOf', (v) => (set.has(v) ? null : fail(expected, v)));
+  return make('oneOf', (v) => (set.has(v) ? null : fail(expected, v)), null, false, null, { expected });
 }
 
 // An array whose items all match the item schema, with optional length bounds.
@@ -290,7 +320,7 @@ export function arr<T>(item: Schema<T>, opts: { min?: number; max?: number } = {
     }
     return null;
   };
-  return make('arr', check, null, false, fill);
+  return make('arr', check, null, false, fill, { expected, inner: item as Schema<unknown> });
 }
 
 // A plain object with the given fields; strict (the default) refuses undeclared keys. Own keys
@@ -365,6 +395,7 @@ export function optional<T>(schema: Schema<T>): OptionalSchema<T> {
     strict: false,
     fill: innerFill === null ? null : (v) => (v === undefined ? undefined : innerFill(v)),
     hasDefault: false,
+    doc: { inner: schema as Schema<unknown> },
   };
 }
 
@@ -394,6 +425,7 @@ export function dflt<T>(schema: Schema<T>, value: DefaultInput<T>): DefaultSchem
       const given = v === undefined ? fresh() : v;
       return innerFill === null ? given : innerFill(given);
     },
+    doc: { inner: schema as Schema<unknown>, defaultValue: fresh() },
   };
 }
 
@@ -422,6 +454,7 @@ export function refine<T, U>(schema: Schema<T>, rule: (value: T, refuse: Refuse)
     strict: schema.strict,
     fill: (v) => rule((innerFill === null ? v : innerFill(v)) as T, refuse),
     hasDefault: false,
+    ...(schema.doc ? { doc: schema.doc } : {}),
   };
   return out;
 }
@@ -436,6 +469,7 @@ export function nullable<T>(schema: Schema<T>): Schema<T | null> {
     null,
     false,
     innerFill === null ? null : (v) => (v === null ? null : innerFill(v)),
+    { inner: schema as Schema<unknown> },
   );
 }
 
@@ -514,7 +548,8 @@ export function record(a: Schema<unknown>, b?: Schema<unknown> | RecordOpts, c?:
     }
     return null;
   };
-  return make('record', check, null, false, fill);
+  const valueSchema = (hasKeySchema ? b : a) as Schema<unknown>;
+  return make('record', check, null, false, fill, { expected, inner: valueSchema });
 }
 
 // A discriminated union: field `tag` names the variant; each variant is an obj() and gains `tag: lit(name)`.
