@@ -65,12 +65,25 @@ export function runCommand(
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
+/** Where and how `serve` starts the server: another folder (a fresh clone's layout), or another command line in
+ * front of the serve flags (`npm start --`); such a server runs in a process group of its own, stopped as one. */
+export interface ServeHow {
+  cwd?: string;
+  command?: readonly string[];
+}
+
 /** Starts `switchyard serve --port 0 --json <args>` and waits until it prints its URLs. */
-export async function serve(args: readonly string[], env: Record<string, string> = {}): Promise<Served> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', BIN, 'serve', '--port', '0', '--json', ...args], {
-    cwd: ROOT,
+export async function serve(
+  args: readonly string[],
+  env: Record<string, string> = {},
+  how: ServeHow = {},
+): Promise<Served> {
+  const [cmd, ...pre] = how.command ?? [process.execPath, '--import', 'tsx', BIN, 'serve'];
+  const proc = spawn(cmd!, [...pre, '--port', '0', '--json', ...args], {
+    cwd: how.cwd ?? ROOT,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
+    detached: how.command !== undefined,
   });
   const lines: string[] = [];
   const waiters: { re: RegExp; resolve(l: string): void }[] = [];
@@ -158,8 +171,17 @@ export async function serve(args: readonly string[], env: Record<string, string>
     },
     stop: async () => {
       if (proc.exitCode === null && proc.signalCode === null) {
-        proc.kill('SIGTERM');
-        const t = setTimeout(() => proc.kill('SIGKILL'), 5_000);
+        const group = how.command !== undefined && proc.pid !== undefined;
+        const kill = (sig: NodeJS.Signals): void => {
+          try {
+            if (group) process.kill(-proc.pid!, sig);
+            else proc.kill(sig);
+          } catch {
+            // already gone
+          }
+        };
+        kill('SIGTERM');
+        const t = setTimeout(() => kill('SIGKILL'), 5_000);
         await exited;
         clearTimeout(t);
       }
