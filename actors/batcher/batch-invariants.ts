@@ -1,6 +1,7 @@
 // The continuous batcher's invariants: the ledger matches the sequences, the queues match their counts, and a
 // planned step keeps the policy's limits (budget, slots, no mixed steps where the policy forbids them, capacity).
 import type { BatchState } from './batch-state.ts';
+import { planPasses } from './step-planner.ts';
 import type { ContinuousLimits, StepPlan } from './types.ts';
 
 /** Numbers the plan checks: a sequence marked with the current one was met earlier in the same plan. */
@@ -22,6 +23,9 @@ export function checkPlan(limits: ContinuousLimits, p: StepPlan, owner?: string)
   }
   if (tokens !== p.tokens || prefill !== p.prefillTokens)
     throw new Error(`step accounts ${p.tokens} tokens, entries hold ${tokens}`);
+  // Checked while the step's sequences all still run in the slots it was planned on (before any finished).
+  const passes = p.entries.every((e) => e.seq.slot >= 0) ? planPasses(p.entries) : p.shape.passes;
+  if (p.shape.passes !== passes) throw new Error(`step prices ${p.shape.passes} passes, its slots take ${passes}`);
   checkPlanTotals(limits, p);
 }
 
@@ -50,9 +54,23 @@ export function checkBatchState(st: BatchState, p?: StepPlan, owner?: string): v
       throw new Error(`sequence ${s.id} is in the running set but marked ${s.gone ? 'gone' : 'waiting'}`);
   }
   st.ledger.check(running);
+  checkSlots(st);
   if (running.length > limits.maxRunning) throw new Error(`running ${running.length} exceeds max ${limits.maxRunning}`);
   st.waiting.check();
   if (limits.policy === 'static' && running.length > st.staticOpen)
     throw new Error(`static batch grew to ${running.length} past its ${st.staticOpen} members`);
   if (p) checkPlan(limits, p, owner);
+}
+
+/** Throws unless every running sequence holds its own slot within the table and the table holds no other. */
+function checkSlots(st: BatchState): void {
+  const seen = new Set<number>();
+  for (const s of st.running) {
+    if (!Number.isInteger(s.slot) || s.slot < 0 || s.slot >= st.slots.size)
+      throw new Error(`sequence ${s.id} runs in slot ${s.slot}, outside 0…${st.slots.size - 1}`);
+    if (seen.has(s.slot)) throw new Error(`slot ${s.slot} holds two running sequences`);
+    if (!st.slots.has(s.slot)) throw new Error(`sequence ${s.id} runs in slot ${s.slot}, which the table holds free`);
+    seen.add(s.slot);
+  }
+  if (st.slots.used !== seen.size) throw new Error(`${st.slots.used} slots in use for ${seen.size} running sequences`);
 }

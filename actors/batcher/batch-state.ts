@@ -1,6 +1,7 @@
 // What one replica's continuous batcher holds between steps: the KV ledger, the waiting queues, the running set
 // (ordered by class, then age, so the newest of the lowest class is last: the first to preempt), and counters.
 import { createKvLedger, type KvLedger } from './kv-ledger.ts';
+import { createSlotTable, type SlotTable } from './slots.ts';
 import { ChurnMap } from '../../runtime/churn-map.ts';
 import type { Sequence } from './sequence.ts';
 import type { ContinuousLimits } from './types.ts';
@@ -10,6 +11,8 @@ import { createWaitingQueues, type WaitingQueues } from './waiting.ts';
 export interface BatchState {
   readonly limits: ContinuousLimits;
   readonly ledger: KvLedger;
+  /** The engine slots of the running sequences (slots.ts): one each, the lowest free one when scheduled. */
+  readonly slots: SlotTable;
   readonly waiting: WaitingQueues;
   /** Running sequences, highest class and oldest first. */
   readonly running: Sequence[];
@@ -30,6 +33,7 @@ export function createBatchState(limits: ContinuousLimits): BatchState {
   return {
     limits,
     ledger,
+    slots: createSlotTable(limits.maxRunning),
     waiting: createWaitingQueues(ledger),
     running: [],
     byId: new ChurnMap(),
@@ -41,20 +45,28 @@ export function createBatchState(limits: ContinuousLimits): BatchState {
   };
 }
 
-/** Adds s to the running set at its place by (priority, admission order). */
+/** Adds s to the running set at its place by (priority, admission order), in the lowest free slot. */
 export function insertRunning(st: BatchState, s: Sequence): void {
   s.running = true;
+  s.slot = st.slots.take();
   s.runOrder = ++st.runCounter;
   let i = st.running.length;
   while (i > 0 && st.running[i - 1]!.priority > s.priority) i--;
   st.running.splice(i, 0, s);
 }
 
-/** Takes s out of the running set (its blocks are the caller's to release). */
+/** Takes s out of the running set and frees its slot (its blocks are the caller's to release). */
 export function removeRunning(st: BatchState, s: Sequence): void {
   const i = st.running.indexOf(s);
   if (i >= 0) st.running.splice(i, 1);
+  leaveSlot(st, s);
+}
+
+/** s no longer runs: its slot is free for the next sequence scheduled. */
+export function leaveSlot(st: BatchState, s: Sequence): void {
   s.running = false;
+  if (s.slot >= 0) st.slots.free(s.slot);
+  s.slot = -1;
 }
 
 /** Free blocks a new admission may use: the watermark is kept back while anything runs (vLLM's watermark). */

@@ -9,7 +9,7 @@
 // - completion.ts: tokens produced by a completed step, and finished sequences;
 // - batch-invariants.ts: the ledger, queue and step-plan invariants the simulation checks after every step.
 import { checkBatchState, checkPlanTotals } from './batch-invariants.ts';
-import { createBatchState, removeRunning, type BatchState } from './batch-state.ts';
+import { createBatchState, leaveSlot, removeRunning, type BatchState } from './batch-state.ts';
 import { completeStep } from './completion.ts';
 import { completeRunStep, planRunStep, runBuffers, settleRun, startRun, type DecodeRun } from './decode-run.ts';
 import { headBlocked } from './preemption.ts';
@@ -101,7 +101,7 @@ function evictAll(st: BatchState): Sequence[] {
   const out: Sequence[] = [];
   for (const s of st.running) {
     st.ledger.release(s);
-    s.running = false;
+    leaveSlot(st, s);
     s.computed = 0;
     out.push(s);
   }

@@ -2,7 +2,7 @@
 // set). Its blocks are freed, it goes back to the head of its class queue, and when scheduled again it re-prefills
 // its prompt plus the tokens it has already streamed. Two causes: a running sequence cannot grow (memory), or the
 // queue head of a higher class cannot be admitted while a lower class runs (priority).
-import { spareBlocks, type BatchState } from './batch-state.ts';
+import { leaveSlot, spareBlocks, type BatchState } from './batch-state.ts';
 import { prefillTarget, type Sequence } from './sequence.ts';
 
 /** Preempts the newest running sequence of the lowest class; undefined when nothing runs. */
@@ -10,7 +10,7 @@ export function preemptOne(st: BatchState, now: number): Sequence | undefined {
   const victim = st.running[st.running.length - 1];
   if (!victim) return undefined;
   st.running.pop();
-  victim.running = false;
+  leaveSlot(st, victim);
   st.ledger.release(victim);
   victim.computed = 0;
   st.preemptions++;

@@ -51,6 +51,8 @@ export interface Sequence {
   /** Tokens to prefill in this residency (prompt plus what was streamed before it was scheduled). */
   prefillGoal: number;
   blocks: number;
+  /** The engine slot (sequence id) it runs in, -1 when not running (slots.ts). */
+  slot: number;
   running: boolean;
   /** Admission to running order, to preempt the newest first. */
   runOrder: number;
@@ -104,6 +106,7 @@ export function createSequence(spec: SequenceSpec): Sequence {
     prefillGoal: 0,
     generated: spec.generated ?? 0,
     blocks: 0,
+    slot: -1,
     awaitingToken: false,
     lastTokenAt: -1,
     listener: spec.listener,

@@ -11,11 +11,12 @@ import type { PrefillChunk } from '../gpu/cost-model.ts';
 import { insertRunning, spareBlocks, type BatchState } from './batch-state.ts';
 import { preemptForPriority, preemptOne, tooLarge } from './preemption.ts';
 import { prefillTarget, type Sequence } from './sequence.ts';
-import type { StepPlan } from './types.ts';
+import { passes } from './slots.ts';
+import type { PlanEntry, StepPlan } from './types.ts';
 
 const newPlan = (): StepPlan => ({
   entries: [],
-  shape: { prefill: [] as PrefillChunk[], decodeBatch: 0, decodeContext: 0 },
+  shape: { prefill: [] as PrefillChunk[], decodeBatch: 0, decodeContext: 0, passes: 0 },
   tokens: 0,
   prefillTokens: 0,
   decodes: 0,
@@ -174,8 +175,29 @@ export function planStep(st: BatchState, now: number): StepPlan | null {
     return null;
   }
   p.blocksUsed = st.ledger.used;
+  (p.shape as { passes: number }).passes = planPasses(p.entries);
   st.steps++;
   return p;
+}
+
+/** Scratch of planPasses: each entry's slot and tokens. */
+let slotsOf = new Int32Array(64);
+let tokensOf = new Int32Array(64);
+
+/** The passes (llama.cpp micro-batches) of a plan's entries over their sequences' slots, queued in ascending slot
+ * order (slots.ts). */
+export function planPasses(entries: readonly PlanEntry[]): number {
+  const n = entries.length;
+  if (slotsOf.length < n) {
+    slotsOf = new Int32Array(n * 2);
+    tokensOf = new Int32Array(n * 2);
+  }
+  for (let i = 0; i < n; i++) {
+    const e = entries[i]!;
+    slotsOf[i] = e.seq.slot;
+    tokensOf[i] = e.chunk > 0 ? e.chunk : 1;
+  }
+  return passes(slotsOf, tokensOf, n);
 }
 
 /** Whether `p` decoded the whole running set (as many sequences, no prefill, within the token budget) and nothing

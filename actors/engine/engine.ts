@@ -95,6 +95,10 @@ export interface SamplingParams {
  * `last` on an item that samples says the caller takes no more tokens of the sequence (its max_tokens): the engine
  * appends the text it held back to that token's and frees the sequence in the same step, as it does a sequence that
  * ended by itself (end-of-generation token, stop string), so a finished sequence costs no separate free().
+ *
+ * `slot` is the engine sequence (llama.cpp sequence id) the caller's scheduler gave the sequence: a sequence opens
+ * in it (it must be free) and keeps it until freed; absent, a new sequence takes the lowest free one. A step's items
+ * are queued in ascending slot order, so sequences in consecutive slots share passes (actors/batcher/slots.ts).
  */
 export type StepItem =
   | {
@@ -105,8 +109,9 @@ export type StepItem =
       sampling?: SamplingParams;
       streamed?: readonly number[];
       last?: boolean;
+      slot?: number;
     }
-  | { seq: string; kind: 'decode'; last?: boolean };
+  | { seq: string; kind: 'decode'; last?: boolean; slot?: number };
 
 /** A step as switchyard's batcher planned it; executed as exactly one engine batch. */
 export interface StepPlan {
@@ -137,6 +142,8 @@ export interface StepResult {
    * one batch in several passes (the stock build splits a batch across sequences); `ms` includes them all.
    */
   dispatches: number;
+  /** Passes (llama.cpp micro-batches) the batch ran in, counted from its items' slots as llama.cpp splits it. */
+  passes?: number;
 }
 
 /**

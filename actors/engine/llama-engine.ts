@@ -6,13 +6,13 @@
 //
 // Passes. With one cache stream per sequence (the addon's kv_unified = false), llama.cpp splits a batch into
 // micro-batches (`split_equal(…, sequential)`) that only group sequences whose ids rise by one in batch order; each
-// micro-batch reads all the weights once (on this CPU build ~2 ms of the bench model, ~1.5 ms per decode token on
-// top). Queued in plan order, the grouping depended on which slots the sequences happened to get, so the same step
-// shape cost one pass or eight (8 decodes: ~16 ms or ~30 ms) — a cost no model of the shape can predict. Items are
-// queued in descending slot order, so every step runs exactly one pass per sequence: the same cost for the same
-// shape, what the calibrated cost model prices. (Grouping consecutive slots would be faster, but the step cost would
-// then depend on slot numbers the planner and the simulator do not see; see actors/engine/README.md.) Context shifting is made impossible twice over: every
-// plan is checked against the cells left before anything is queued, and the sequences' shift strategy throws.
+// micro-batch reads all the weights once. Each sequence runs in the slot (llama.cpp sequence id) its item names —
+// the batcher's, which keeps the running sequences in the lowest slots — and a step's items are queued in ascending
+// slot order, so sequences in consecutive slots share a pass: 8 decodes in slots 0…7 are one pass. The passes are
+// counted as llama.cpp splits the batch (actors/batcher/slots.ts) and reported with the step; the batcher counts the
+// same from the same slots, and the calibrated cost model prices them. Context shifting is made impossible twice
+// over: every plan is checked against the cells left before anything is queued, and the sequences' shift strategy
+// throws.
 import { setImmediate as nextMacrotask } from 'node:timers/promises';
 import {
   getLlama,
@@ -36,6 +36,7 @@ import {
   type StepResult,
 } from './engine.ts';
 import { checkModelFile } from './model-file.ts';
+import { passes as passesOf } from '../batcher/slots.ts';
 import { createTextStream, type TextStream } from './text-stream.ts';
 
 /** One live sequence: its llama.cpp sequence, the sampled token not yet in the cache, and its text stream. */
@@ -67,9 +68,23 @@ interface PlanCheck {
   tokens: number;
 }
 
+/** Checks an item's slot: within the engine's, its own when the sequence is open, else free and not claimed twice. */
+function checkSlot(item: StepPlan['items'][number], state: Live | undefined, pool: Pool, claimed: Set<number>): void {
+  if (item.slot === undefined) return;
+  const slot = item.slot;
+  if (!Number.isInteger(slot) || slot < 0 || slot >= pool.length) refuse(`slot ${slot} of ${item.seq} is no slot`);
+  if (state) {
+    if (state.slot !== slot) refuse(`sequence ${item.seq} runs in slot ${state.slot}, not ${slot}`);
+    return;
+  }
+  if (pool[slot] === null || claimed.has(slot)) refuse(`slot ${slot} for ${item.seq} is in use`);
+  claimed.add(slot);
+}
+
 /** Validates a plan against the cache before any work; throws invalid_request naming the first problem. */
-function checkPlan(plan: StepPlan, live: Map<string, Live>, cap: EngineCapacity, vocab: number): PlanCheck {
+function checkPlan(plan: StepPlan, live: Map<string, Live>, cap: EngineCapacity, vocab: number, pool: Pool): PlanCheck {
   const seen = new Set<string>();
+  const claimed = new Set<number>();
   const fresh: string[] = [];
   let tokens = 0;
   if (plan.items.length === 0) refuse('a step needs at least one item');
@@ -77,6 +92,7 @@ function checkPlan(plan: StepPlan, live: Map<string, Live>, cap: EngineCapacity,
     if (seen.has(item.seq)) refuse(`sequence ${item.seq} appears twice in one step`);
     seen.add(item.seq);
     const state = live.get(item.seq);
+    checkSlot(item, state, pool, claimed);
     const held = state?.sequence.nextTokenIndex ?? 0;
     if (item.kind === 'decode') {
       if (!state || state.pending === undefined) refuse(`sequence ${item.seq} has no sampled token to decode`);
@@ -203,6 +219,17 @@ function contextOf(model: LlamaModel, opts: EngineLoadOptions, gate: DispatchGat
   });
 }
 
+/** The engine's sequences by slot (llama.cpp sequence id): the idle ones, null where a live sequence holds it. */
+type Pool = (LlamaContextSequence | null)[];
+
+/** Takes the sequence of `slot` (the lowest free one when absent) out of the pool. */
+function takeSlot(pool: Pool, slot: number | undefined): { sequence: LlamaContextSequence; slot: number } {
+  const at = slot ?? pool.findIndex((s) => s !== null);
+  const sequence = pool[at]!;
+  pool[at] = null;
+  return { sequence, slot: at };
+}
+
 /** Lets a late-queued evaluation through at once (counted) instead of hanging; see the file header. */
 interface DispatchGate {
   armed: boolean;
@@ -222,10 +249,11 @@ async function createLlamaEngine(
     throw new EngineError('invalid_request', 'context overflow: llama.cpp asked to shift the context');
   };
   // A fresh context hands out sequence ids 0, 1, 2, … in order: the index here is the llama.cpp sequence id.
-  const idle: { sequence: LlamaContextSequence; slot: number }[] = [];
+  const pool: Pool = [];
   for (let slot = 0; slot < opts.sequences; slot++) {
-    idle.push({ sequence: context.getSequence({ contextShift: { strategy: overflow } }), slot });
+    pool.push(context.getSequence({ contextShift: { strategy: overflow } }));
   }
+  const idleCount = (): number => pool.reduce((n, s) => n + (s === null ? 0 : 1), 0);
   const live = new Map<string, Live>();
   const vocab = (model.fileInfo.metadata as { tokenizer?: { ggml?: { tokens?: readonly string[] } } }).tokenizer?.ggml
     ?.tokens?.length;
@@ -250,14 +278,14 @@ async function createLlamaEngine(
       cellsPerSequence: context.contextSize - 1,
       totalCells: context.getAllocatedContextSize(),
       batchTokens: context.batchSize,
-      freeSequences: idle.length,
+      freeSequences: idleCount(),
       used,
       offload,
     };
   };
 
   const runStep = async (plan: StepPlan): Promise<StepResult> => {
-    const { tokens } = checkPlan(plan, live, capacity(), vocab ?? Number.MAX_SAFE_INTEGER);
+    const { tokens } = checkPlan(plan, live, capacity(), vocab ?? Number.MAX_SAFE_INTEGER, pool);
     const evaluations: Promise<unknown[]>[] = [];
     const order: { seq: string; state: Live; sampleAt: number; last: boolean }[] = [];
     const queued: { item: StepPlan['items'][number]; state: Live }[] = [];
@@ -266,7 +294,7 @@ async function createLlamaEngine(
       if (!state) {
         const sampling = item.kind === 'prefill' ? (item.sampling ?? {}) : {};
         const stream = replayed(createTextStream(detokenize, sampling.stop), item);
-        state = { ...idle.pop()!, sampling, stream, pending: undefined, finished: false };
+        state = { ...takeSlot(pool, item.slot), sampling, stream, pending: undefined, finished: false };
         live.set(item.seq, state);
       } else if (item.kind === 'prefill' && item.sampling) {
         state.sampling = item.sampling;
@@ -274,8 +302,13 @@ async function createLlamaEngine(
       }
       queued.push({ item, state });
     }
-    // Descending slots: no two neighbours in the batch have ids rising by one, so one pass per sequence (header).
-    queued.sort((a, b) => b.state.slot - a.state.slot);
+    // Ascending slots: sequences in consecutive slots share a micro-batch (a pass over the weights; header).
+    queued.sort((a, b) => a.state.slot - b.state.slot);
+    const passes = passesOf(
+      queued.map((q) => q.state.slot),
+      queued.map((q) => (q.item.kind === 'decode' ? 1 : q.item.tokens.length)),
+      queued.length,
+    );
     for (const { item, state } of queued) {
       const { input, sampleAt } = evaluationInput(item, state);
       if (item.kind === 'decode') state.pending = undefined;
@@ -324,7 +357,7 @@ async function createLlamaEngine(
     // Reported in the plan's order, whatever order the batch ran in.
     const rank = new Map(plan.items.map((item, i) => [item.seq, i]));
     sampled.sort((a, b) => rank.get(a.seq)! - rank.get(b.seq)!);
-    return { sampled, ms, tokens, dispatches: 1 + gate.late - lateBefore };
+    return { sampled, ms, tokens, dispatches: 1 + gate.late - lateBefore, passes };
   };
 
   const freeSeq = async (seq: string): Promise<{ text: string }> => {
@@ -333,7 +366,7 @@ async function createLlamaEngine(
     live.delete(seq);
     const text = state.finished ? '' : state.stream.flush();
     await state.sequence.clearHistory();
-    idle.push({ sequence: state.sequence, slot: state.slot });
+    pool[state.slot] = state.sequence;
     return { text };
   };
 

@@ -7,6 +7,10 @@
 // engine's text stream replays the generated tokens without emitting them). An item samples when it is a decode or
 // its chunk completes the prefill; the token that reaches the sequence's output length is marked `last`, so the
 // engine appends the text it held back and frees the sequence in the same step (finish `length`).
+//
+// Each item names the slot the batcher gave its sequence (actors/batcher/slots.ts): the engine opens the sequence in
+// that llama.cpp sequence id and queues the step's items in ascending slot order, so the batch runs in the passes the
+// batcher counted for it (StepShape.passes) and the cost model priced.
 import type { CoreExecutor, StepResult as CoreStepResult } from '../engine-core/types.ts';
 import type { StepPlan as CorePlan } from '../batcher/types.ts';
 import type { Sequence } from '../batcher/sequence.ts';
@@ -75,7 +79,8 @@ export function createLlamaExecutor(engine: Engine, o: LlamaExecutorOptions): Ll
     if (tokens.length !== s.prefillGoal) {
       throw new Error(`sequence ${s.id} holds ${tokens.length} token ids, its prefill needs ${s.prefillGoal}`);
     }
-    const h: Held = { seq: s, tokens, generated: t.out.length, decode: { seq: s.id, kind: 'decode' } };
+    const decode: StepItem = { seq: s.id, kind: 'decode', slot: s.slot };
+    const h: Held = { seq: s, tokens, generated: t.out.length, decode };
     held.set(s.id, h);
     return h;
   };
@@ -95,7 +100,7 @@ export function createLlamaExecutor(engine: Engine, o: LlamaExecutorOptions): Ll
       const ends = sample && h.generated + 1 >= s.outputTokens;
       if (ends) (last ??= new Set()).add(s.id);
       if (chunk === 0) {
-        items.push(ends ? { seq: s.id, kind: 'decode', last: true } : h.decode);
+        items.push(ends ? { seq: s.id, kind: 'decode', last: true, slot: s.slot } : h.decode);
         continue;
       }
       items.push({
@@ -106,6 +111,7 @@ export function createLlamaExecutor(engine: Engine, o: LlamaExecutorOptions): Ll
         ...(first ? { sampling: t.sampling } : {}),
         ...(first && t.out.length > 0 ? { streamed: [...t.out] } : {}),
         ...(ends ? { last: true } : {}),
+        slot: s.slot,
       });
     }
     return { items, last };

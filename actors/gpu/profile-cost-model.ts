@@ -1,13 +1,16 @@
 // A cost model fitted to a real engine on this machine (an engine profile written by `switchyard calibrate`).
 //
-// The profile's step time is linear in five features of a step (see actors/engine/calibrate.ts):
+// The profile's step time is linear in seven features of a step (see actors/engine/calibrate.ts):
 //
-//   t = base + perPrefillToken · Σ T  +  perPrefillPair · Σ T·(K + T/2)  +  perDecodeSeq · B  +  perContextToken · C
-//            + perPrefillSeq · P
+//   t = base + perPass · N  +  perPrefillToken · Σ T  +  perPrefillPair · Σ T·(K + T/2)  +  perDecodeSeq · B
+//            + perContextToken · C  +  perPrefillSeq · P
 //
-// for P prefill chunks of T new tokens after K cached ones, B decoding sequences holding C context tokens in total.
-// The per-sequence terms are there because the stock llama.cpp build runs a batch one sequence at a time: each
-// sequence of a step, decoding or prefilling, pays a fixed cost (8 decodes cost ~5-8x one).
+// for a step run in N passes (llama.cpp micro-batches: see actors/batcher/slots.ts) holding P prefill chunks of T new
+// tokens after K cached ones and B decoding sequences holding C context tokens in total. A pass reads every weight
+// once; a token costs its matrix work on top. The batcher gives each step its passes from the slots of its
+// sequences (StepShape.passes); a shape without them (an estimate) is priced at the fewest its items can take.
+// Profiles written before passes were counted have no perPass: their per-sequence terms carry a pass each (the engine
+// then queued every sequence as a pass of its own), and they are priced as before.
 // The CostModel built from it answers every question the roofline answers, from the profile instead: step times,
 // KV blocks (the engine's real cache), load time. tp is 1 (one engine host per replica), so there is no all-reduce.
 // The roofline model (cost-model.ts) stays the model of the published GPU profiles; this one sits behind the same
@@ -16,6 +19,7 @@ import { readFileSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { createCostModel, DEFAULT_COST_PARAMS, type CostModel, type StepShape } from './cost-model.ts';
 import { gpuProfile, modelProfile, type GpuProfile, type ModelProfile } from './profiles.ts';
+import { fewestPasses } from '../batcher/slots.ts';
 
 /** Step-time coefficients in seconds; see the file header for the formula. */
 export interface StepCoefficients {
@@ -26,6 +30,8 @@ export interface StepCoefficients {
   perContextTokenS: number;
   /** Fixed cost of each prefill chunk (a sequence of the batch); absent in older profiles (0). */
   perPrefillSeqS?: number;
+  /** Cost of each pass over the weights (a llama.cpp micro-batch); absent in older profiles (0). */
+  perPassS?: number;
 }
 
 /** One measured step shape: its features and its (fastest) wall time. */
@@ -36,6 +42,8 @@ export interface CalibrationSample {
   contextTokens: number;
   /** Prefill chunks in the step; absent in older profiles (then 1 when prefillTokens > 0). */
   prefillSeqs?: number;
+  /** Passes (micro-batches) the step ran in; absent in older profiles (then one per sequence, as they ran). */
+  passes?: number;
   seconds: number;
 }
 
@@ -69,6 +77,9 @@ export interface EngineProfile {
 export const prefillSeqsOf = (s: Omit<CalibrationSample, 'seconds'>): number =>
   s.prefillSeqs ?? (s.prefillTokens > 0 ? 1 : 0);
 
+/** Passes of a sample (older profiles did not record them: every sequence ran as a pass of its own). */
+export const passesOf = (s: Omit<CalibrationSample, 'seconds'>): number => s.passes ?? s.decodeSeqs + prefillSeqsOf(s);
+
 /** Predicted seconds of a step's features under the coefficients. */
 export function predictS(c: StepCoefficients, s: Omit<CalibrationSample, 'seconds'>): number {
   return (
@@ -77,7 +88,8 @@ export function predictS(c: StepCoefficients, s: Omit<CalibrationSample, 'second
     c.perPrefillPairS * s.prefillPairs +
     c.perDecodeSeqS * s.decodeSeqs +
     c.perContextTokenS * s.contextTokens +
-    (c.perPrefillSeqS ?? 0) * prefillSeqsOf(s)
+    (c.perPrefillSeqS ?? 0) * prefillSeqsOf(s) +
+    (c.perPassS ?? 0) * passesOf(s)
   );
 }
 
@@ -93,14 +105,24 @@ export function profileStepS(profile: Pick<EngineProfile, 'coefficients'>, shape
     prefillPairs += chunk.tokens * (chunk.cached + chunk.tokens / 2);
   }
   if (prefillTokens + shape.decodeBatch <= 0) return 0;
+  const c = profile.coefficients;
   const s = {
     prefillTokens,
     prefillPairs,
     prefillSeqs,
     decodeSeqs: shape.decodeBatch,
     contextTokens: shape.decodeContext,
+    // A profile without a pass term prices a pass into each sequence; its perPassS is 0 whatever the passes.
+    passes: c.perPassS === undefined ? 0 : (shape.passes ?? shapeFewestPasses(shape)),
   };
-  return Math.max(0, predictS(profile.coefficients, s));
+  return Math.max(0, predictS(c, s));
+}
+
+/** The fewest passes a shape's items can take on any slots (slots.ts): one per distinct token count. */
+export function shapeFewestPasses(shape: StepShape): number {
+  const counts: number[] = shape.decodeBatch > 0 ? [1] : [];
+  for (const chunk of shape.prefill) if (chunk.tokens > 0) counts.push(chunk.tokens);
+  return fewestPasses(counts, counts.length);
 }
 
 /** The CPU "GPU" a profile runs on: only its name matters (memory is the profile's cache, not a budget). */
@@ -208,8 +230,8 @@ export interface SizedEngine {
 const CPU_DEFAULT = Object.freeze({ bytesPerS: 8e9, flopsPerThreadS: 26e9, loadBaseS: 2, loadBytesPerS: 1e9 });
 
 /**
- * The default profile of an uncalibrated llama.cpp model, from its GGUF size alone: each sequence of a step costs one
- * pass over the weights (bytes ÷ memory bandwidth; the stock build runs a batch one sequence at a time), each token
+ * The default profile of an uncalibrated llama.cpp model, from its GGUF size alone: each pass of a step (a
+ * micro-batch of sequences in consecutive slots) reads the weights once (bytes ÷ memory bandwidth), each token costs
  * two FLOPs per parameter (parameters ≈ bytes ÷ 2, F16), attention is left out. An order of magnitude for routing and
  * admission until `switchyard calibrate` measures the engine; never presented as a fit (its fit has 0 points).
  */
@@ -235,9 +257,10 @@ export function sizedEngineProfile(fileBytes: number, e: Omit<SizedEngine, 'file
       baseS: 0,
       perPrefillTokenS: tokenS,
       perPrefillPairS: 0,
-      perDecodeSeqS: passS + tokenS,
+      perDecodeSeqS: tokenS,
       perContextTokenS: 0,
-      perPrefillSeqS: passS,
+      perPrefillSeqS: 0,
+      perPassS: passS,
     },
     fit: { points: 0, meanRelError: 0, maxRelError: 0 },
     samples: [],

@@ -157,6 +157,92 @@ describe('llama engine', () => {
     });
   });
 
+  describe('slots', () => {
+    /** Greedy decoding of `prompts` side by side, each opened in its slot: tokens, text and each step's passes. */
+    async function sideBySide(e: Engine, prompts: readonly string[], slots: readonly number[], n: number) {
+      const ids = prompts.map((_, i) => `s${i}`);
+      const tokens: number[][] = prompts.map(() => []);
+      const texts = prompts.map(() => '');
+      const passes: number[] = [];
+      const take = (r: Awaited<ReturnType<Engine['step']>>): void => {
+        passes.push(r.passes!);
+        for (const t of r.sampled) {
+          const i = ids.indexOf(t.seq);
+          tokens[i]!.push(t.token);
+          texts[i] += t.text;
+        }
+      };
+      take(
+        await e.step({
+          items: prompts.map((p, i) => ({
+            seq: ids[i]!,
+            kind: 'prefill' as const,
+            tokens: e.tokenize(p),
+            sample: true,
+            slot: slots[i]!,
+          })),
+        }),
+      );
+      while (tokens[0]!.length < n) {
+        take(await e.step({ items: ids.map((seq, i) => ({ seq, kind: 'decode' as const, slot: slots[i]! })) }));
+      }
+      for (const [i, seq] of ids.entries()) texts[i] += (await e.free(seq)).text;
+      return { tokens, texts, passes };
+    }
+
+    it('decodes sequences in consecutive slots in one pass, with the same greedy text as a pass each and as alone', async () => {
+      const wide = await loadLlamaEngine(fixture.file, { contextTokens: 256, sequences: 6, threads: 1 });
+      try {
+        const prompts = [PROMPT_A, PROMPT_B, 'a third prompt, longer than the second'];
+        const packed = await sideBySide(wide, prompts, [0, 1, 2], 24);
+        // Slots 0, 2 and 4: no two of them rise by one, so every sequence runs as a pass of its own (the ordering
+        // before slots were assigned), and so does a descending order of the same slots.
+        const apart = await sideBySide(wide, prompts, [4, 2, 0], 24);
+        expect(packed.passes.slice(1).every((p) => p === 1)).toBe(true);
+        expect(apart.passes.every((p) => p === 3)).toBe(true);
+        // The prefill: one token of each prompt together, then the longer prompts' rest in passes of their own.
+        expect(packed.passes[0]).toBeGreaterThan(1);
+        expect(packed.tokens).toEqual(apart.tokens);
+        expect(packed.texts).toEqual(apart.texts);
+        for (const [i, p] of prompts.entries()) {
+          const alone = await referenceGreedy(fixture.file, wide.tokenize(p), 24);
+          expect(packed.tokens[i]).toEqual(alone);
+          expect(packed.texts[i]).toBe(wide.detokenize(alone));
+        }
+      } finally {
+        await wide.unload();
+      }
+    });
+
+    it('opens a sequence in the slot its item names, and refuses a slot in use, out of range or changed', async () => {
+      const prompt = engine.tokenize(PROMPT_B);
+      const r = await engine.step({ items: [{ seq: 'at2', kind: 'prefill', tokens: prompt, sample: true, slot: 2 }] });
+      expect(r.passes).toBe(1);
+      const taken = await refusal(
+        engine.step({ items: [{ seq: 'other', kind: 'prefill', tokens: prompt, sample: true, slot: 2 }] }),
+      );
+      expect(taken.message).toContain('slot 2');
+      expect((await refusal(engine.step({ items: [{ seq: 'at2', kind: 'decode', slot: 1 }] }))).code).toBe(
+        'invalid_request',
+      );
+      const outside = await refusal(
+        engine.step({ items: [{ seq: 'far', kind: 'prefill', tokens: prompt, sample: true, slot: 3 }] }),
+      );
+      expect(outside.message).toContain('slot 3');
+      // Without a slot a sequence takes the lowest free one: 0 and 1 here, beside slot 2 — one pass.
+      const both = await engine.step({
+        items: [
+          { seq: 'at2', kind: 'decode', slot: 2 },
+          { seq: 'low', kind: 'prefill', tokens: [prompt[0]!], sample: true },
+          { seq: 'next', kind: 'prefill', tokens: [prompt[0]!], sample: true },
+        ],
+      });
+      expect(both.passes).toBe(1);
+      for (const seq of ['at2', 'low', 'next']) await engine.free(seq);
+      expect(engine.capacity().freeSequences).toBe(3);
+    });
+  });
+
   describe('freeing', () => {
     it('releases the cells and the slot of a cancelled sequence', async () => {
       await generate('cancel', engine.tokenize(PROMPT_A), 4);

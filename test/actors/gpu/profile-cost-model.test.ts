@@ -160,8 +160,16 @@ describe("an uncalibrated llama.cpp model's default cost, from its GGUF size", (
     const [s, l] = [costModelFor(small, 'H100-SXM', 1), costModelFor(large, 'H100-SXM', 8)];
     const shape = { prefill: [{ tokens: 48, cached: 0 }], decodeBatch: 3, decodeContext: 300 };
     expect(l.stepS(shape)).toBeCloseTo(2 * s.stepS(shape), 12);
-    // Each decoding sequence is a pass over the weights: 8 decodes cost 8 times one.
-    expect(s.decodeS(8, 800)).toBeCloseTo(8 * s.decodeS(1, 100), 12);
+    // A pass reads the weights once, a token adds its matrix work: 8 decodes in one pass cost less than 8 steps of
+    // one, 8 decodes in 8 passes cost 8 times one.
+    const pass = 13e6 / 8e9;
+    const token = 13e6 / 26e9;
+    expect(s.decodeS(1, 100)).toBeCloseTo(pass + token, 12);
+    expect(s.decodeS(8, 800)).toBeCloseTo(pass + 8 * token, 12);
+    expect(s.stepS({ prefill: [], decodeBatch: 8, decodeContext: 800, passes: 8 })).toBeCloseTo(
+      8 * s.decodeS(1, 100),
+      12,
+    );
     // Its cache is the engine's: 4 sequences of 512 cells, in 16-token blocks.
     expect(s.kvBlocks(16)).toBe(128);
     expect(s.model.maxContext).toBe(511);
