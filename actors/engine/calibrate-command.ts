@@ -37,7 +37,7 @@ export async function calibrateFile(
   const started = performance.now();
   const engine = await loadLlamaEngine(file, {
     threads,
-    sequences: maxDecode + maxChunks,
+    sequences: Math.max(maxDecode + maxChunks, ...(grid.decodeOnlySeqs ?? [])),
     contextTokens: Math.max(maxContext + drift + 2, maxCached + Math.max(...grid.prefillTokens) + 1),
     batchTokens: Math.max(Math.max(...grid.prefillTokens) + maxDecode, maxContext, maxCached),
   });

@@ -1,19 +1,23 @@
 // Calibration: times the real engine over a grid of step shapes and fits step-time coefficients (least squares).
 //
-// The fitted model is linear in six features of a step, the same quantities the roofline cost model
-// (actors/gpu/cost-model.ts) derives from a StepShape:
+// The fitted model is linear in seven features of a step:
 //
-//   t = base + perPrefillToken · Σ T  +  perPrefillPair · Σ T·(K + T/2)  +  perDecodeSeq · B  +  perContextToken · C
-//            + perPrefillSeq · P   (P prefill chunks: each sequence of a batch pays a fixed cost in llama.cpp)
+//   t = base + perPass · N  +  perPrefillToken · Σ T  +  perPrefillPair · Σ T·(K + T/2)  +  perDecodeSeq · B
+//            + perContextToken · C  +  perPrefillSeq · P
 //
-// for prefill chunks of T new tokens after K cached ones, B decoding sequences holding C context tokens in total.
-// Building a CostModel from a profile: stepS(shape) = profileStepS(profile, shape) (actors/gpu/profile-cost-model.ts); prefillS(T, K) is the
-// same with one chunk and B = C = 0; decodeS(B, C) with no chunks; a step with no tokens costs 0, as in the roofline;
-// kvBlocks(blockTokens) = floor(capacity.totalCells / blockTokens), but a sequence may never hold more than
-// capacity.cellsPerSequence cells (the stock llama.cpp build gives each sequence a fixed block); loadS() is
-// profile.loadS. tp is 1 (one engine host per replica), so there is no all-reduce term.
+// for a step run in N passes (llama.cpp micro-batches over consecutive slots, actors/batcher/slots.ts) holding P
+// prefill chunks of T new tokens after K cached ones and B decoding sequences holding C context tokens in total. The
+// grid times decode-only steps (1 to 8 decodes) as well as mixed ones, each with its sequences in consecutive slots
+// (packed, as the batcher places them) and, where that changes the passes, spread over every other slot (as after a
+// hole): the same work in more passes, which separates a pass's cost from a token's.
+// Building a CostModel from a profile: stepS(shape) = profileStepS(profile, shape) (actors/gpu/profile-cost-model.ts);
+// prefillS(T, K) is the same with one chunk and B = C = 0; decodeS(B, C) with no chunks; a step with no tokens costs
+// 0, as in the roofline; kvBlocks(blockTokens) = floor(capacity.totalCells / blockTokens), but a sequence may never
+// hold more than capacity.cellsPerSequence cells (the stock llama.cpp build gives each sequence a fixed block);
+// loadS() is profile.loadS. tp is 1 (one engine host per replica), so there is no all-reduce term.
 import { availableParallelism } from 'node:os';
 import {
+  passesOf,
   predictS,
   prefillSeqsOf,
   type CalibrationSample,
@@ -25,6 +29,10 @@ import type { Engine, StepItem } from './engine.ts';
 // The profile types and the step-time formula live with the cost model built from them (actors/gpu).
 export { predictS, profileStepS } from '../gpu/profile-cost-model.ts';
 export type { CalibrationSample, EngineProfile, StepCoefficients } from '../gpu/profile-cost-model.ts';
+
+/** How a shape's sequences sit in the engine's slots: consecutive (as the batcher places them: the fewest passes), or
+ * spread over every other slot (decodes in passes of their own, as after holes: more passes for the same work). */
+export type SlotLayout = 'packed' | 'spread';
 
 /** The grid of step shapes to time: every combination of prefill chunk, decode count and per-sequence context. */
 export interface CalibrationGrid {
@@ -38,20 +46,28 @@ export interface CalibrationGrid {
    * prefill plans them); default [1]. With 2, the first chunk continues after the cached tokens, the second is fresh.
    */
   prefillChunks?: readonly number[];
+  /** Decode counts also timed alone (no prefill), beyond those of decodeSeqs: a full engine decoding; default []. */
+  decodeOnlySeqs?: readonly number[];
+  /** Slot layouts; `spread` is timed only where it changes the passes (2 or more decodes, fewer than the resident
+   * decoding sequences, at most one fresh chunk); default both. */
+  layouts?: readonly SlotLayout[];
   repetitions: number;
 }
 
 /**
- * The default grid: 171 shapes — one or two prefill chunks (fresh, or continuing after 192 cached tokens) beside 0 to
- * 6 decodes at three contexts — 7 repetitions each. Prefills stop at 64 tokens, the largest chunk a step of the
- * benchmarks' budget holds: larger ones would pull the fit towards shapes that are never served.
+ * The default grid: 253 shapes — one or two prefill chunks (fresh, or continuing after 192 cached tokens) beside 0 to
+ * 6 decodes at three contexts, 8 decodes alone, and the spread layout of 2 and 4 decodes — 7 repetitions each.
+ * Prefills stop at 64 tokens, the largest chunk a step of the benchmarks' budget holds: larger ones would pull the fit
+ * towards shapes that are never served.
  */
-export const DEFAULT_GRID: CalibrationGrid = Object.freeze({
+export const DEFAULT_GRID: CalibrationGrid = Object.freeze<CalibrationGrid>({
   prefillTokens: [0, 8, 24, 48, 64],
   decodeSeqs: [0, 1, 2, 4, 6],
   contextTokens: [32, 128, 384],
   cachedTokens: [0, 192],
   prefillChunks: [1, 2],
+  decodeOnlySeqs: [8],
+  layouts: ['packed', 'spread'],
   repetitions: 7,
 });
 
@@ -63,6 +79,7 @@ const features = (s: Omit<CalibrationSample, 'seconds'>): number[] => [
   s.decodeSeqs,
   s.contextTokens,
   prefillSeqsOf(s),
+  passesOf(s),
 ];
 
 /** Solves the least-squares problem min ‖Xb − y‖ through the normal equations, with column scaling and pivoting. */
@@ -99,6 +116,7 @@ const toCoefficients = (b: readonly number[]): StepCoefficients => ({
   perDecodeSeqS: b[3]!,
   perContextTokenS: b[4]!,
   perPrefillSeqS: b[5]!,
+  perPassS: b[6]!,
 });
 
 /** Fits the coefficients to the samples (minimising relative error); reports the fit's mean and max relative error. */
@@ -123,13 +141,14 @@ const filler = (n: number, salt: number): number[] => Array.from({ length: n }, 
 
 /**
  * One shape of the grid: `prefill` tokens in `chunks` chunks (the first after `cached` tokens, a second one fresh),
- * beside `decode` decodes.
+ * beside `decode` decodes, its sequences in the slots of `layout`.
  */
 interface GridShape {
   prefill: number;
   cached: number;
   chunks: number;
   decode: number;
+  layout: SlotLayout;
 }
 
 /** The prefilling sequences of the calibration: the first continues after the cached tokens. */
@@ -139,27 +158,65 @@ const PREFILLING = ['cal.p', 'cal.q'] as const;
 const chunkSizes = (s: GridShape): number[] =>
   Array.from({ length: s.chunks }, (_, i) => Math.floor(s.prefill / s.chunks) + (i < s.prefill % s.chunks ? 1 : 0));
 
+/** Whether the spread layout gives a shape other passes than the packed one (see CalibrationGrid.layouts): some
+ * resident slots stay out of it, and at most one fresh chunk. */
+const spreads = (s: Omit<GridShape, 'layout'>, resident: number): boolean =>
+  s.decode >= 2 && s.decode < resident && s.chunks <= 1 && !s.cached;
+
 /** The shapes of the grid worth timing (the context does not matter without decodes, nor the cache without prefill). */
-const gridShapes = (grid: CalibrationGrid, context: number): GridShape[] =>
-  grid.prefillTokens.flatMap((prefill) =>
+const gridShapes = (grid: CalibrationGrid, context: number, resident: number): GridShape[] => {
+  const first = context === grid.contextTokens[0];
+  const base: Omit<GridShape, 'layout'>[] = grid.prefillTokens.flatMap((prefill) =>
     (prefill > 0 ? (grid.cachedTokens ?? [0]) : [0]).flatMap((cached) =>
       (prefill > 0 ? (grid.prefillChunks ?? [1]) : [0])
         .filter((chunks) => chunks <= Math.min(prefill, PREFILLING.length))
         .flatMap((chunks) =>
           grid.decodeSeqs
-            .filter((decode) => (prefill > 0 || decode > 0) && (decode > 0 || context === grid.contextTokens[0]))
+            .filter((decode) => (prefill > 0 || decode > 0) && (decode > 0 || first))
             .map((decode) => ({ prefill, cached, chunks, decode })),
         ),
     ),
   );
+  for (const decode of grid.decodeOnlySeqs ?? []) base.push({ prefill: 0, cached: 0, chunks: 0, decode });
+  const layouts = grid.layouts ?? ['packed', 'spread'];
+  return base.flatMap((s) =>
+    layouts.filter((layout) => layout === 'packed' || spreads(s, resident)).map((layout) => ({ ...s, layout })),
+  );
+};
 
-/** Prefills `tokens` of `seq` in steps of at most the engine's batch, sampling after the last when asked. */
-async function prefillChunked(engine: Engine, seq: string, tokens: readonly number[], sample: boolean): Promise<void> {
+/**
+ * The slots of a shape's decoding sequences and chunks, with `resident` decoding sequences open in slots 0 … resident-1
+ * and `slots` in all. Packed: the decodes are the top ones of the resident run (and those above it), the chunks follow
+ * them: one run. Spread: the decodes take every other resident slot, the chunks the top slots.
+ */
+export function shapeSlots(shape: GridShape, resident: number, slots: number): { decode: number[]; chunks: number[] } {
+  const n = shape.decode;
+  if (shape.layout === 'spread') {
+    const order = [...Array.from({ length: resident }, (_, i) => i).filter((i) => i % 2 === 0)];
+    for (let i = 1; i < resident; i += 2) order.push(i);
+    return { decode: order.slice(0, n), chunks: Array.from({ length: shape.chunks }, (_, i) => slots - 1 - i) };
+  }
+  const from = n <= resident ? resident - n : 0;
+  const decode = Array.from({ length: n }, (_, i) => from + i);
+  const top = Math.max(resident, n);
+  return { decode, chunks: Array.from({ length: shape.chunks }, (_, i) => top + i) };
+}
+
+/** Prefills `tokens` of `seq` in steps of at most the engine's batch, sampling after the last when asked; the sequence
+ * opens in `slot` (the lowest free one when absent). */
+async function prefillChunked(
+  engine: Engine,
+  seq: string,
+  tokens: readonly number[],
+  sample: boolean,
+  slot?: number,
+): Promise<void> {
   const batch = engine.capacity().batchTokens;
   for (let at = 0; at < tokens.length; at += batch) {
     const chunk = tokens.slice(at, at + batch);
+    const last = sample && at + batch >= tokens.length;
     await engine.step({
-      items: [{ seq, kind: 'prefill', tokens: chunk, sample: sample && at + batch >= tokens.length }],
+      items: [{ seq, kind: 'prefill', tokens: chunk, sample: last, ...(slot === undefined ? {} : { slot }) }],
     });
   }
 }
@@ -167,23 +224,79 @@ async function prefillChunked(engine: Engine, seq: string, tokens: readonly numb
 /** How a step is timed: wall time, or the process's CPU time (the engine's own cost on a shared CPU, one thread). */
 export type StepTiming = 'wall' | 'cpu';
 
-/** Runs one step and returns its seconds under `timing`. */
-async function timeStep(engine: Engine, items: StepItem[], timing: StepTiming): Promise<number> {
+/** Runs one step and returns its seconds under `timing` and the passes it ran in. */
+async function timeStep(
+  engine: Engine,
+  items: StepItem[],
+  timing: StepTiming,
+): Promise<{ seconds: number; passes: number }> {
   const cpu = process.cpuUsage();
-  const { ms } = await engine.step({ items });
-  if (timing === 'wall') return ms / 1e3;
+  const { ms, passes } = await engine.step({ items });
   const used = process.cpuUsage(cpu);
-  return (used.user + used.system) / 1e6;
+  return { seconds: timing === 'wall' ? ms / 1e3 : (used.user + used.system) / 1e6, passes: passes ?? items.length };
+}
+
+/** One timed run of a shape: seconds, the decoding sequences' context, passes. */
+type Run = [seconds: number, held: number, passes: number];
+
+/** Where and when a shape is timed: resident decoding sequences, the engine's slots, their context, the round. */
+interface ShapeRun {
+  resident: number;
+  slots: number;
+  context: number;
+  round: number;
+  timing: StepTiming;
+}
+
+const decoder = (slot: number): string => `cal.d${slot}`;
+
+/** Times one shape: its chunks (and decoding sequences above the resident ones) set up first, untimed, in the slots
+ * of its layout, then the shaped step; its own sequences are freed after. */
+async function timeShape(engine: Engine, shape: GridShape, o: ShapeRun): Promise<Run> {
+  const { decode, chunks } = shapeSlots(shape, o.resident, o.slots);
+  const extra = decode.filter((slot) => slot >= o.resident);
+  for (const slot of extra) await prefillChunked(engine, decoder(slot), filler(o.context, slot), true, slot);
+  if (shape.cached > 0) await prefillChunked(engine, PREFILLING[0], filler(shape.cached, o.round), false, chunks[0]);
+  const items: StepItem[] = decode.map((slot) => ({ seq: decoder(slot), kind: 'decode' as const, slot }));
+  chunkSizes(shape).forEach((n, i) => {
+    const tokens = filler(n, o.round + 7 + i);
+    items.push({ seq: PREFILLING[i]!, kind: 'prefill', tokens, sample: true, slot: chunks[i]! });
+  });
+  const used = engine.capacity().used;
+  const held = decode.reduce((sum, slot) => sum + (used[decoder(slot)] ?? 0) + 1, 0);
+  const { seconds, passes } = await timeStep(engine, items, o.timing);
+  for (const seq of PREFILLING) await engine.free(seq);
+  for (const slot of extra) await engine.free(decoder(slot));
+  return [seconds, held, passes];
+}
+
+/** A shape's sample from its runs: wall time, the fastest run (other tenants only add time); CPU time, the median
+ * run (a loaded machine also inflates CPU time, through shared caches and memory bandwidth, and the serving steps
+ * pay that too). */
+function sampleOf(s: GridShape, runs: Run[], timing: StepTiming): CalibrationSample {
+  const sorted = runs.sort((x, y) => x[0] - y[0]);
+  const [seconds, held, passes] = sorted[timing === 'wall' ? 0 : Math.floor((sorted.length - 1) / 2)]!;
+  const sizes = chunkSizes(s);
+  return {
+    prefillTokens: s.prefill,
+    prefillPairs: sizes.reduce((sum, n, i) => sum + n * ((i === 0 ? s.cached : 0) + n / 2), 0),
+    prefillSeqs: sizes.length,
+    decodeSeqs: s.decode,
+    contextTokens: held,
+    passes,
+    seconds,
+  };
 }
 
 /**
- * Times every shape of the grid on a loaded engine (sequences >= max decodeSeqs + 1, cells >= the largest context
- * plus the decodes of the calibration, and >= the largest cached + prefill). Repetitions go round the whole grid, so a
- * burst of load from other processes spreads over many shapes instead of skewing one, and each shape keeps its
- * fastest time: other work on a shared machine only ever adds time, so the minimum is the engine's own cost. With
- * `timing: 'cpu'` a step is timed by the CPU time the process spent in it, which a loaded machine inflates far less
- * than wall time (valid for one engine thread on the CPU), and each shape keeps its median. The decoding sequences grow by one token per timed
- * decode, so contexts drift upwards during a run: each sample records the context it really had.
+ * Times every shape of the grid on a loaded engine (sequences >= max decodeSeqs + prefill chunks, cells >= the
+ * largest context plus the decodes of the calibration, and >= the largest cached + prefill). Repetitions go round the
+ * whole grid, so a burst of load from other processes spreads over many shapes instead of skewing one; each shape
+ * keeps its fastest time by wall time, its median by CPU time (see sampleOf). With `timing: 'cpu'` a step is timed by
+ * the CPU time the process spent in it, which a loaded machine inflates far less than wall time (valid for one engine
+ * thread on the CPU). The resident decoding sequences (slots 0 … max decodeSeqs - 1) grow by one token per timed
+ * decode, so contexts drift upwards during a run: each sample records the context it really had, and the passes the
+ * engine ran it in.
  */
 export async function measureGrid(
   engine: Engine,
@@ -191,49 +304,27 @@ export async function measureGrid(
   timing: StepTiming = 'wall',
 ): Promise<CalibrationSample[]> {
   const samples: CalibrationSample[] = [];
-  const decoding = Array.from({ length: Math.max(...grid.decodeSeqs) }, (_, i) => `cal.d${i}`);
+  const { sequences: slots, batchTokens } = engine.capacity();
+  const resident = Math.min(Math.max(...grid.decodeSeqs), slots);
   for (const context of grid.contextTokens) {
     // A shape the engine cannot run as one batch is never planned on it either.
-    const shapes = gridShapes(grid, context)
-      .filter((shape) => shape.prefill + shape.decode <= engine.capacity().batchTokens)
-      .map((shape) => ({ ...shape, runs: [] as [number, number][] }));
-    for (let r = -1; r < grid.repetitions; r++) {
-      // Set-up steps, not timed: each decoding sequence holds `context` tokens and has a sampled token pending
-      // (again each round, so the contexts drift by at most one round's decodes).
-      for (const [i, seq] of decoding.entries()) {
-        await engine.free(seq);
-        await prefillChunked(engine, seq, filler(context, i), true);
+    const shapes = gridShapes(grid, context, resident)
+      .filter((shape) => shape.prefill + shape.decode <= batchTokens && shape.decode + shape.chunks <= slots)
+      .map((shape) => ({ shape, runs: [] as Run[] }));
+    for (let round = -1; round < grid.repetitions; round++) {
+      // Set-up steps, not timed: each resident decoding sequence holds `context` tokens and has a sampled token
+      // pending (again each round, so the contexts drift by at most one round's decodes).
+      for (let slot = 0; slot < resident; slot++) {
+        await engine.free(decoder(slot));
+        await prefillChunked(engine, decoder(slot), filler(context, slot), true, slot);
       }
-      for (const shape of shapes) {
-        if (shape.cached > 0) await prefillChunked(engine, 'cal.p', filler(shape.cached, r), false);
-        const items: StepItem[] = decoding.slice(0, shape.decode).map((seq) => ({ seq, kind: 'decode' as const }));
-        chunkSizes(shape).forEach((n, i) => {
-          items.push({ seq: PREFILLING[i]!, kind: 'prefill', tokens: filler(n, r + 7 + i), sample: true });
-        });
-        const used = engine.capacity().used;
-        const held = decoding.slice(0, shape.decode).reduce((sum, seq) => sum + (used[seq] ?? 0) + 1, 0);
-        const seconds = await timeStep(engine, items, timing);
-        for (const seq of PREFILLING) await engine.free(seq);
-        if (r < 0) continue; // the first round warms caches and threads up
-        shape.runs.push([seconds, held]);
+      for (const s of shapes) {
+        const run = await timeShape(engine, s.shape, { resident, slots, context, round, timing });
+        if (round >= 0) s.runs.push(run); // the first round warms caches and threads up
       }
     }
-    for (const s of shapes) {
-      // Wall time: the fastest run (other tenants only add time). CPU time: the median run (a loaded machine also
-      // inflates CPU time, through shared caches and memory bandwidth, and the serving steps pay that too).
-      const sorted = s.runs.sort((x, y) => x[0] - y[0]);
-      const [seconds, held] = sorted[timing === 'wall' ? 0 : Math.floor((sorted.length - 1) / 2)]!;
-      const sizes = chunkSizes(s);
-      samples.push({
-        prefillTokens: s.prefill,
-        prefillPairs: sizes.reduce((sum, n, i) => sum + n * ((i === 0 ? s.cached : 0) + n / 2), 0),
-        prefillSeqs: sizes.length,
-        decodeSeqs: s.decode,
-        contextTokens: held,
-        seconds,
-      });
-    }
-    for (const seq of decoding) await engine.free(seq);
+    for (const s of shapes) samples.push(sampleOf(s.shape, s.runs, timing));
+    for (let slot = 0; slot < resident; slot++) await engine.free(decoder(slot));
   }
   return samples;
 }

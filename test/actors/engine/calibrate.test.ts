@@ -84,6 +84,7 @@ describe('calibration', () => {
         const grid = {
           ...QUICK_GRID,
           prefillTokens: [0, 32],
+          decodeSeqs: [0, 1, 2, 4],
           contextTokens: [32],
           cachedTokens: [0],
           prefillChunks: [1, 2],
@@ -91,10 +92,21 @@ describe('calibration', () => {
         };
         const profile = await calibrateFile(fixture.file, 1, grid);
         expect(profile.kind).toBe('switchyard.engine-profile');
-        // (0,1) (0,4), then 32 tokens in one chunk or two beside 0, 1 or 4 decodes.
-        expect(profile.samples).toHaveLength(8);
+        // (0,1) (0,2) (0,4), then 32 tokens in one chunk or two beside 0, 1, 2 or 4 decodes; 2 decodes alone and
+        // beside one chunk once more with their slots spread.
+        expect(profile.samples).toHaveLength(13);
+        // Packed (slots 2, 3, chunks above), 2 decodes are one pass, one more for the chunks' tokens past their first;
+        // spread (slots 0 and 2, the chunk in the top slot), a pass each.
+        const twos = profile.samples.filter((s) => s.decodeSeqs === 2).map((s) => [s.prefillSeqs, s.passes]);
+        expect(twos).toEqual([
+          [0, 1],
+          [0, 2],
+          [1, 2],
+          [1, 3],
+          [2, 2],
+        ]);
         const two = profile.samples.filter((s) => s.prefillSeqs === 2);
-        expect(two).toHaveLength(3);
+        expect(two).toHaveLength(4);
         for (const s of two) expect(s.prefillPairs).toBe(2 * 16 * 8);
         for (const s of profile.samples) expect(s.seconds).toBeGreaterThan(0);
         expect(profile.samples.find((s) => s.decodeSeqs === 4)!.contextTokens).toBeGreaterThanOrEqual(4 * 33);
