@@ -174,7 +174,17 @@ function servedFigures(r: ServedRun): RunFigures {
 const figures = (x: RunFigures) => ({ tokensPerS: x.tokensPerS, ttft: x.ttft, tbt: x.tbt, tpot: x.tpot });
 writeChartData({ switchyard: figures(a), engine: figures(e) });
 const sched = inProcess?.run.scheduler;
+// Decode batching on the bench model (bench/lib/decode-batching.ts): passes of a step of 8 decodes, its cost against
+// 8 one-decode steps, and throughput by concurrency for switchyard and node-llama-cpp alone.
+const { measureDecodeBatching } = await import('./lib/decode-batching.ts');
+const batching = await measureDecodeBatching({
+  file,
+  engine: { sequences: model.engine!.sequences, contextTokens, threads: 1, batchTokens: b.tokenBudget },
+  quick,
+});
+process.stdout.write(`${batching.lines.join('\n')}\n`);
 printFigures({
+  ...batching.figures,
   throughputRatio: a.tokensPerS / e.tokensPerS,
   tbtP99Ratio: a.tbt.p99 / e.tbt.p99,
   // The deployment's share when the served path ran, else the in-process one.

@@ -105,9 +105,10 @@ export interface ServeRun {
 /** Engine items of a planned step: prefill chunks of prompt + generated ids (a recompute included), and decodes. */
 function toItems(entries: readonly PlanEntry[], ids: Map<string, number[]>): StepItem[] {
   return entries.map(({ seq, chunk }): StepItem => {
-    if (chunk === 0) return { seq: seq.id, kind: 'decode' };
+    // Each sequence in the engine slot the batcher gave it (actors/batcher/slots.ts).
+    if (chunk === 0) return { seq: seq.id, kind: 'decode', slot: seq.slot };
     const tokens = ids.get(seq.id)!.slice(seq.computed, seq.computed + chunk);
-    return { seq: seq.id, kind: 'prefill', tokens, sample: seq.computed + chunk >= seq.prefillGoal };
+    return { seq: seq.id, kind: 'prefill', tokens, sample: seq.computed + chunk >= seq.prefillGoal, slot: seq.slot };
   });
 }
 
