@@ -76,6 +76,17 @@ export interface EngineOffload {
 }
 
 /** OpenAI-style sampling parameters of one sequence; temperature 0 (the default) is greedy. */
+/** A token's log-probability and the most likely alternatives at its position (OpenAI's `logprobs.content[i]`). */
+export interface TokenLogprob {
+  lp: number;
+  top: { token: number; lp: number }[];
+}
+
+/** The JSON a sequence must produce: any JSON object, or one validating against `schema`. */
+export interface JsonFormat {
+  schema?: unknown;
+}
+
 export interface SamplingParams {
   temperature?: number;
   topP?: number;
@@ -83,6 +94,10 @@ export interface SamplingParams {
   seed?: number;
   /** Stop strings: the text ends before the first one, which is never streamed. */
   stop?: readonly string[];
+  /** Return each token's log-probability with this many most likely alternatives (0 to MAX_TOP_LOGPROBS). */
+  logprobs?: number;
+  /** Produce JSON: any object, or one that validates against `schema` (grammar-constrained sampling). */
+  json?: JsonFormat;
 }
 
 /**
@@ -128,6 +143,8 @@ export interface SampledToken {
   /** Complete characters only; may be empty while a character or a possible stop string is incomplete. */
   text: string;
   finish?: FinishReason;
+  /** The token's log-probability and alternatives, when its sequence asked for them. */
+  logprob?: TokenLogprob;
 }
 
 /** What a step did and how long it took. */

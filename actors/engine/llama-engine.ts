@@ -30,14 +30,17 @@ import {
   type EngineCapacity,
   type EngineLoadOptions,
   type EngineOffload,
+  type JsonFormat,
   type SampledToken,
   type SamplingParams,
   type StepPlan,
   type StepResult,
+  type TokenLogprob,
 } from './engine.ts';
 import { checkModelFile } from './model-file.ts';
 import { passes as passesOf } from '../batcher/slots.ts';
 import { createTextStream, type TextStream } from './text-stream.ts';
+import { chooseConstrained, createGrammars, logprobOf, type Constraint } from './constrained.ts';
 
 /** One live sequence: its llama.cpp sequence, the sampled token not yet in the cache, and its text stream. */
 interface Live {
@@ -48,6 +51,8 @@ interface Live {
   stream: TextStream;
   pending: number | undefined;
   finished: boolean;
+  /** The JSON grammar's state, when the sequence asked for JSON (constrained.ts). */
+  constraint?: Constraint;
 }
 
 /** Mixes a seed with a token position (murmur3 finaliser) so each sampled position gets its own stream. */
@@ -141,15 +146,77 @@ const samplerOptions = (s: SamplingParams, position: number) => ({
 function evaluationInput(
   item: StepPlan['items'][number],
   state: Live,
-): { input: ControlledEvaluateInputItem[]; sampleAt: number } {
+): { input: ControlledEvaluateInputItem[]; sampleAt: number; seed: number } {
   const input: ControlledEvaluateInputItem[] = (
     item.kind === 'decode' ? [state.pending!] : [...item.tokens]
   ) as Token[];
   const last = input.length - 1;
-  if (item.kind === 'prefill' && !item.sample) return { input, sampleAt: -1 };
+  if (item.kind === 'prefill' && !item.sample) return { input, sampleAt: -1, seed: 0 };
   const options = samplerOptions(state.sampling, state.sequence.nextTokenIndex + input.length);
-  input[last] = [input[last] as Token, { generateNext: { token: true, options } }];
-  return { input, sampleAt: last };
+  // A constrained sequence is sampled from every logit here (constrained.ts); one asking for log-probabilities gets
+  // every logit beside llama.cpp's sampled token.
+  const generateNext = state.constraint
+    ? { logits: true as const }
+    : state.sampling.logprobs !== undefined
+      ? { token: true, options, logits: true as const }
+      : { token: true, options };
+  input[last] = [input[last] as Token, { generateNext }];
+  return { input, sampleAt: last, seed: options.seed };
+}
+
+/** The token a step sampled for a sequence (chosen under its grammar when it has one) and its log-probability. */
+function sampledToken(
+  out: { next?: { token?: number | null; logits?: Map<Token, number> } } | undefined,
+  state: Live,
+  seed: number,
+): { token: number | null; logprob?: TokenLogprob } {
+  const logits = out?.next?.logits;
+  let token = out?.next?.token ?? null;
+  if (state.constraint) {
+    token = logits ? chooseConstrained(logits, state.constraint, state.sampling.temperature ?? 0, seed) : null;
+    if (token !== null) state.constraint.accept(token);
+  }
+  const k = state.sampling.logprobs;
+  return token !== null && k !== undefined && logits ? { token, logprob: logprobOf(logits, token, k) } : { token };
+}
+
+/** One sequence's part of a step's results: its sampled token and text, and whether it ended (into `ended`). */
+function takeSampled(
+  o: { seq: string; state: Live; sampleAt: number; seed: number; last: boolean },
+  result: unknown[],
+  model: LlamaModel,
+  eog: readonly number[],
+  ended: string[],
+  sampled: SampledToken[],
+): void {
+  const { seq, state, sampleAt, seed, last } = o;
+  if (sampleAt < 0) return;
+  const { token, logprob } = sampledToken(result[sampleAt] as Parameters<typeof sampledToken>[0], state, seed);
+  const lp = logprob ? { logprob } : {};
+  if (token === null && state.constraint) {
+    // The grammar allows no token at all: the output ends where it is.
+    state.finished = true;
+    ended.push(seq);
+    sampled.push({ seq, token: eog[0] ?? 0, text: state.stream.flush(), finish: 'stop' });
+    return;
+  }
+  if (token === null) throw new EngineError('engine_failed', `no token sampled for ${seq}`, true);
+  state.pending = token;
+  if (model.isEogToken(token as Token)) {
+    state.finished = true;
+    ended.push(seq);
+    sampled.push({ seq, token, text: state.stream.flush(), finish: 'eos', ...lp });
+    return;
+  }
+  const { text, stopped } = state.stream.push(token);
+  // A JSON output is complete once the grammar allows it to end: it ends there, as at a stop string.
+  const done = stopped || state.constraint?.complete() === true;
+  if (done || last) {
+    state.finished = true;
+    ended.push(seq);
+  }
+  if (done) sampled.push({ seq, token, text: text + state.stream.flush(), finish: 'stop', ...lp });
+  else sampled.push({ seq, token, text: last ? text + state.stream.flush() : text, ...lp });
 }
 
 /** Loads a GGUF file into llama.cpp; a missing, unreadable or invalid file is refused with invalid_model_file. */
@@ -245,6 +312,10 @@ async function createLlamaEngine(
 ) {
   const gate: DispatchGate = { armed: false, late: 0 };
   const context = await contextOf(model, opts, gate);
+  const grammars = createGrammars(llama, model);
+  /** A JSON sequence's grammar, brought to where a recomputed sequence was (its streamed tokens accepted). */
+  const constraintOf = (f: JsonFormat, item: StepPlan['items'][number]): Promise<Constraint> =>
+    grammars.constraint(f, item.kind === 'prefill' ? (item.streamed ?? []) : []);
   const overflow = (): never => {
     throw new EngineError('invalid_request', 'context overflow: llama.cpp asked to shift the context');
   };
@@ -287,14 +358,17 @@ async function createLlamaEngine(
   const runStep = async (plan: StepPlan): Promise<StepResult> => {
     const { tokens } = checkPlan(plan, live, capacity(), vocab ?? Number.MAX_SAFE_INTEGER, pool);
     const evaluations: Promise<unknown[]>[] = [];
-    const order: { seq: string; state: Live; sampleAt: number; last: boolean }[] = [];
+    const order: { seq: string; state: Live; sampleAt: number; seed: number; last: boolean }[] = [];
     const queued: { item: StepPlan['items'][number]; state: Live }[] = [];
     for (const item of plan.items) {
       let state = live.get(item.seq);
       if (!state) {
         const sampling = item.kind === 'prefill' ? (item.sampling ?? {}) : {};
+        // A grammar is built before the sequence takes a slot: a schema refused leaves the engine as it was.
+        const constraint = sampling.json ? await constraintOf(sampling.json, item) : undefined;
         const stream = replayed(createTextStream(detokenize, sampling.stop), item);
         state = { ...takeSlot(pool, item.slot), sampling, stream, pending: undefined, finished: false };
+        if (constraint) state.constraint = constraint;
         live.set(item.seq, state);
       } else if (item.kind === 'prefill' && item.sampling) {
         state.sampling = item.sampling;
@@ -310,9 +384,9 @@ async function createLlamaEngine(
       queued.length,
     );
     for (const { item, state } of queued) {
-      const { input, sampleAt } = evaluationInput(item, state);
+      const { input, sampleAt, seed } = evaluationInput(item, state);
       if (item.kind === 'decode') state.pending = undefined;
-      order.push({ seq: item.seq, state, sampleAt, last: item.last === true });
+      order.push({ seq: item.seq, state, sampleAt, seed, last: item.last === true });
       evaluations.push(state.sequence.controlledEvaluate(input));
     }
     const lateBefore = gate.late;
@@ -332,26 +406,7 @@ async function createLlamaEngine(
     const ms = performance.now() - started;
     const sampled: SampledToken[] = [];
     const ended: string[] = [];
-    order.forEach(({ seq, state, sampleAt, last }, i) => {
-      if (sampleAt < 0) return;
-      const out = results[i]![sampleAt] as { next?: { token?: number | null } } | undefined;
-      const token = out?.next?.token;
-      if (token == null) throw new EngineError('engine_failed', `no token sampled for ${seq} in ${file}`, true);
-      state.pending = token;
-      if (model.isEogToken(token as Token)) {
-        state.finished = true;
-        ended.push(seq);
-        sampled.push({ seq, token, text: state.stream.flush(), finish: 'eos' });
-        return;
-      }
-      const { text, stopped } = state.stream.push(token);
-      if (stopped || last) {
-        state.finished = true;
-        ended.push(seq);
-      }
-      if (stopped) sampled.push({ seq, token, text, finish: 'stop' });
-      else sampled.push({ seq, token, text: last ? text + state.stream.flush() : text });
-    });
+    for (let i = 0; i < order.length; i++) takeSampled(order[i]!, results[i]!, model, grammars.eog, ended, sampled);
     // A sequence that ended (by itself, or its last token taken) is freed now: no separate free() for it.
     for (const seq of ended) await freeSeq(seq);
     // Reported in the plan's order, whatever order the batch ran in.
