@@ -371,3 +371,33 @@ export function roundTrip<T>(value: T): T {
   if (!decoded.ok) throw new TypeError(`roundTrip(): ${decoded.error.code}: ${decoded.error.message}`);
   return decoded.value as T;
 }
+
+/** One msgpack map of untrusted bytes, checked whole by the pre-scan (one well-formed value within the limits, no
+ * forbidden key, nothing after it) and not decoded: its entry count and where its entries start. */
+export interface ScannedMap {
+  readonly bytes: Uint8Array;
+  readonly entries: number;
+  /** Offset of the first entry (after the map's header). */
+  readonly offset: number;
+}
+
+/**
+ * Checks that untrusted bytes are exactly one msgpack map within `limits`, by the same linear pre-scan every frame
+ * gets, without materialising anything: for forwarding a peer's map inside a frame of this side's own (see
+ * frame-writer.ts `writeForwardedFrame`), whose receiver then decodes and validates it with the rest. Never throws.
+ */
+export function scanMap(bytes: Uint8Array, limits: CodecLimits = DEFAULT_LIMITS): DecodeResult<ScannedMap> {
+  if (!(bytes instanceof Uint8Array)) return refusal('malformed', 'frame is not a Uint8Array');
+  let refused: Refusal | null;
+  try {
+    refused = scan(bytes, limits);
+  } catch (e) {
+    return refusal('malformed', `frame could not be scanned: ${e instanceof Error ? e.message : typeof e}`);
+  }
+  if (refused !== null) return refused;
+  const t = bytes[0] as number;
+  if (t >= 0x80 && t <= 0x8f) return { ok: true, value: { bytes, entries: t & 0x0f, offset: 1 } };
+  if (t === 0xde) return { ok: true, value: { bytes, entries: readLength(bytes, 1, 2), offset: 3 } };
+  if (t === 0xdf) return { ok: true, value: { bytes, entries: readLength(bytes, 1, 4), offset: 5 } };
+  return refusal('invalid_message', 'the value is not a map');
+}

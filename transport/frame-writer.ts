@@ -3,6 +3,8 @@
 // msgpack (the same values `encode` would produce: maps with string keys, undefined properties omitted, integers in
 // their smallest form, other numbers as float64), so any msgpack client decodes it; our own bytes need no pre-scan.
 
+import type { Forwarded } from './forward.ts';
+
 /** A request's tokens waiting for the next frame: the fields of a `tokens` message. */
 export interface TokensEntry {
   readonly id: string;
@@ -184,6 +186,8 @@ const TOKENS_HEAD = ascii('type', 'tokens', 'id');
 const SEQ_KEY = ascii('seq');
 const N_KEY = ascii('n');
 const TEXT_KEY = ascii('text');
+const TO_KEY = ascii('to');
+const MSG_KEY = ascii('msg');
 
 function writeConst(b: Uint8Array): void {
   room(b.length);
@@ -284,6 +288,37 @@ export function writeMessage(value: unknown): Buffer {
     return takeBytes();
   } finally {
     maxDepth = 32;
+    leave(saved);
+  }
+}
+
+/**
+ * Writes one node-link frame holding one envelope, `{ to, msg }`, whose message is a forwarded map (forward.ts): its
+ * entries as they are, then the forwarder's own fields, which a decoder reads last (so they win). The map was checked
+ * by the codec's pre-scan (scanMap) against limits that leave room for this envelope.
+ */
+export function writeForwardedFrame(to: string, f: Forwarded): Buffer {
+  const saved = enter();
+  try {
+    at = 0;
+    const own = Object.keys(f.own);
+    const { bytes, entries, offset } = f.map;
+    header(1, 0x90, 0xdc, 0xdd);
+    header(2, 0x80, 0xde, 0xdf);
+    writeConst(TO_KEY);
+    writeString(to);
+    writeConst(MSG_KEY);
+    header(entries + own.length, 0x80, 0xde, 0xdf);
+    const n = bytes.length - offset;
+    room(n);
+    buf.set(offset === 0 ? bytes : bytes.subarray(offset), at);
+    at += n;
+    for (const k of own) {
+      writeString(k);
+      writeValue(f.own[k], 2);
+    }
+    return takeBytes();
+  } finally {
     leave(saved);
   }
 }

@@ -5,6 +5,8 @@
 // pass one conformance suite (test/transport/link-conformance.ts).
 import type { Msg } from '../runtime/system.ts';
 import { decodeMessage, encode } from './codec.ts';
+import { writeForwardedFrame } from './frame-writer.ts';
+import { forwardedOf } from './forward.ts';
 import { nodeMessageSchema, type NodeMessage } from './protocol.ts';
 import { arr, obj, str, type Infer } from './schema.ts';
 
@@ -100,6 +102,24 @@ export function createLink(carrier: FrameCarrier, opts: LinkOptions): Link {
   let scheduled = false;
   const { objects } = opts;
 
+  /** Sends one frame of envelopes; false when the carrier did not take it. */
+  const sendFrame = (part: readonly { to: string; msg: Msg }[]): boolean => {
+    stats.framesOut++;
+    if (objects) return objects.send(part);
+    const bytes = encode(part);
+    stats.bytesOut += bytes.length;
+    return carrier.send(bytes);
+  };
+  /** Sends a forwarded message (forward.ts) in a frame of its own, its map's bytes as they came. */
+  const sendForwarded = (e: { to: string; msg: Msg }): boolean => {
+    const f = forwardedOf(e.msg);
+    if (!f || objects) return sendFrame([e]);
+    stats.framesOut++;
+    const bytes = writeForwardedFrame(e.to, f);
+    stats.bytesOut += bytes.length;
+    return carrier.send(bytes);
+  };
+
   const flush = (): void => {
     scheduled = false;
     if (queue.length === 0) return;
@@ -109,20 +129,22 @@ export function createLink(carrier: FrameCarrier, opts: LinkOptions): Link {
       stats.dropped += out.length;
       return;
     }
-    for (let i = 0; i < out.length; i += MAX_ENVELOPES_PER_FRAME) {
-      const part = out.length <= MAX_ENVELOPES_PER_FRAME ? out : out.slice(i, i + MAX_ENVELOPES_PER_FRAME);
-      stats.framesOut++;
-      let sent: boolean;
-      if (objects) sent = objects.send(part);
-      else {
-        const bytes = encode(part);
-        stats.bytesOut += bytes.length;
-        sent = carrier.send(bytes);
+    // Frames of at most MAX_ENVELOPES_PER_FRAME envelopes, in order; a forwarded message alone in its frame.
+    let from = 0;
+    for (let i = 0; i <= out.length; i++) {
+      const forwarded = i < out.length && forwardedOf(out[i]!.msg) !== undefined;
+      if (i < out.length && !forwarded && i - from < MAX_ENVELOPES_PER_FRAME) continue;
+      if (i > from && !sendFrame(from === 0 && i === out.length ? out : out.slice(from, i))) {
+        stats.dropped += out.length - from;
+        return;
       }
-      if (!sent) {
+      from = i;
+      if (!forwarded) continue;
+      if (!sendForwarded(out[i]!)) {
         stats.dropped += out.length - i;
         return;
       }
+      from = i + 1;
     }
     stats.messagesOut += out.length;
   };
