@@ -13,7 +13,10 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { clearTimeout as clearNodeTimeout, setTimeout as setNodeTimeout } from 'node:timers';
 import { EngineError, type EngineCapacity, type EngineFailure, type EngineLoadOptions } from './engine.ts';
 import {
+  decodeReportBody,
+  ENGINE_STATS_DIR_ENV,
   parseHostMessage,
+  REPORT_BODY_LIMITS,
   type HostCommand,
   type HostCoreSpec,
   type HostMessage,
@@ -22,6 +25,8 @@ import {
 } from './host-protocol.ts';
 import type { CoreReport, SubmitSeq } from '../../machines/core-messages.ts';
 import { cpuProfileArgs } from '../../runtime/cpu-profile.ts';
+import { scanMap } from '../../transport/codec.ts';
+import { forwardedMessage } from '../../transport/forward.ts';
 import { hostEnvironment } from './host-env.ts';
 
 /** Where an engine host is in its life. */
@@ -60,7 +65,8 @@ export interface EngineHostOptions {
   /** The replica's engine core, opened in the host once the model is loaded (before `ready`); absent: the host only
    * loads (tokenize and probe answer, nothing runs). */
   core?: HostCoreSpec;
-  /** Hears every report of the core (one per step). */
+  /** Hears every report of the core (one per step): the host's bytes, checked by the codec's pre-scan and forwarded as
+   * they are (transport/forward.ts); reading its fields decodes and validates them. */
   report?(r: CoreReport): void;
   timers?: HostTimers;
   loadTimeoutMs?: number;
@@ -194,6 +200,12 @@ export function visibleDevices(gpus: readonly number[]): Record<string, string> 
   return { CUDA_VISIBLE_DEVICES: list, GGML_VK_VISIBLE_DEVICES: list, HIP_VISIBLE_DEVICES: list };
 }
 
+/** The benchmarks' stats folder (ENGINE_STATS_DIR_ENV), passed on to the host when the worker has one. */
+function statsDirEnv(): Record<string, string> {
+  const dir = process.env[ENGINE_STATS_DIR_ENV];
+  return dir ? { [ENGINE_STATS_DIR_ENV]: dir } : {};
+}
+
 /** Forks the host script on exactly the given GPUs; `stderrTail()` is the last bytes it wrote to stderr. */
 function forkHost(opts: EngineHostOptions): { child: ChildProcess; stderrTail: () => string } {
   let tail = '';
@@ -205,6 +217,7 @@ function forkHost(opts: EngineHostOptions): { child: ChildProcess; stderrTail: (
     env: {
       ...hostEnvironment(process.env),
       UV_THREADPOOL_SIZE: '1',
+      ...statsDirEnv(),
       ...opts.env,
       ...visibleDevices(opts.gpus),
     },
@@ -223,8 +236,9 @@ function forkHost(opts: EngineHostOptions): { child: ChildProcess; stderrTail: (
 interface ProgressWatch {
   readonly held: Set<string>;
   submitted(seqs: readonly SubmitSeq[]): void;
-  /** A report: finished sequences leave; a report of an idle core that has seen every submit clears the rest. */
-  reported(r: CoreReport): void;
+  /** A report (what it finished, the submits its core has seen and what it still holds): finished sequences leave; a
+   * report of an idle core that has seen every submit clears the rest. */
+  reported(finished: readonly string[], received: number, pending: number): void;
   cancelled(ids: readonly string[]): number;
   stop(): void;
 }
@@ -252,10 +266,9 @@ function createProgressWatch(timers: HostTimers, boundMs: number, hung: (held: n
       sent += seqs.length;
       arm();
     },
-    reported: (r) => {
-      for (const e of r.events) if (e.k === 'f') held.delete(e.id);
-      const l = r.load;
-      if (l.received === sent && l.waiting + l.running + l.queued === 0) held.clear();
+    reported: (finished, received, pending) => {
+      for (const id of finished) held.delete(id);
+      if (received === sent && pending === 0) held.clear();
       disarm();
       arm();
     },
@@ -270,6 +283,15 @@ function createProgressWatch(timers: HostTimers, boundMs: number, hung: (held: n
       disarm();
     },
   };
+}
+
+/** A report body (base64) checked by the codec's pre-scan, as a forwarded report: its bytes go on as they came, and
+ * they are decoded (and validated) only if something in this process reads them. Or why it was refused. */
+function forwardedReport(base64: string): CoreReport | string {
+  const body = Buffer.from(base64, 'base64');
+  const scanned = scanMap(body, REPORT_BODY_LIMITS);
+  if (!scanned.ok) return `${scanned.error.code}: ${scanned.error.message}`;
+  return forwardedMessage<CoreReport>({}, scanned.value, () => decodeReportBody(body));
 }
 
 /** Spawns an engine host child process, starts loading its model and opens its core; watch it with subscribe() or
@@ -314,9 +336,7 @@ export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
       child.send(cmd);
     });
   };
-  const send = (cmd: HostCommand): void => {
-    if (child.connected) child.send(cmd);
-  };
+  const send = (cmd: HostCommand): boolean => child.connected && child.send(cmd);
 
   const probe = async (): Promise<EngineCapacity> => {
     const v = await command({ v: 2, type: 'probe', id: nextId++ }, bounds.probeTimeoutMs, 'health probe');
@@ -337,10 +357,12 @@ export function spawnEngineHost(opts: EngineHostOptions): EngineHost {
     const parsed = parseHostMessage(raw);
     if (!parsed.ok) return failWith(`sent an invalid message: ${parsed.error}`);
     const msg: HostMessage = parsed.msg;
-    if (msg.type === 'report') {
+    if (msg.type === 'progress') {
+      const report = forwardedReport(msg.body);
+      if (typeof report === 'string') return failWith(`sent an invalid report: ${report}`);
       stats = msg.stats;
-      watch.reported(msg.report);
-      opts.report?.(msg.report);
+      watch.reported(msg.finished, msg.received, msg.pending);
+      opts.report?.(report);
     } else if (msg.type === 'loaded') {
       timers.clear(loadTimer);
       capacity = msg.capacity;

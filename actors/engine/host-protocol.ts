@@ -2,9 +2,13 @@
 //
 // The worker hands the host requests, not steps: `open` starts the replica's engine core beside the loaded engine,
 // `submit` and `cancel` carry sequences in and out, and the host sends one `report` per step (the core's events and
-// load). Both directions are checked field by field at the edge that receives them.
+// load). Both directions are checked field by field at the edge that receives them, but for a report's body: the host
+// encodes the report as the msgpack map the control plane reads, and the worker forwards those bytes, checked by the
+// hardened codec's pre-scan, without decoding them (transport/forward.ts); the control plane validates them with the
+// rest of its frame. What the worker itself needs of a report (finished sequences, counts) comes beside the body.
 import type { EngineCapacity, EngineFailure, EngineLoadOptions } from './engine.ts';
 import type { CoreLimits, CoreReport, ReplicaLoad, SubmitSeq } from '../../machines/core-messages.ts';
+import { decodeUntrusted, DEFAULT_LIMITS, type CodecLimits } from '../../transport/codec.ts';
 
 /** Version of the host protocol; a message carrying another version is refused. */
 export const HOST_PROTOCOL_VERSION = 2;
@@ -25,6 +29,8 @@ export const HOST_BOUNDS = Object.freeze({
   maxTokenId: 2 ** 31 - 1,
   /** Longest sequence id. */
   maxSeqId: 256,
+  /** Largest encoded report body, in bytes: a node-link frame's limit (1 MiB) less room for its envelope. */
+  maxReportBytes: 1024 * 1024 - 4096,
 });
 
 /** The replica's engine core as the host runs it: who it is, whose sequences it takes, and its batching limits. */
@@ -49,6 +55,17 @@ export interface HostStats {
   idleGaps: number;
 }
 
+/** Diagnosis (benchmarks): a folder in the worker's environment; each engine host then writes its HostStats, with its
+ * pid and clock, to `engine-stats-<pid>.json` there whenever its core runs out of work (and so once a run ends). */
+export const ENGINE_STATS_DIR_ENV = 'SWITCHYARD_ENGINE_STATS_DIR';
+
+/** What a host writes to ENGINE_STATS_DIR_ENV's folder. */
+export interface HostStatsFile extends HostStats {
+  pid: number;
+  /** The host's wall clock (ms) when written. */
+  at: number;
+}
+
 /** Commands from the worker to the host. */
 export type HostCommand =
   | { v: 2; type: 'load'; file: string; options: EngineLoadOptions }
@@ -66,7 +83,18 @@ export type HostMessage =
   | { v: 2; type: 'load_failed'; failure: EngineFailure }
   | { v: 2; type: 'reply'; id: number; ok: true; value: HostReplyValue }
   | { v: 2; type: 'reply'; id: number; ok: false; failure: EngineFailure }
-  | { v: 2; type: 'report'; report: CoreReport; stats: HostStats }
+  | {
+      v: 2;
+      type: 'progress';
+      /** The core's report (CoreReport) as one msgpack map, base64. */
+      body: string;
+      /** Sequences the report finishes (its `f` events), the submits the core has seen (load.received), and what it
+       * still holds (load.waiting + running + queued): what the worker's progress watch reads. */
+      finished: string[];
+      received: number;
+      pending: number;
+      stats: HostStats;
+    }
   | { v: 2; type: 'failed'; failure: EngineFailure }
   | { v: 2; type: 'unloaded' };
 
@@ -318,8 +346,11 @@ export function parseHostMessage(x: unknown): { ok: true; msg: HostMessage } | {
         if (m.ok === true) return checkReplyValue(m.value, 'message.value');
         if (m.ok === false) return checkFailure(m.failure, 'message.failure');
         return fail('message.ok', 'is not a boolean');
-      case 'report':
-        checkReport(m.report, 'message.report');
+      case 'progress':
+        str(Math.ceil(HOST_BOUNDS.maxReportBytes / 3) * 4, 4)(m.body, 'message.body');
+        arr(HOST_BOUNDS.maxEvents, seqId)(m.finished, 'message.finished');
+        nat(m.received, 'message.received');
+        nat(m.pending, 'message.pending');
         return checkStats(m.stats, 'message.stats');
       case 'unloaded':
         return;
@@ -328,6 +359,39 @@ export function parseHostMessage(x: unknown): { ok: true; msg: HostMessage } | {
     }
   });
   return r.ok ? { ok: true, msg: r.value } : r;
+}
+
+/** The limits a report body is scanned with: a node-link frame's, less the envelope the worker writes around it (two
+ * levels, and room for its own fields). */
+export const REPORT_BODY_LIMITS: CodecLimits = Object.freeze({
+  ...DEFAULT_LIMITS,
+  maxBytes: HOST_BOUNDS.maxReportBytes,
+  maxDepth: DEFAULT_LIMITS.maxDepth - 2,
+  maxMapSize: DEFAULT_LIMITS.maxMapSize - 8,
+});
+
+/** Decodes and validates a report body (a forwarded report read in this process); throws saying what is wrong. */
+export function decodeReportBody(bytes: Uint8Array): CoreReport {
+  const d = decodeUntrusted(bytes, REPORT_BODY_LIMITS);
+  if (!d.ok) throw new Error(`report body refused: ${d.error.code}: ${d.error.message}`);
+  try {
+    checkReport(d.value, 'report');
+  } catch (err) {
+    if (err instanceof InvalidMessage) throw new Error(`report body refused: ${err.message}`);
+    throw err;
+  }
+  return d.value as CoreReport;
+}
+
+/** Validates a core report (as the control plane does on its wire); returns it typed, or an error string. */
+export function parseCoreReport(x: unknown): { ok: true; report: CoreReport } | { ok: false; error: string } {
+  try {
+    checkReport(x, 'report');
+    return { ok: true, report: x as CoreReport };
+  } catch (err) {
+    if (err instanceof InvalidMessage) return { ok: false, error: err.message };
+    throw err;
+  }
 }
 
 /** Validates a command from the worker (the host's own edge); returns it typed, or an error string. */

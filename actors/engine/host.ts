@@ -6,7 +6,8 @@
 // process's wall clock, with no hop per step): sequences come in by `submit` and leave by `cancel`, and each step's
 // events and load go out as one `report`. It exits when told to unload or when its parent goes away, so the process
 // and all of its memory never outlive the replica.
-import { statSync } from 'node:fs';
+import { renameSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { createWallClock } from '../../runtime/clock.ts';
 import {
   engineProfileAt,
@@ -20,8 +21,16 @@ import type { EngineCore } from '../engine-core/types.ts';
 import type { CoreReport } from '../../machines/core-messages.ts';
 import { EngineError, type Engine, type EngineCapacity, type EngineFailure, type EngineLoadOptions } from './engine.ts';
 import { createLlamaExecutor, type LlamaExecutor } from './llama-executor.ts';
-import { parseHostCommand, type HostCommand, type HostCoreSpec, type HostMessage } from './host-protocol.ts';
+import {
+  ENGINE_STATS_DIR_ENV,
+  parseHostCommand,
+  type HostCommand,
+  type HostCoreSpec,
+  type HostMessage,
+  type HostStatsFile,
+} from './host-protocol.ts';
 import { checkModelFile } from './model-file.ts';
+import { encode } from '../../transport/codec.ts';
 
 /** Sends a message; the promise settles once it is handed to the channel, so a disconnect after it loses nothing. */
 const send = (msg: HostMessage): Promise<void> =>
@@ -56,12 +65,42 @@ const clock = createWallClock(failed);
 
 const NO_STATS = Object.freeze({ steps: 0, busyMs: 0, idleMs: 0, idleGaps: 0 });
 
+const statsDir = process.env[ENGINE_STATS_DIR_ENV];
+
+/** Writes the engine's stats for a benchmark to read (ENGINE_STATS_DIR_ENV), whole or not at all. */
+const writeStats = (): void => {
+  if (!statsDir || !executor) return;
+  const file = join(statsDir, `engine-stats-${process.pid}.json`);
+  const out: HostStatsFile = { pid: process.pid, at: clock.now(), ...executor.stats() };
+  try {
+    writeFileSync(`${file}.tmp`, JSON.stringify(out));
+    renameSync(`${file}.tmp`, file);
+  } catch {
+    // diagnosis only: a folder that cannot be written costs the benchmark its figure, not the host its work
+  }
+};
+
 const report = (r: CoreReport): void => {
   const l = r.load;
   // Nothing runnable: the wait for the next submit is not the engine's idle time.
-  if (l.waiting + l.running === 0) executor?.workEnded();
-  // One message a step, not waited on: nothing follows it that a lost report would change.
-  const msg: HostMessage = { v: 2, type: 'report', report: r, stats: executor?.stats() ?? NO_STATS };
+  if (l.waiting + l.running === 0) {
+    executor?.workEnded();
+    writeStats();
+  }
+  // One message a step, not waited on: nothing follows it that a lost report would change. The body is the report as
+  // the control plane reads it; the worker forwards it without decoding (host-protocol.ts).
+  const finished: string[] = [];
+  for (const e of r.events) if (e.k === 'f') finished.push(e.id);
+  const body = encode(r);
+  const msg: HostMessage = {
+    v: 2,
+    type: 'progress',
+    body: Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('base64'),
+    finished,
+    received: l.received,
+    pending: l.waiting + l.running + l.queued,
+    stats: executor?.stats() ?? NO_STATS,
+  };
   if (process.connected) process.send?.(msg);
 };
 

@@ -8,7 +8,7 @@ import { costModelFor } from '../gpu/profile-cost-model.ts';
 import type { Msg, Runtime } from '../../runtime/system.ts';
 import type { InjectedFault, MessageOf, NodeInventoryDevice } from '../../machines/messages.ts';
 import type { TimerId } from '../../runtime/clock.ts';
-import { createEngineManager, type EngineManager, type EngineManagerOptions } from './engines.ts';
+import { createEngineManager, progressMessage, type EngineManager, type EngineManagerOptions } from './engines.ts';
 import { loadBoundOfFile } from '../engine/host-client.ts';
 import { createNodeCores, type CoreDevice, type InflightStep, type NodeCores, type StepTiming } from './cores.ts';
 
@@ -110,7 +110,7 @@ function wireEngines(
     failed: (_replica, _epoch, gpus) => {
       for (const g of gpus) fence(g, 'engine_failed');
     },
-    progress: (replica, epoch, report) => send(replica, { type: 'seq.progress', replica, epoch, ...report }),
+    progress: (replica, epoch, report) => send(replica, progressMessage(replica, epoch, report)),
   });
 }
 

@@ -14,6 +14,7 @@ import type { HostCoreSpec, HostStats } from '../engine/host-protocol.ts';
 import type { CoreReport, SubmitSeq } from '../../machines/core-messages.ts';
 import type { MessageOf, WireCoreSpec, WireEngineSpec } from '../../machines/messages.ts';
 import { defaultModelRoots, modelFileRefusal } from './model-roots.ts';
+import { forwardedMessage, forwardedOf } from '../../transport/forward.ts';
 
 type Assign = MessageOf<'gpu.assign'>;
 /** The engine a `gpu.assign` names. */
@@ -28,6 +29,16 @@ export interface EngineEvents {
   /** A report of the replica's core (one per step): the agent sends it on as `seq.progress`. */
   progress(replica: string, epoch: number, report: CoreReport): void;
   log?(line: string): void;
+}
+
+/** A replica's report as its `seq.progress`. A host's report (forwarded: the bytes it encoded, scanned, not decoded)
+ * stays forwarded, with the worker's type, replica and epoch written after its fields: the control plane reads those,
+ * whatever the host wrote. */
+export function progressMessage(replica: string, epoch: number, report: CoreReport): MessageOf<'seq.progress'> {
+  const own = { type: 'seq.progress', replica, epoch } as const;
+  const f = forwardedOf(report);
+  if (!f) return { ...own, ...report };
+  return forwardedMessage<MessageOf<'seq.progress'>>(own, f.map, () => ({ ...report }));
 }
 
 /** Options of the engine manager. */

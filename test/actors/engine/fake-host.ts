@@ -1,5 +1,5 @@
 // A stand-in engine host for the client's edge cases: FAKE_HOST=silent never reports on what it was submitted, rogue
-// answers a submit with a report outside the protocol, env tells its GPUs, names tells the names of every variable
+// answers a submit with a report whose body is not one msgpack map (it is cut short), env tells its GPUs, names tells the names of every variable
 // in its environment.
 const mode = process.env.FAKE_HOST;
 const capacity = { sequences: 1, cellsPerSequence: 63, totalCells: 64, batchTokens: 64, freeSequences: 1, used: {} };
@@ -19,6 +19,14 @@ process.on('message', (cmd: { type: string; id?: number }) => {
   else if (cmd.type === 'probe')
     process.send?.({ v: 2, type: 'reply', id: cmd.id, ok: true, value: { kind: 'probe', capacity, stats } });
   else if (cmd.type === 'submit' && mode === 'rogue')
-    process.send?.({ v: 2, type: 'report', report: { at: 0, start: 0, events: 'lots' }, stats });
+    process.send?.({
+      v: 2,
+      type: 'progress',
+      body: Buffer.from([0x82, 0xa2, 0x61, 0x74]).toString('base64'),
+      finished: [],
+      received: 1,
+      pending: 1,
+      stats,
+    });
 });
 process.on('disconnect', () => process.exit(0));

@@ -1,7 +1,14 @@
 // The host protocol's validators: every command and message is checked field by field, with bounds, at the edge
 // that receives it.
 import { describe, expect, it } from 'vitest';
-import { HOST_BOUNDS, parseHostCommand, parseHostMessage } from '../../../actors/engine/host-protocol.ts';
+import {
+  decodeReportBody,
+  HOST_BOUNDS,
+  parseCoreReport,
+  parseHostCommand,
+  parseHostMessage,
+} from '../../../actors/engine/host-protocol.ts';
+import { encode } from '../../../transport/codec.ts';
 import type { ReplicaLoad } from '../../../machines/core-messages.ts';
 
 const seq = {
@@ -45,10 +52,14 @@ const load: ReplicaLoad = {
   inflightMs: 0.1,
 };
 const stats = { steps: 2, busyMs: 2.5, idleMs: 0.2, idleGaps: 1 };
-const report = (events: unknown[], l: unknown = load) => ({
+const report = (events: unknown[], l: unknown = load) => ({ at: 5, start: 4, events, load: l });
+const progress = (body: string = Buffer.from(encode(report([]))).toString('base64')) => ({
   v: 2,
-  type: 'report',
-  report: { at: 5, start: 4, events, load: l },
+  type: 'progress',
+  body,
+  finished: ['s'],
+  received: 1,
+  pending: 0,
   stats,
 });
 const errorOf = (r: { ok: boolean; error?: string }): string | undefined => (r.ok ? undefined : r.error);
@@ -82,7 +93,24 @@ describe('the host protocol', () => {
   });
 
   describe('messages the worker takes', () => {
-    it('takes a report of every event kind with its load and stats', () => {
+    it('takes a progress message: the report encoded, and what the worker reads of it beside', () => {
+      expect(parseHostMessage(progress()).ok).toBe(true);
+    });
+
+    it.each([
+      ['a progress without stats', { ...progress(), stats: undefined }, /message\.stats/],
+      ['a progress without its body', { ...progress(), body: undefined }, /message\.body/],
+      ['a finished id that is empty', { ...progress(), finished: [''] }, /message\.finished\[0\]/],
+      ['a negative count', { ...progress(), pending: -1 }, /message\.pending/],
+      ['a report by its old name', { v: 2, type: 'report', report: report([]), stats }, /message\.type/],
+      ['a failure without a code', { v: 2, type: 'failed', failure: { message: 'm', retryable: true } }, /code/],
+    ])('refuses %s, naming the field', (_what, msg, field) => {
+      expect(errorOf(parseHostMessage(msg))).toMatch(field);
+    });
+  });
+
+  describe('report bodies (decoded where something in the worker reads one)', () => {
+    it('takes a report of every event kind with its load', () => {
       const events = [
         { k: 's', id: 's' },
         { k: 't', id: 's', n: 1, ids: [7], text: 'x' },
@@ -91,7 +119,8 @@ describe('the host protocol', () => {
         { k: 'g', ids: ['s'] },
         { k: 'g' },
       ];
-      expect(parseHostMessage(report(events)).ok).toBe(true);
+      expect(parseCoreReport(report(events)).ok).toBe(true);
+      expect(decodeReportBody(encode(report(events)))).toEqual(report(events));
     });
 
     it.each([
@@ -101,10 +130,13 @@ describe('the host protocol', () => {
       ['a load without a field', report([], { ...load, received: undefined }), /load\.received/],
       ['a load with a field it does not know', report([], { ...load, more: 1 }), /load\.more/],
       ['a negative busy time', report([], { ...load, stepBusyMs: -1 }), /stepBusyMs/],
-      ['a report without stats', { ...report([]), stats: undefined }, /message\.stats/],
-      ['a failure without a code', { v: 2, type: 'failed', failure: { message: 'm', retryable: true } }, /code/],
-    ])('refuses %s, naming the field', (_what, msg, field) => {
-      expect(errorOf(parseHostMessage(msg))).toMatch(field);
+    ])('refuses %s, naming the field', (_what, r, field) => {
+      expect(errorOf(parseCoreReport(r))).toMatch(field);
+      expect(() => decodeReportBody(encode(r))).toThrow(field);
+    });
+
+    it('refuses a body that is not one msgpack value', () => {
+      expect(() => decodeReportBody(Uint8Array.from([0x82, 0xa2, 0x61]))).toThrow(/malformed/);
     });
   });
 });
