@@ -6,14 +6,18 @@
 //                           [--path both|in-process|served]
 // The stream is traffic[0] of bench/engine.yaml (splitwise_code rows that fit the context: long prompts, short
 // outputs), arrivals compressed by --time-scale. `in-process` runs switchyard's side in this process (batcher +
-// engine, no server); `served` runs it through `switchyard serve` → worker → engine host (three processes, /v1/ws
-// client here, wall clock); `both` (the default) runs the in-process side against the engine alone for the
-// throughput and latency ratios, then the served side for the overhead share.
+// engine, no server) against the engine alone, on --clock (default cpu). `served` and `both` (the default; the two
+// are the same run) run all three sides on the wall clock, one after the other: in process, the engine alone, and
+// served through `switchyard serve` → worker → engine host (three processes, /v1/ws client here): the served side
+// can only be timed by its client's wall clock, so every ratio it is in is taken on that clock.
 //
 // Overhead share, every side measured the same way (bench/lib/thread-cpu.ts): the CPU of every thread that is not
 // llama.cpp's (libuv's pool, where llama_decode and sampling run) ÷ the CPU of llama.cpp's threads. Served, that is
 // serve + worker + the host's main and helper threads; in process, this process's threads but the pool; for the
 // engine alone, the same, i.e. node-llama-cpp's own JavaScript and the driver, the floor any node-llama-cpp user pays.
+// llama.cpp's CPU per output token is printed for each side: the shares compare like with like only when it agrees.
+// The engine's idle share (served) is the hosts' own measurement: from a step's return to the next dispatch while
+// the core had runnable work, over the run's wall time.
 import { execFileSync } from 'node:child_process';
 import { loadScenario } from '../actors/config.ts';
 import { loadLlamaEngine } from '../actors/engine/llama-engine.ts';
@@ -39,9 +43,11 @@ const opt = (name: string): string | undefined => {
 const configFile = opt('config') ?? 'bench/engine.yaml';
 const path = (opt('path') ?? 'both') as 'both' | 'in-process' | 'served';
 if (!['both', 'in-process', 'served'].includes(path)) throw new Error(`--path is both, in-process or served`);
-// The served path is timed by its client's wall clock (its three processes have no common CPU clock), and so is
-// the engine alone it is compared with.
-const clockKind = path === 'served' ? 'wall' : ((opt('clock') ?? 'cpu') as 'cpu' | 'wall');
+const withServed = path !== 'in-process';
+// The served path is timed by its client's wall clock (its three processes have no common CPU clock), and so are the
+// in-process run and the engine alone it is compared with.
+if (withServed && opt('clock') === 'cpu') throw new Error('--clock cpu needs --path in-process (served is wall only)');
+const clockKind = withServed ? 'wall' : ((opt('clock') ?? 'cpu') as 'cpu' | 'wall');
 const requests = Number(opt('requests') ?? (quick ? 40 : 300));
 const timeScale = Number(opt('time-scale') ?? 16);
 
@@ -79,10 +85,7 @@ process.stderr.write(
     `path ${path}\n`,
 );
 const limits = limitsForEngine(b, cap);
-const inProcess =
-  path === 'served'
-    ? undefined
-    : await split(() => serveWithSwitchyard(engine, reqs, limits, createBenchClock(clockKind)));
+const inProcess = await split(() => serveWithSwitchyard(engine, reqs, limits, createBenchClock(clockKind)));
 await engine.unload();
 const alone = await split(() =>
   serveWithEngineAlone(
@@ -97,37 +100,61 @@ const alone = await split(() =>
 // order, as the engine alone's driver holds them (time scale 16 is several times the engine's capacity: a client
 // with every request in flight at once only measures the control plane refusing and the client retrying).
 const inFlight = model.engine!.sequences;
-const served = path === 'in-process' ? undefined : await serveThroughSwitchyard(configFile, model.name, reqs, inFlight);
+const served = withServed ? await serveThroughSwitchyard(configFile, model.name, reqs, inFlight) : undefined;
 const loadAfter = load();
 
-const ours: ServeRun = inProcess?.run ?? served!;
-const a = figuresOf(ours);
-const e = figuresOf(alone.run);
-const f = (x: number, d = 1): string => x.toFixed(d).padStart(10);
-const row = (name: string, x: number, y: number, d = 1): string =>
-  `${name.padEnd(24)}${f(x, d)}${f(y, d)}${f(x / y, 3)}`;
+/** One side of the comparison: its figures, and llama.cpp's CPU per output token (the work it did). */
+interface Side {
+  name: string;
+  fig: RunFigures;
+  llamaMsPerToken: number;
+}
+const sideOf = (name: string, run: ServeRun, engineMs: number): Side => {
+  const fig = figuresOf(run);
+  return { name, fig, llamaMsPerToken: engineMs / Math.max(1, fig.outputTokens) };
+};
+const p = sideOf('in process', inProcess.run, inProcess.cpu.engineMs);
+const e = sideOf('engine', alone.run, alone.cpu.engineMs);
+const s = served ? sideOf('served', served, served.cpu.engineMs) : undefined;
+const sides = s ? [s, p, e] : [p, e];
+// Ratios: served / engine alone and served / in process when served ran, else in process / engine alone.
+const pairs: [Side, Side][] = s
+  ? [
+      [s, e],
+      [s, p],
+    ]
+  : [[p, e]];
+
+const f = (x: number, d = 1): string => x.toFixed(d).padStart(12);
+const row = (name: string, get: (x: Side) => number, d = 1): string =>
+  name.padEnd(26) + sides.map((x) => f(get(x), d)).join('') + pairs.map(([x, y]) => f(get(x) / get(y), 3)).join('');
 const lines = [
-  `${''.padEnd(24)}${'switchyard'.padStart(10)}${'engine'.padStart(10)}${'ratio'.padStart(10)}   ` +
-    `(switchyard ${inProcess ? 'in process' : 'served'}, ${clockKind} clock)`,
-  row('output tokens', a.outputTokens, e.outputTokens, 0),
-  row('tokens/s (clock)', a.tokensPerS, e.tokensPerS),
-  row('tokens/s (wall)', a.tokensPerWallS, e.tokensPerWallS),
-  row('tokens/CPU s', a.tokensPerCpuS, e.tokensPerCpuS),
+  ''.padEnd(26) +
+    sides.map((x) => x.name.padStart(12)).join('') +
+    pairs.map(([x, y]) => `${x.name}/${y.name}`.slice(0, 11).padStart(12)).join('') +
+    `   (all on the ${clockKind} clock)`,
+  row('output tokens', (x) => x.fig.outputTokens, 0),
+  row(`tokens/s to last token`, (x) => x.fig.tokensPerS),
+  row('tokens/s over the run', (x) => x.fig.tokensPerWallS),
+  row('tokens/CPU s', (x) => x.fig.tokensPerCpuS),
+  row('llama.cpp CPU ms/token', (x) => x.llamaMsPerToken, 3),
 ];
 for (const [name, k] of [
   ['TTFT', 'ttft'],
   ['TBT', 'tbt'],
   ['TPOT', 'tpot'],
 ] as const) {
-  for (const p of ['p50', 'p90', 'p99'] as const) lines.push(row(`${name} ${p} ms`, a[k][p], e[k][p]));
+  for (const q of ['p50', 'p90', 'p99'] as const) lines.push(row(`${name} ${q} ms`, (x) => x.fig[k][q]));
 }
 lines.push(
-  `requests ended by EOS: switchyard ${a.eosEnded}, engine ${e.eosEnded}; batch tokens: switchyard budget ` +
-    `${b.tokenBudget}, node-llama-cpp batch ${alone.run.batchTokens}`,
+  `throughput (tokens/s from the first arrival to the last token, ${clockKind} clock on both sides of each pair): ` +
+    pairs.map(([x, y]) => `${x.name} / ${y.name} ${(x.fig.tokensPerS / y.fig.tokensPerS).toFixed(3)}`).join(', '),
+  `requests ended by EOS: ${sides.map((x) => `${x.name} ${x.fig.eosEnded}`).join(', ')}; batch tokens: switchyard ` +
+    `budget ${b.tokenBudget}, node-llama-cpp batch ${alone.run.batchTokens}`,
   `overhead share = CPU outside llama.cpp's threads ÷ llama.cpp's threads' CPU:`,
   `  engine alone (node-llama-cpp's own JavaScript and the driver): ${pct(shareOf(alone.cpu))}`,
+  inProcessLine(inProcess.run, inProcess.cpu),
 );
-if (inProcess) lines.push(inProcessLine(inProcess.run, inProcess.cpu));
 if (served) lines.push(...servedLines(served));
 lines.push(`load after: ${loadAfter}`);
 process.stdout.write(`${lines.join('\n')}\n`);
@@ -137,29 +164,36 @@ function pct(x: number): string {
 }
 
 function inProcessLine(run: ServeRun, cpu: EngineThreadSplit): string {
-  const s = run.scheduler!;
+  const sc = run.scheduler!;
   return (
     `  in process: ${pct(shareOf(cpu))} (main thread ${cpu.mainMs.toFixed(0)} ms, helpers ` +
-    `${cpu.otherMs.toFixed(0)} ms vs llama.cpp ${cpu.engineMs.toFixed(0)} ms over ${s.steps} steps); the batcher ` +
-    `alone ${((s.schedCpuMs / s.steps) * 1e3).toFixed(1)} us a step = ${pct(s.schedCpuMs / s.engineCpuMs)} of ` +
-    `engine.step's ${(s.engineCpuMs / s.steps).toFixed(2)} ms`
+    `${cpu.otherMs.toFixed(0)} ms vs llama.cpp ${cpu.engineMs.toFixed(0)} ms over ${sc.steps} steps); the batcher ` +
+    `alone ${((sc.schedCpuMs / sc.steps) * 1e3).toFixed(1)} us a step = ${pct(sc.schedCpuMs / sc.engineCpuMs)} of ` +
+    `engine.step's ${(sc.engineCpuMs / sc.steps).toFixed(2)} ms; the engine idle between steps ` +
+    `${pct(sc.schedWallMs / (run.wallS * 1e3))} of the wall time`
   );
 }
 
 function servedLines(r: ServedRun): string[] {
   const c = r.cpu;
   const us = (ms: number): string => `${((ms / Math.max(1, r.steps)) * 1e3).toFixed(0)} us`;
-  const g = servedFigures(r);
+  const g = figuresOf(r);
+  const en = r.engine;
+  const wallMs = r.wallS * 1e3;
   return [
-    `  served: ${pct(c.switchyardMs / c.engineMs)} — per step (${r.steps} steps): serve ${us(c.serveMs)}, worker ` +
-      `${us(c.workerMs)}, host main thread ${us(c.hostMainMs)}, host helper threads ${us(c.hostOtherMs)} vs ` +
-      `llama.cpp ${us(c.engineMs)}`,
+    `  served: ${pct(c.switchyardMs / c.engineMs)} (${pct(c.switchyardMs / c.engineMs - shareOf(alone.cpu))} over ` +
+      `the engine alone) — per step (${r.steps} steps): serve ${us(c.serveMs)}, worker ${us(c.workerMs)}, host main ` +
+      `thread ${us(c.hostMainMs)}, host helper threads ${us(c.hostOtherMs)} vs llama.cpp ${us(c.engineMs)}`,
     `  served idle (before the run, counted in the run): serve ${r.idle.serveMsPerS.toFixed(1)} ms/s, worker ` +
       `${r.idle.workerMsPerS.toFixed(1)} ms/s, host ${r.idle.hostMsPerS.toFixed(1)} ms/s; llama.cpp threads ` +
       c.pools
-        .map((p) => `${p.pid}: ${p.threads.map((t) => t.tid).join(',')} (busiest other ${p.otherMaxMs.toFixed(0)} ms)`)
+        .map((q) => `${q.pid}: ${q.threads.map((t) => t.tid).join(',')} (busiest other ${q.otherMaxMs.toFixed(0)} ms)`)
         .join('; ') +
       (c.hostsGone > 0 ? `; ${c.hostsGone} engine host(s) exited mid-run: share NOT valid` : ''),
+    `  engine in the host (its own clock): ${en.steps} steps, busy ${en.busyMs.toFixed(0)} ms = ` +
+      `${pct(en.busyMs / wallMs)} of the run's wall time; idle while runnable work existed (a step's return to the ` +
+      `next dispatch) ${en.idleMs.toFixed(0)} ms over ${en.idleGaps} gaps = ${pct(en.idleMs / wallMs)} ` +
+      `(${((en.idleMs / Math.max(1, en.idleGaps)) * 1e3).toFixed(0)} us a gap)`,
     `  served latency (wall clock): TTFT p50 ${g.ttft.p50.toFixed(0)} p99 ${g.ttft.p99.toFixed(0)} ms, TBT p50 ` +
       `${g.tbt.p50.toFixed(0)} p99 ${g.tbt.p99.toFixed(0)} ms, ${g.tokensPerS.toFixed(1)} tokens/s; failures ` +
       `${JSON.stringify(r.failures)}, ${r.retries} submissions refused as overloaded and retried; at most ` +
@@ -167,13 +201,12 @@ function servedLines(r: ServedRun): string[] {
   ];
 }
 
-function servedFigures(r: ServedRun): RunFigures {
-  return figuresOf(r);
-}
-
 const figures = (x: RunFigures) => ({ tokensPerS: x.tokensPerS, ttft: x.ttft, tbt: x.tbt, tpot: x.tpot });
-writeChartData({ switchyard: figures(a), engine: figures(e) });
-const sched = inProcess?.run.scheduler;
+const ours = s ?? p;
+writeChartData({ switchyard: figures(ours.fig), engine: figures(e.fig) });
+const sched = inProcess.run.scheduler!;
+const overheadShare = served ? served.cpu.switchyardMs / served.cpu.engineMs : shareOf(inProcess.cpu);
+const perStepUs = (ms: number): number => (ms / Math.max(1, served!.steps)) * 1e3;
 // Decode batching on the bench model (bench/lib/decode-batching.ts): passes of a step of 8 decodes, its cost against
 // 8 one-decode steps, and throughput by concurrency for switchyard and node-llama-cpp alone.
 const { measureDecodeBatching } = await import('./lib/decode-batching.ts');
@@ -185,21 +218,51 @@ const batching = await measureDecodeBatching({
 process.stdout.write(`${batching.lines.join('\n')}\n`);
 printFigures({
   ...batching.figures,
-  throughputRatio: a.tokensPerS / e.tokensPerS,
-  tbtP99Ratio: a.tbt.p99 / e.tbt.p99,
+  // The served side over the engine alone when served ran, else the in-process side's.
+  throughputRatio: ours.fig.tokensPerS / e.fig.tokensPerS,
+  ...(s ? { servedVsInProcess: s.fig.tokensPerS / p.fig.tokensPerS } : {}),
+  inProcessVsAlone: p.fig.tokensPerS / e.fig.tokensPerS,
+  ...(served
+    ? {
+        engineIdleShare: served.engine.idleMs / (served.wallS * 1e3),
+        engineBusyShare: served.engine.busyMs / (served.wallS * 1e3),
+      }
+    : {}),
   // The deployment's share when the served path ran, else the in-process one.
-  overheadShare: served ? served.cpu.switchyardMs / served.cpu.engineMs : shareOf(inProcess!.cpu),
-  ...(inProcess ? { overheadShareInProcess: shareOf(inProcess.cpu) } : {}),
-  ...(sched ? { schedulerShareInProcess: sched.schedCpuMs / sched.engineCpuMs } : {}),
+  overheadShare,
   engineAloneShare: shareOf(alone.cpu),
-  ttftP50Ratio: a.ttft.p50 / e.ttft.p50,
-  ttftP99Ratio: a.ttft.p99 / e.ttft.p99,
-  tokensPerCpuSRatio: a.tokensPerCpuS / e.tokensPerCpuS,
+  overheadOverAlone: overheadShare - shareOf(alone.cpu),
+  overheadShareInProcess: shareOf(inProcess.cpu),
+  schedulerShareInProcess: sched.schedCpuMs / sched.engineCpuMs,
+  ...(s ? { llamaCpuMsPerTokenServed: s.llamaMsPerToken } : {}),
+  llamaCpuMsPerTokenInProcess: p.llamaMsPerToken,
+  llamaCpuMsPerTokenAlone: e.llamaMsPerToken,
+  ...(served
+    ? {
+        servedPerStepUs: {
+          serve: perStepUs(served.cpu.serveMs),
+          worker: perStepUs(served.cpu.workerMs),
+          hostMain: perStepUs(served.cpu.hostMainMs),
+          hostHelpers: perStepUs(served.cpu.hostOtherMs),
+          llama: perStepUs(served.cpu.engineMs),
+        },
+      }
+    : {}),
+  tbtP99Ratio: ours.fig.tbt.p99 / e.fig.tbt.p99,
+  ttftP50Ratio: ours.fig.ttft.p50 / e.fig.ttft.p50,
+  ttftP99Ratio: ours.fig.ttft.p99 / e.fig.ttft.p99,
+  tokensPerCpuSRatio: ours.fig.tokensPerCpuS / e.fig.tokensPerCpuS,
   requests: reqs.length,
   clock: clockKind,
   path,
   ...(served
-    ? { servedSteps: served.steps, hostsGone: served.cpu.hostsGone, failures: served.failures, retries: served.retries }
+    ? {
+        servedSteps: served.steps,
+        engineSteps: served.engine.steps,
+        hostsGone: served.cpu.hostsGone,
+        failures: served.failures,
+        retries: served.retries,
+      }
     : {}),
   load: loadAfter.replace(/.*load average: /, ''),
 });

@@ -10,13 +10,16 @@
 // processes use while nothing is served (timers, metrics, heartbeats) is measured before the run and reported; it
 // is not subtracted.
 import { spawn } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { connectClient } from '../../api/client.ts';
 import { createRng, type Rng } from '../../runtime/rng.ts';
 import type { BenchRequest, RequestTiming, ServeRun } from './engine-serve.ts';
 import { poolSize, splitEngineThreads, threadCpu, threadDelta, totalMs } from './thread-cpu.ts';
 import { cpuProfileArgs } from '../../runtime/cpu-profile.ts';
+import { ENGINE_STATS_DIR_ENV, type HostStatsFile } from '../../actors/engine/host-protocol.ts';
 
 const BIN = new URL('../../bin/switchyard.ts', import.meta.url).pathname;
 const ROOT = new URL('../..', import.meta.url).pathname;
@@ -93,11 +96,52 @@ async function stepsOf(url: string, model: string): Promise<number> {
   return m ? Number(m[1]) : 0;
 }
 
+/** The engine hosts' own measurements over a run (their HostStats, summed over the hosts, run minus before): steps,
+ * the engine's time in them, and its idle time from a step's return to the next dispatch while the core had runnable
+ * work (actors/engine/llama-executor.ts). */
+export interface EngineStats {
+  steps: number;
+  busyMs: number;
+  idleMs: number;
+  idleGaps: number;
+}
+
+/** The stats files the hosts wrote to `dir` (ENGINE_STATS_DIR_ENV), by pid. */
+function readEngineStats(dir: string): Map<number, HostStatsFile> {
+  const out = new Map<number, HostStatsFile>();
+  for (const f of readdirSync(dir)) {
+    if (!/^engine-stats-\d+\.json$/.test(f)) continue;
+    try {
+      const s = JSON.parse(readFileSync(join(dir, f), 'utf8')) as HostStatsFile;
+      out.set(s.pid, s);
+    } catch {
+      // being replaced
+    }
+  }
+  return out;
+}
+
+/** The hosts' stats after minus before, summed. */
+function engineStatsDelta(before: Map<number, HostStatsFile>, after: Map<number, HostStatsFile>): EngineStats {
+  const d: EngineStats = { steps: 0, busyMs: 0, idleMs: 0, idleGaps: 0 };
+  for (const [pid, a] of after) {
+    const b = before.get(pid);
+    d.steps += a.steps - (b?.steps ?? 0);
+    d.busyMs += a.busyMs - (b?.busyMs ?? 0);
+    d.idleMs += a.idleMs - (b?.idleMs ?? 0);
+    d.idleGaps += a.idleGaps - (b?.idleGaps ?? 0);
+  }
+  return d;
+}
+
 /** What a served run adds to a ServeRun: the CPU split over the run, the steps, and the processes' idle CPU. */
 export interface ServedRun extends ServeRun {
   cpu: CpuSplit;
   /** Steps executed during the run. */
   steps: number;
+  /** The engine hosts' measurements over the run (their step count agrees with `steps` when every host wrote its
+   * stats after the run's last step). */
+  engine: EngineStats;
   /** CPU ms per second of serve, worker and the hosts' non-pool threads while nothing was served (before the run). */
   idle: { serveMsPerS: number; workerMsPerS: number; hostMsPerS: number };
   /** Requests that did not end well (rejected, failed), by code. */
@@ -156,12 +200,14 @@ export async function serveThroughSwitchyard(
   reqs: readonly BenchRequest[],
   maxInFlight = Infinity,
 ): Promise<ServedRun> {
+  // The hosts write their engine stats here whenever their core runs out of work (see ENGINE_STATS_DIR_ENV).
+  const statsDir = mkdtempSync(join(tmpdir(), 'switchyard-engine-stats-'));
   const proc = spawn(
     process.execPath,
     [...cpuProfileArgs(), '--import', 'tsx', BIN, 'serve', '--config', configFile, '--port', '0'],
     {
       cwd: ROOT,
-      env: { ...process.env },
+      env: { ...process.env, [ENGINE_STATS_DIR_ENV]: statsDir },
       stdio: ['ignore', 'pipe', 'pipe'],
     },
   );
@@ -169,10 +215,11 @@ export async function serveThroughSwitchyard(
   proc.stdout.on('data', (d: Buffer) => (log += d.toString()));
   proc.stderr.on('data', (d: Buffer) => (log += d.toString()));
   try {
-    return await drive(proc.pid!, () => log, model, reqs, maxInFlight);
+    return await drive(proc.pid!, () => log, model, reqs, maxInFlight, statsDir);
   } finally {
     proc.kill('SIGTERM');
     await new Promise<void>((r) => (proc.exitCode !== null ? r() : proc.once('exit', () => r())));
+    rmSync(statsDir, { recursive: true, force: true });
   }
 }
 
@@ -192,6 +239,7 @@ async function drive(
   model: string,
   reqs: readonly BenchRequest[],
   maxInFlight: number,
+  statsDir: string,
 ): Promise<ServedRun> {
   const url = await waitFor('serve printing its URL', () => /http:\/\/127\.0\.0\.1:\d+/.exec(log())?.[0]);
   await waitFor('readiness', async () => {
@@ -222,6 +270,7 @@ async function drive(
   const failures: Record<string, number> = {};
   let retries = 0;
   const steps0 = await stepsOf(url, model);
+  const engine0 = readEngineStats(statsDir);
   const cpu0 = snapshot(pids);
   const wall0 = performance.now();
   const now = (): number => performance.now() - wall0;
@@ -265,6 +314,15 @@ async function drive(
   const wallS = (performance.now() - wall0) / 1e3;
   const cpu = cpuSplit(servePid, workerPid, hostPids, cpu0, snapshot(pids));
   const steps = (await stepsOf(url, model)) - steps0;
+  // The hosts wrote their stats when their core ran out of work, which the last report said: at most a moment ago.
+  const engine = await waitFor(
+    "the engine hosts' stats of the run",
+    () => {
+      const d = engineStatsDelta(engine0, readEngineStats(statsDir));
+      return d.steps >= steps ? d : undefined;
+    },
+    10_000,
+  ).catch(() => engineStatsDelta(engine0, readEngineStats(statsDir)));
   client.close();
   return {
     side: 'switchyard served',
@@ -275,6 +333,7 @@ async function drive(
     batchTokens: 0,
     cpu,
     steps,
+    engine,
     idle,
     failures,
     retries,
