@@ -10,14 +10,48 @@ export interface WireStepShape {
   decodeContext: number;
 }
 
-/** A real engine a replica runs on (llama.cpp): the worker starts one host over all of the replica's GPUs. */
+/** A real engine a replica runs on: llama.cpp (the worker starts one host over all of the replica's GPUs), or a model
+ * server speaking the OpenAI API (`openai`: started per replica from `upstream.command`, or attached at
+ * `upstream.url`); for `openai`, `file` is the GGUF whose vocabulary tokenizes the served model's prompts and
+ * `sequences` the requests it runs at once. */
 export interface WireEngineSpec {
-  kind: 'llama.cpp';
+  kind: 'llama.cpp' | 'openai';
   file: string;
   contextTokens: number;
   sequences: number;
   threads: number;
   batchTokens?: number;
+  upstream?: WireUpstreamSpec;
+}
+
+/** A model server a replica's requests go to (`engine: openai`); see actors/worker/upstream/. */
+export interface WireUpstreamSpec {
+  /** The server's model name: the `model` of each request, `{model}` in the command. */
+  model: string;
+  /** Attach to this base URL (`http://127.0.0.1:8000`); else the command is started per replica. */
+  url?: string;
+  /** argv with `{port}`, `{gpus}`, `{model}` filled in; started with CUDA_VISIBLE_DEVICES = the replica's GPUs. */
+  command?: string[];
+  cwd?: string;
+  env?: Partial<Record<string, string>>;
+  /** Paths answered when ready, and of the Prometheus gauges. */
+  health: string;
+  metrics: string;
+  /** Gauge names: requests waiting, running, and the KV cache's usage (a fraction; first name found wins). */
+  gauges: { waiting: string[]; running: string[]; kvUsage: string[] };
+  /** How the prompt goes: token ids (vLLM, SGLang, llama.cpp's server) or the text they decode to. */
+  prompt: 'ids' | 'text';
+  /** Ask for and read each chunk's `token_ids` (vLLM's `return_token_ids`); else the text is tokenized. */
+  tokenIds: boolean;
+  /** Bounds: start (health answered), a stream with no progress, consecutive errors, queued requests. */
+  startTimeoutMs: number;
+  hangMs: number;
+  maxErrors: number;
+  queue: number;
+  /** Park the server with vLLM's `/sleep` on release and `/wake_up` on the next assignment of the same GPUs. */
+  sleep: boolean;
+  /** Lines of the server's stdout and stderr kept. */
+  logLines: number;
 }
 
 /** A sequence opening on an engine: its token ids so far, the output tokens it may still make, and its sampling. */

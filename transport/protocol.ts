@@ -50,9 +50,31 @@ const seqId = str({ min: 1, max: 200 });
 const tokenId = int({ min: 0, max: 2 ** 31 - 1 });
 const text = str({ max: ENGINE_WIRE_BOUNDS.maxText });
 
-/** A llama.cpp replica's engine, as `gpu.assign` carries it: the worker runs one host over the replica's GPUs. */
+const gaugeNames = arr(str({ min: 1, max: 200 }), { min: 1, max: 8 });
+/** An `openai` replica's model server (WireUpstreamSpec): the worker checks the URL and command again. */
+const upstreamSpec = obj({
+  model: str({ min: 1, max: 200 }),
+  url: optional(str({ min: 1, max: 2048 })),
+  command: optional(arr(str({ max: 4096 }), { min: 1, max: 128 })),
+  cwd: optional(str({ min: 1, max: 4096 })),
+  env: optional(record(str({ min: 1, max: 200 }), str({ max: 4096 }), { max: 64 })),
+  health: str({ min: 1, max: 200 }),
+  metrics: str({ min: 1, max: 200 }),
+  gauges: obj({ waiting: gaugeNames, running: gaugeNames, kvUsage: gaugeNames }),
+  prompt: oneOf('ids', 'text'),
+  tokenIds: bool(),
+  startTimeoutMs: int({ min: 1, max: 86_400_000 }),
+  hangMs: int({ min: 1, max: 86_400_000 }),
+  maxErrors: int({ min: 1, max: 1000 }),
+  queue: int({ min: 0, max: 100_000 }),
+  sleep: bool(),
+  logLines: int({ min: 1, max: 100_000 }),
+});
+
+/** A replica's real engine, as `gpu.assign` carries it: llama.cpp (the worker runs one host over the replica's GPUs)
+ * or a model server speaking the OpenAI API (`openai`). */
 const engineSpec = obj({
-  kind: oneOf('llama.cpp'),
+  kind: oneOf('llama.cpp', 'openai'),
   file: str({ min: 1, max: 4096 }),
   contextTokens: int({ min: 2, max: 10_000_000 }),
   sequences: int({ min: 1, max: 4096 }),
@@ -63,6 +85,7 @@ const engineSpec = obj({
   gpu: optional(oneOf('auto', 'cuda', 'vulkan', 'metal', 'cpu')),
   /** Layers offloaded to the GPU (absent: all of them when a GPU backend is used). */
   gpuLayers: optional(int({ min: 0, max: 100_000 })),
+  upstream: optional(upstreamSpec),
 });
 
 /** How a real engine samples a sequence. */

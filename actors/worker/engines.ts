@@ -14,6 +14,7 @@ import type { HostCoreSpec, HostStats } from '../engine/host-protocol.ts';
 import type { CoreReport, SubmitSeq } from '../../machines/core-messages.ts';
 import type { MessageOf, WireCoreSpec, WireEngineSpec } from '../../machines/messages.ts';
 import { defaultModelRoots, modelFileRefusal } from './model-roots.ts';
+import { startUpstreamHost, type UpstreamHostOptions } from './upstream/adapter.ts';
 import { forwardedMessage, forwardedOf } from '../../transport/forward.ts';
 
 type Assign = MessageOf<'gpu.assign'>;
@@ -51,6 +52,8 @@ export interface EngineManagerOptions extends EngineEvents {
   unloadGraceMs?: number;
   /** Folders model files must be under (real paths compared); default defaultModelRoots(). */
   modelRoots?: readonly string[];
+  /** Starts an `engine: openai` replica (tests inject one); default startUpstreamHost. */
+  upstream?(opts: UpstreamHostOptions): EngineHost;
 }
 
 /** The engine hosts of one worker. */
@@ -141,24 +144,37 @@ export function createEngineManager(opts: EngineManagerOptions): EngineManager {
       return opts.failed(m.replica, m.epoch, gpus, { code: 'invalid_request', message: core, retryable: false });
     }
     const { replica, epoch } = m;
-    const host = spawn({
-      ...opts.host,
-      id: replica,
-      file: e.file,
-      gpus,
-      load: {
-        contextTokens: e.contextTokens,
-        sequences: e.sequences,
-        threads: e.threads,
-        ...(e.batchTokens !== undefined ? { batchTokens: e.batchTokens } : {}),
-        ...(e.gpu !== undefined ? { gpu: e.gpu } : {}),
-        ...(e.gpuLayers !== undefined ? { gpuLayers: e.gpuLayers } : {}),
-      },
-      core,
-      report: (r) => {
-        if (hosts.get(replica) === h) opts.progress(replica, epoch, r);
-      },
-    });
+    const report = (r: CoreReport): void => {
+      if (hosts.get(replica) === h) opts.progress(replica, epoch, r);
+    };
+    // A model server that batches by itself (engine openai) stands where the engine host and its core would.
+    const upstream = e.kind === 'openai' && e.upstream ? { ...e, upstream: e.upstream } : null;
+    const host = upstream
+      ? (opts.upstream ?? startUpstreamHost)({
+          id: replica,
+          epoch,
+          engine: upstream,
+          gpus,
+          limits: core.limits,
+          report,
+          ...(opts.log ? { log: opts.log } : {}),
+        })
+      : spawn({
+          ...opts.host,
+          id: replica,
+          file: e.file,
+          gpus,
+          load: {
+            contextTokens: e.contextTokens,
+            sequences: e.sequences,
+            threads: e.threads,
+            ...(e.batchTokens !== undefined ? { batchTokens: e.batchTokens } : {}),
+            ...(e.gpu !== undefined ? { gpu: e.gpu } : {}),
+            ...(e.gpuLayers !== undefined ? { gpuLayers: e.gpuLayers } : {}),
+          },
+          core,
+          report,
+        });
     const h: Hosted = { host, replica, epoch, gpus, ending: false };
     hosts.set(replica, h);
     log(`engine host ${replica}@${epoch} pid ${host.pid} on GPUs ${gpus.join(',')} loading ${e.file}`);
