@@ -185,6 +185,8 @@ function submitOf(seq: Sequence, atHead: boolean): SubmitSeq {
       ...(p.topP !== undefined ? { topP: p.topP } : {}),
       ...(p.seed !== undefined ? { seed: p.seed } : {}),
       ...(p.stop !== undefined && p.stop.length > 0 ? { stop: [...p.stop] } : {}),
+      ...(p.logprobs !== undefined ? { logprobs: p.logprobs } : {}),
+      ...(p.jsonSchema !== undefined ? { jsonSchema: p.jsonSchema } : {}),
     };
   }
   return base;

@@ -1,5 +1,6 @@
 // What every client API (WebSocket stream, OpenAI HTTP, chat) uses: submit a request to the control plane and hear
 // accepted / tokens (with pseudo-text) / exactly one terminal event; readiness and model listing.
+import { jsonSchemaTextProblem } from '../actors/engine/json-schema.ts';
 import type { ProfileFit } from '../actors/profile-fit.ts';
 import type { ClientListener, ControlPlane, TerminalOutcome } from '../actors/control-plane.ts';
 import { failure, type Failure } from '../machines/outcomes.ts';
@@ -42,13 +43,26 @@ function engineInput(
   tokenizer: PromptTokenizer | undefined,
   req: ClientRequest,
 ): { prompt: number[]; sampling: Sampling } | Failure | null {
-  if (!tokenizer) return null;
   const s = req;
+  if (!tokenizer) {
+    // The cost model's pseudo-text has no distribution to report and no grammar to follow: asking is refused.
+    if (s.logprobs !== undefined || s.jsonSchema !== undefined)
+      return failure(
+        'invalid_request',
+        `${s.logprobs !== undefined ? 'logprobs' : 'response_format'}: model ${req.model} is simulated (deterministic ` +
+          'pseudo-text): log-probabilities and JSON output need a real engine',
+      );
+    return null;
+  }
+  const problem = s.jsonSchema === undefined ? null : jsonSchemaTextProblem(s.jsonSchema);
+  if (problem) return failure('invalid_request', `response_format: the JSON ${problem}`);
   const sampling = {
     ...(s.temperature !== undefined ? { temperature: s.temperature } : {}),
     ...(s.topP !== undefined ? { topP: s.topP } : {}),
     ...(s.seed !== undefined ? { seed: s.seed } : {}),
     ...(s.stop !== undefined && s.stop.length > 0 ? { stop: [...s.stop] } : {}),
+    ...(s.logprobs !== undefined ? { logprobs: s.logprobs } : {}),
+    ...(s.jsonSchema !== undefined ? { jsonSchema: s.jsonSchema } : {}),
   };
   const { messages } = req;
   if (!messages || !tokenizer.tokenizeChat) return { prompt: tokenizer.tokenize(req.prompt ?? ''), sampling };

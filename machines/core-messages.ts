@@ -41,6 +41,10 @@ export interface SeqSampling {
   topP?: number;
   seed?: number;
   stop?: string[];
+  /** Each token's log-probability, with this many most likely alternatives (0 to 20). */
+  logprobs?: number;
+  /** JSON output validating against this JSON schema (JSON text): grammar-constrained sampling. */
+  jsonSchema?: string;
 }
 
 /** A generative sequence handed to a replica's core (a resumed one carries what its client already has). */

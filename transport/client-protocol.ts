@@ -41,6 +41,10 @@ const requestFields = {
   topP: optional(num({ min: 0, max: 1 })),
   seed: optional(int({ min: 0, max: 2 ** 32 - 1 })),
   stop: optional(arr(str({ min: 1, max: 1024 }), { max: 4 })),
+  /** Each token's log-probability with this many most likely alternatives (a real engine only). */
+  logprobs: optional(int({ min: 0, max: 20 })),
+  /** JSON output that validates against this JSON schema, as JSON text (a real engine only; see docs/serving.md). */
+  jsonSchema: optional(str({ min: 2, max: 65_536 })),
 };
 
 /** The schema of a request as every client API hands it to serving. */
@@ -58,7 +62,7 @@ export interface ChatMessage {
 export type ClientRequest = Infer<typeof clientRequestSchema> & { messages?: readonly ChatMessage[] };
 
 /** The sampling parameters of a request. */
-export type Sampling = Pick<ClientRequest, 'temperature' | 'topP' | 'seed' | 'stop'>;
+export type Sampling = Pick<ClientRequest, 'temperature' | 'topP' | 'seed' | 'stop' | 'logprobs' | 'jsonSchema'>;
 
 /** Messages a client sends. */
 export const clientMessageSchema = union('type', {

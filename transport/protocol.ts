@@ -94,6 +94,9 @@ const sampling = obj({
   topP: optional(num({ min: 0, max: 1 })),
   seed: optional(int({ min: 0, max: 2 ** 32 - 1 })),
   stop: optional(arr(str({ min: 1, max: 1024 }), { max: 16 })),
+  // Log-probabilities with this many alternatives, and JSON output under a JSON schema (as JSON text).
+  logprobs: optional(int({ min: 0, max: 20 })),
+  jsonSchema: optional(str({ min: 2, max: 65_536 })),
 });
 
 /** A priority class's rank (0 the highest), and a running total that only grows (steps, tokens, preemptions). */

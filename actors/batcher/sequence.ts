@@ -27,7 +27,14 @@ export interface SequenceTokens {
   lastText: string;
   /** Set when the engine ended the sequence; the batcher finishes it after counting the token. */
   finish: EngineFinish | null;
-  readonly sampling: { temperature?: number; topP?: number; seed?: number; stop?: readonly string[] };
+  readonly sampling: {
+    temperature?: number;
+    topP?: number;
+    seed?: number;
+    stop?: readonly string[];
+    logprobs?: number;
+    jsonSchema?: string;
+  };
 }
 
 /** One sequence in a replica's continuous batch. */

@@ -8,7 +8,7 @@
 // evaluation (the one switchyard's steps use) takes no grammar: the next token is the most likely one the grammar
 // allows (greedy), or one drawn from the allowed ones by their probabilities at the temperature, with a generator
 // seeded from the request's seed and the position, so a recompute draws the same. The grammar is llama.cpp's own
-// (node-llama-cpp's JSON-schema-to-GBNF conversion), asked token by token through node-llama-cpp's binding; it is
+// (node-llama-cpp's JSON-schema-to-GBNF conversion; `{"type": "object"}` is OpenAI's JSON mode), asked token by token through node-llama-cpp's binding; it is
 // complete, and the sequence ends with `stop`, once the end-of-generation token is allowed.
 import {
   LlamaGrammarEvaluationState,
@@ -17,7 +17,8 @@ import {
   type LlamaModel,
   type Token,
 } from 'node-llama-cpp';
-import { EngineError, type JsonFormat, type TokenLogprob } from './engine.ts';
+import { EngineError, type TokenLogprob } from './engine.ts';
+import { jsonSchemaProblem } from './json-schema.ts';
 
 /** Most alternatives a request may ask for (OpenAI's bound on `top_logprobs`). */
 export const MAX_TOP_LOGPROBS = 20;
@@ -43,119 +44,37 @@ function grammarBinding(llama: Llama): GrammarBinding {
   return b;
 }
 
-/** Keywords of the JSON Schema subset llama.cpp's grammar conversion honours (node-llama-cpp's GbnfJsonSchema). */
-const SCHEMA_KEYS: ReadonlySet<string> = new Set([
-  'type',
-  'properties',
-  'required',
-  'additionalProperties',
-  'items',
-  'prefixItems',
-  'minItems',
-  'maxItems',
-  'enum',
-  'const',
-  'oneOf',
-  'anyOf',
-  '$defs',
-  '$ref',
-  'format',
-  'minLength',
-  'maxLength',
-  'description',
-  'title',
-  'minProperties',
-  'maxProperties',
-]);
-const SCHEMA_TYPES: ReadonlySet<string> = new Set([
-  'string',
-  'number',
-  'integer',
-  'boolean',
-  'null',
-  'object',
-  'array',
-]);
-/** Bounds of a schema a request may carry. */
-export const SCHEMA_BOUNDS = Object.freeze({ depth: 16, nodes: 2000 });
-
-/** Why `schema` is not a JSON schema the grammar honours exactly (null: it is). node-llama-cpp turns what it does not
- * know into "any", which would be a format silently ignored: such a schema is refused instead. */
-export function jsonSchemaProblem(schema: unknown): string | null {
-  let nodes = 0;
-  const walk = (x: unknown, path: string, depth: number): string | null => {
-    if (++nodes > SCHEMA_BOUNDS.nodes) return `has more than ${SCHEMA_BOUNDS.nodes} parts`;
-    if (depth > SCHEMA_BOUNDS.depth) return `nests deeper than ${SCHEMA_BOUNDS.depth} at ${path}`;
-    if (x === true || x === false) return null;
-    if (x === null || typeof x !== 'object' || Array.isArray(x)) return `${path} is not a schema object`;
-    const o = x as Record<string, unknown>;
-    for (const k of Object.keys(o)) if (!SCHEMA_KEYS.has(k)) return `${path} uses "${k}", which is not supported`;
-    const types = Array.isArray(o['type']) ? o['type'] : o['type'] === undefined ? [] : [o['type']];
-    for (const t of types) if (typeof t !== 'string' || !SCHEMA_TYPES.has(t)) return `${path}.type is not a JSON type`;
-    if (typeof o['$ref'] === 'string' && !o['$ref'].startsWith('#/$defs/'))
-      return `${path}.$ref must point into #/$defs/`;
-    for (const k of ['properties', '$defs'] as const) {
-      const m = o[k];
-      if (m === undefined) continue;
-      if (m === null || typeof m !== 'object' || Array.isArray(m)) return `${path}.${k} is not an object`;
-      for (const [name, sub] of Object.entries(m)) {
-        const bad = walk(sub, `${path}.${k}.${name}`, depth + 1);
-        if (bad) return bad;
-      }
-    }
-    for (const k of ['items', 'additionalProperties'] as const)
-      if (o[k] !== undefined) {
-        const bad = walk(o[k], `${path}.${k}`, depth + 1);
-        if (bad) return bad;
-      }
-    for (const k of ['oneOf', 'anyOf', 'prefixItems'] as const) {
-      const list = o[k];
-      if (list === undefined) continue;
-      if (!Array.isArray(list)) return `${path}.${k} is not an array`;
-      for (const [i, sub] of list.entries()) {
-        const bad = walk(sub, `${path}.${k}[${i}]`, depth + 1);
-        if (bad) return bad;
-      }
-    }
-    if (o['enum'] !== undefined && !Array.isArray(o['enum'])) return `${path}.enum is not an array`;
-    if (
-      o['required'] !== undefined &&
-      !(Array.isArray(o['required']) && o['required'].every((r) => typeof r === 'string'))
-    )
-      return `${path}.required is not a list of names`;
-    return null;
-  };
-  return walk(schema, 'schema', 0);
-}
-
 /** Compiles JSON formats once per schema (bounded: a client cannot fill memory with schemas). */
 export function createGrammars(llama: Llama, model: LlamaModel, max = 64) {
   const cache = new Map<string, Promise<LlamaGrammar>>();
   const binding = grammarBinding(llama);
   const eog = [model.tokens.eos, model.tokens.eot].filter((t): t is Token => t != null);
-  const grammarOf = (f: JsonFormat): Promise<LlamaGrammar> => {
-    const key = f.schema === undefined ? '' : JSON.stringify(f.schema);
-    let g = cache.get(key);
+  const grammarOf = (text: string): Promise<LlamaGrammar> => {
+    let g = cache.get(text);
     if (!g) {
-      const problem = f.schema === undefined ? null : jsonSchemaProblem(f.schema);
+      let schema: unknown;
+      try {
+        schema = JSON.parse(text);
+      } catch {
+        return Promise.reject(new EngineError('invalid_request', 'response_format: the JSON schema is not JSON'));
+      }
+      const problem = jsonSchemaProblem(schema);
       if (problem) return Promise.reject(new EngineError('invalid_request', `response_format: the JSON ${problem}`));
-      g = (
-        f.schema === undefined
-          ? llama.getGrammarFor('json')
-          : llama.createGrammarForJsonSchema(f.schema as Parameters<Llama['createGrammarForJsonSchema']>[0])
-      ).catch((err: unknown) => {
-        cache.delete(key);
-        throw new EngineError('invalid_request', `response_format: the JSON schema is not supported: ${String(err)}`);
-      });
+      g = llama
+        .createGrammarForJsonSchema(schema as Parameters<Llama['createGrammarForJsonSchema']>[0])
+        .catch((err: unknown) => {
+          cache.delete(text);
+          throw new EngineError('invalid_request', `response_format: the JSON schema is not supported: ${String(err)}`);
+        });
       if (cache.size >= max) cache.delete(cache.keys().next().value!);
-      cache.set(key, g);
+      cache.set(text, g);
     }
     return g;
   };
   return {
     /** A fresh grammar state for a sequence; `replay` are tokens it already produced (a recompute). */
-    constraint: async (f: JsonFormat, replay: readonly number[] = []): Promise<Constraint> => {
-      const grammar = await grammarOf(f);
+    constraint: async (schema: string, replay: readonly number[] = []): Promise<Constraint> => {
+      const grammar = await grammarOf(schema);
       const state = new LlamaGrammarEvaluationState({ model, grammar });
       const raw = (state as unknown as { _state: unknown })._state;
       const c: Constraint = {

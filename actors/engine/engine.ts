@@ -82,11 +82,6 @@ export interface TokenLogprob {
   top: { token: number; lp: number }[];
 }
 
-/** The JSON a sequence must produce: any JSON object, or one validating against `schema`. */
-export interface JsonFormat {
-  schema?: unknown;
-}
-
 export interface SamplingParams {
   temperature?: number;
   topP?: number;
@@ -96,8 +91,9 @@ export interface SamplingParams {
   stop?: readonly string[];
   /** Return each token's log-probability with this many most likely alternatives (0 to MAX_TOP_LOGPROBS). */
   logprobs?: number;
-  /** Produce JSON: any object, or one that validates against `schema` (grammar-constrained sampling). */
-  json?: JsonFormat;
+  /** Produce JSON that validates against this JSON schema, as JSON text (`{"type":"object"}`: any object), by
+   * grammar-constrained sampling. */
+  jsonSchema?: string;
 }
 
 /**

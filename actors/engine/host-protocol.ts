@@ -220,6 +220,8 @@ const checkSampling = shape(
     topP: upTo(1, num),
     seed: upTo(2 ** 32 - 1),
     stop: arr(16, str(1024, 1)),
+    logprobs: upTo(20),
+    jsonSchema: str(65_536, 2),
   },
 );
 

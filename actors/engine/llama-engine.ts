@@ -30,7 +30,6 @@ import {
   type EngineCapacity,
   type EngineLoadOptions,
   type EngineOffload,
-  type JsonFormat,
   type SampledToken,
   type SamplingParams,
   type StepPlan,
@@ -314,8 +313,8 @@ async function createLlamaEngine(
   const context = await contextOf(model, opts, gate);
   const grammars = createGrammars(llama, model);
   /** A JSON sequence's grammar, brought to where a recomputed sequence was (its streamed tokens accepted). */
-  const constraintOf = (f: JsonFormat, item: StepPlan['items'][number]): Promise<Constraint> =>
-    grammars.constraint(f, item.kind === 'prefill' ? (item.streamed ?? []) : []);
+  const constraintOf = (schema: string, item: StepPlan['items'][number]): Promise<Constraint> =>
+    grammars.constraint(schema, item.kind === 'prefill' ? (item.streamed ?? []) : []);
   const overflow = (): never => {
     throw new EngineError('invalid_request', 'context overflow: llama.cpp asked to shift the context');
   };
@@ -365,7 +364,7 @@ async function createLlamaEngine(
       if (!state) {
         const sampling = item.kind === 'prefill' ? (item.sampling ?? {}) : {};
         // A grammar is built before the sequence takes a slot: a schema refused leaves the engine as it was.
-        const constraint = sampling.json ? await constraintOf(sampling.json, item) : undefined;
+        const constraint = sampling.jsonSchema ? await constraintOf(sampling.jsonSchema, item) : undefined;
         const stream = replayed(createTextStream(detokenize, sampling.stop), item);
         state = { ...takeSlot(pool, item.slot), sampling, stream, pending: undefined, finished: false };
         if (constraint) state.constraint = constraint;

@@ -64,6 +64,29 @@ const commonFields = {
   top_p: optional(nullable(num({ min: 0, max: 1 }))),
   seed: optional(nullable(int({ min: 0, max: 2 ** 32 - 1 }))),
   stop: optional(nullable(anyOf(str({ min: 1, max: 1024 }), arr(str({ min: 1, max: 1024 }), { max: 4 })))),
+  // JSON output: OpenAI's JSON mode (any object) or a JSON schema, enforced by the engine's grammar.
+  response_format: optional(
+    nullable(
+      obj(
+        {
+          type: oneOf('text', 'json_object', 'json_schema'),
+          json_schema: optional(
+            obj(
+              {
+                name: optional(str({ max: 64 })),
+                description: optional(str({ max: 4096 })),
+                // Any object here: what the grammar honours is checked by serving (actors/engine/json-schema.ts).
+                schema: optional(obj({}, { strict: false })),
+                strict: optional(nullable(bool())),
+              },
+              { strict: false },
+            ),
+          ),
+        },
+        { strict: false },
+      ),
+    ),
+  ),
 };
 const commonSchema = obj(commonFields, { strict: false });
 type Common = Infer<typeof commonSchema>;
@@ -81,7 +104,15 @@ function common(b: Common, dflt: number): Omit<Parsed, 'prompt' | 'promptTokens'
     ...(b.top_p != null ? { topP: b.top_p } : {}),
     ...(b.seed != null ? { seed: b.seed } : {}),
     ...(b.stop != null ? { stop: typeof b.stop === 'string' ? [b.stop] : b.stop } : {}),
+    ...jsonFormat(b.response_format),
   };
+}
+
+/** The JSON schema a response_format asks for, as JSON text (JSON mode: any object), or nothing for text. */
+function jsonFormat(f: Common['response_format']): { jsonSchema?: string } {
+  if (!f || f.type === 'text') return {};
+  if (f.type === 'json_object') return { jsonSchema: '{"type":"object"}' };
+  return { jsonSchema: JSON.stringify(f.json_schema?.schema ?? { type: 'object' }) };
 }
 
 const MAX_PROMPT_CHARS = 1_000_000;
@@ -153,13 +184,6 @@ const UNSUPPORTED: ReadonlyMap<string, { asks: (v: unknown) => boolean; why: str
   ['function_call', { asks: notNone, why: TOOLS }],
   ['logprobs', { asks: notFalse, why: LOGPROBS }],
   ['top_logprobs', { asks: () => true, why: LOGPROBS }],
-  [
-    'response_format',
-    {
-      asks: (v: unknown) => !(typeof v === 'object' && v !== null && (v as { type?: unknown }).type === 'text'),
-      why: 'only {"type": "text"} is supported (no JSON mode or JSON schema)',
-    },
-  ],
   [
     'logit_bias',
     {

@@ -66,7 +66,11 @@ describe('JSON output', () => {
       additionalProperties: false,
     };
     for (const temperature of [0, 0.8]) {
-      const r = await generate(`s${temperature}`, 'give me json', 120, { json: { schema }, temperature, seed: 3 });
+      const r = await generate(`s${temperature}`, 'give me json', 120, {
+        jsonSchema: JSON.stringify(schema),
+        temperature,
+        seed: 3,
+      });
       expect(r.finish).toBe('stop');
       const value = JSON.parse(r.text) as { color: string; ok: boolean };
       expect(['red', 'green', 'blue']).toContain(value.color);
@@ -84,7 +88,7 @@ describe('JSON output', () => {
             kind: 'prefill',
             tokens: engine.tokenize('x'),
             sample: true,
-            sampling: { json: { schema: { type: 'no-such-type' } } },
+            sampling: { jsonSchema: JSON.stringify({ type: 'no-such-type' }) },
           },
         ],
       })

@@ -78,6 +78,25 @@ describe('openai bodies', () => {
     expect(parseChat({ model: 'm', messages: [{ content: 'no role' }] })).toMatchObject({ code: 'invalid_request' });
   });
 
+  it('reads response_format as a JSON schema for the engine: JSON mode any object, json_schema its schema', () => {
+    const user = [{ role: 'user', content: 'hi' }];
+    const schema = { type: 'object', properties: { a: { type: 'integer' } }, required: ['a'] };
+    expect(parseChat({ model: 'm', messages: user, response_format: { type: 'json_object' } })).toMatchObject({
+      jsonSchema: '{"type":"object"}',
+    });
+    const r = parseChat({
+      model: 'm',
+      messages: user,
+      response_format: { type: 'json_schema', json_schema: { name: 's', schema, strict: true } },
+    });
+    expect(JSON.parse((r as { jsonSchema: string }).jsonSchema)).toEqual(schema);
+    expect(parseChat({ model: 'm', messages: user, response_format: { type: 'text' } })).not.toHaveProperty(
+      'jsonSchema',
+    );
+    const xml = parseChat({ model: 'm', messages: user, response_format: { type: 'xml' } });
+    expect(xml).toMatchObject({ code: 'invalid_request', message: expect.stringMatching(/^response_format\.type: /) });
+  });
+
   it('refuses every field it does not implement, naming it, and accepts the values that ask for nothing', () => {
     const user = [{ role: 'user', content: 'hi' }];
     const tool = { type: 'function', function: { name: 'f', parameters: { type: 'object' } } };
@@ -89,8 +108,6 @@ describe('openai bodies', () => {
       ['function_call', 'auto'],
       ['logprobs', true],
       ['top_logprobs', 2],
-      ['response_format', { type: 'json_object' }],
-      ['response_format', { type: 'json_schema', json_schema: { name: 's', schema: { type: 'object' } } }],
       ['logit_bias', { '42': 5 }],
       ['frequency_penalty', 0.5],
       ['presence_penalty', -1],
