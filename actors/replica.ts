@@ -239,6 +239,36 @@ function createProgressApplier(o: ReplicaOptions, held: Map<string, Sequence>, i
     }
     if (l && n > 0) l.sameGap!(n, gap);
   };
+  /** Consecutive decode steps of the decode set at times `ts`: the first as decodeStep; when that left every sequence
+   * of the set with one listener's sameGap and its last token at the first step's time, the rest as one sameGap call
+   * per step and one pass over the set (else step by step). */
+  const decodeRun = (ts: readonly number[]): void => {
+    const t0 = ts[0]!;
+    decodeStep(t0);
+    const k = ts.length;
+    if (k === 1) return;
+    let l: Sequence['listener'] | null = null;
+    let n = 0;
+    for (const id of decodeSet) {
+      const s = held.get(id);
+      if (!s || !s.running) continue;
+      if (l === null) l = s.listener;
+      if (s.listener !== l || !l.sameGap || s.awaitingToken || s.lastTokenAt !== t0) {
+        for (let j = 1; j < k; j++) decodeStep(ts[j]!);
+        return;
+      }
+      n++;
+    }
+    if (l === null) return;
+    for (let j = 1; j < k; j++) l.sameGap!(n, ts[j]! - ts[j - 1]!);
+    const last = ts[k - 1]!;
+    for (const id of decodeSet) {
+      const s = held.get(id);
+      if (!s || !s.running) continue;
+      s.generated += k - 1;
+      s.lastTokenAt = last;
+    }
+  };
   const finished = (e: Extract<SeqEvent, { k: 'f' }>, t: number): void => {
     const s = held.get(e.id);
     if (s) {
@@ -269,7 +299,8 @@ function createProgressApplier(o: ReplicaOptions, held: Map<string, Sequence>, i
       });
   };
   return {
-    apply: (events: readonly SeqEvent[], t: number, tStart: number): void => {
+    /** `t`: when the report was heard, `at` when it was made (on the core's clock), `tStart` when its step started. */
+    apply: (events: readonly SeqEvent[], t: number, tStart: number, at: number): void => {
       for (const e of events) {
         switch (e.k) {
           case 's': {
@@ -290,10 +321,19 @@ function createProgressApplier(o: ReplicaOptions, held: Map<string, Sequence>, i
             if (s) tokens(s, e, t);
             break;
           }
-          case 'g':
+          case 'g': {
             if (e.ids) decodeSet = e.ids;
-            decodeStep(t);
+            const ends = e.at;
+            if (ends === undefined) {
+              decodeStep(t);
+              break;
+            }
+            // Each step's end, on this clock: as long before the report was heard as it was before it was made.
+            const ts = new Array<number>(ends.length);
+            for (let j = 0; j < ends.length; j++) ts[j] = t - (at - ends[j]!);
+            decodeRun(ts);
             break;
+          }
           case 'f':
             finished(e, t);
             break;
@@ -432,7 +472,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
     }
     reported = [];
     const before = work.last();
-    progress.apply(msg.events, now, now - Math.max(0, msg.at - msg.start));
+    progress.apply(msg.events, now, now - Math.max(0, msg.at - msg.start), msg.at);
     work.heard(msg.load, now);
     const l = msg.load;
     if (l.saturated !== saturated) {

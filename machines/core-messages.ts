@@ -91,14 +91,16 @@ export type SeqFinish = 'done' | 'eos' | 'stop' | 'length';
  * - `f` finished: ended with `reason` (its last tokens came in a `t` before it); a stateless member's result is
  *   `result` with its batch's `batch` id and `size`, or `error` when its batch failed;
  * - `g` one decode token for each of the replica's decode set, none its first in this residency: `ids` names the set
- *   when it changed since the last `g` of this replica (the control plane keeps the last set).
+ *   when it changed since the last `g` of this replica (the control plane keeps the last set). `at` lists the core's
+ *   clock at the end of each of consecutive decode steps of that set (a token each per step) when the report covers
+ *   more than one, or was made after the step ended; without it the step ended at the report's `at`.
  */
 export type SeqEvent =
   | { k: 's'; id: string }
   | { k: 'p'; id: string }
   | { k: 't'; id: string; n: number; ids?: number[]; text?: string }
   | { k: 'f'; id: string; reason: SeqFinish; result?: number; batch?: string; size?: number; error?: string }
-  | { k: 'g'; ids?: string[] };
+  | { k: 'g'; ids?: string[]; at?: number[] };
 
 /** What the router and the ledger read from a batcher (a core's continuous batcher; zeros for a stateless core). */
 export interface BatcherStats {

@@ -10,6 +10,8 @@ export interface Clock {
   now(): number;
   setTimeout(fn: () => void, ms: number): TimerId;
   clearTimeout(id: TimerId): void;
+  /** Schedules fn at an absolute time (never earlier than now), where the clock can: a virtual clock always. */
+  at?(timeMs: number, fn: () => void): TimerId;
 }
 
 /** A discrete-event clock: callbacks run in (time, sequence) order and time jumps between them. */

@@ -153,7 +153,11 @@ const seqEvent = union('k', {
     size: optional(count),
     error: optional(str({ max: 1024 })),
   }),
-  g: obj({ ids: optional(arr(seqId, { max: ENGINE_WIRE_BOUNDS.maxItems })) }),
+  // `at`: the end of each decode step it covers (a report of several), on the core's clock.
+  g: obj({
+    ids: optional(arr(seqId, { max: ENGINE_WIRE_BOUNDS.maxItems })),
+    at: optional(arr(ms, { min: 1, max: ENGINE_WIRE_BOUNDS.maxEvents })),
+  }),
 });
 
 /** A replica's load as its core reports it (ReplicaLoad): every field bounded. */

@@ -41,6 +41,16 @@ export interface RunBuffers {
   readonly used: Int32Array;
 }
 
+/** Each plan's run while one plans its steps (a run reuses its plan; settling it ends it): what a core reads to know
+ * how many more steps its run may plan. */
+const runsByPlan = new WeakMap<StepPlan, DecodeRun>();
+
+/** Steps the decode run `p` is a step of may still plan after the ones planned so far (0: `p` is in no run). */
+export function runStepsLeft(p: StepPlan): number {
+  const r = runsByPlan.get(p);
+  return r === undefined ? 0 : r.limit - r.planned;
+}
+
 export const runBuffers = (): RunBuffers => ({
   grows: new Int32Array(MAX_RUN_STEPS + 1),
   used: new Int32Array(MAX_RUN_STEPS + 1),
@@ -70,7 +80,9 @@ export function startRun(st: BatchState, p: StepPlan, buf: RunBuffers): DecodeRu
   if (limit < 1) return null;
   const last = blocksAhead(st, limit, buf);
   if (last < 1) return null;
-  return { plan: p, listener, planned: 0, completed: 0, limit: last, context, n, used: buf.used, lastAt };
+  const r: DecodeRun = { plan: p, listener, planned: 0, completed: 0, limit: last, context, n, used: buf.used, lastAt };
+  runsByPlan.set(p, r);
+  return r;
 }
 
 /** Fills `buf.used` with the blocks in use once each of the next steps is planned (from step 1), up to `limit` steps
@@ -118,6 +130,7 @@ export function completeRunStep(r: DecodeRun, now: number): void {
 /** Applies the run to the sequences and the ledger: the growth of every planned step, the tokens of every completed
  * one, the time of the last (what those steps' planStep and completeStep would have left). */
 export function settleRun(st: BatchState, r: DecodeRun): void {
+  if (runsByPlan.get(r.plan) === r) runsByPlan.delete(r.plan);
   const entries = r.plan.entries;
   const { planned, completed } = r;
   for (let i = 0; i < entries.length; i++) {

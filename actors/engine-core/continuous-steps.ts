@@ -1,6 +1,7 @@
 // A core's steps under continuous batching: sequences submitted to the batcher, each step planned by it, a real
 // engine's sampled tokens put on their sequences before the batcher counts them.
 import { createContinuousBatcher } from '../batcher/continuous.ts';
+import { runStepsLeft } from '../batcher/decode-run.ts';
 import { createSequence, type Sequence } from '../batcher/sequence.ts';
 import type { BatcherStats, StepPlan } from '../batcher/types.ts';
 import type { ClosedBatch } from '../batcher/stateless.ts';
@@ -16,6 +17,8 @@ export interface CoreSteps {
   submitItems(items: readonly SubmitItem[], now: number): void;
   /** Plans the next step at `now`; null when there is no work. */
   next(now: number): StepPlan | null;
+  /** Steps that may follow the planned step `plan` as steps of one decode run, planned in its place (0: none). */
+  runLeft(plan: StepPlan): number;
   /** The closed batch the planned step runs (stateless), else null. */
   batch(): ClosedBatch | null;
   /** Sequences or batch members in the planned step. */
@@ -69,6 +72,7 @@ function applySampled(
 export function createContinuousSteps(o: EngineCoreOptions, ev: CoreEvents): CoreSteps {
   const batcher = createContinuousBatcher(o.limits);
   const bySeq = new Map<string, NonNullable<StepResult['sampled']>[number]>();
+  const ahead = (o.decodeRunMs ?? 0) > 0;
   // The step just completed when its sequences carry no token ids: planned again in place of a new plan when the
   // next step is the same pure decode. A real engine's steps are planned afresh (its executor may keep the plan).
   let last: StepPlan | null = null;
@@ -113,14 +117,17 @@ export function createContinuousSteps(o: EngineCoreOptions, ev: CoreEvents): Cor
     next: (now) => {
       const again = last;
       last = null;
-      if (again !== null && batcher.replan(again)) return again;
+      // With decode runs on, through the batcher's own (O(1) a step): they settle when the core reads its load.
+      if (again !== null && batcher.replan(again, ahead)) return again;
       return batcher.plan(now);
     },
+    runLeft: (plan) => (ahead ? runStepsLeft(plan) : 0),
     batch: () => null,
     members: (plan) => plan.entries.length,
     complete: (plan, r, now) => {
       if (r.sampled) applySampled(plan, r.sampled, bySeq, o.replica);
       ev.completing = plan;
+      ev.completingAt = now;
       batcher.complete(plan, now);
       ev.completing = null;
       if (o.checkInvariants) batcher.checkInvariants(plan, o.owner);

@@ -6,10 +6,20 @@
 // of planning it (so the control plane stamps a sequence scheduled at the step's start exactly) and the `t`, `f` and
 // `g` of completing it. Events that came outside a step (a refused submit) ride the next report. A submit or cancel
 // that finds the core idle and starts no step is answered at once, when it changed anything.
-import type { SeqEvent } from '../../machines/core-messages.ts';
+//
+// Decode runs (`decodeRunMs`, core-runs.ts): while the running set only decodes, step after step with nothing
+// waiting and nothing submitted or cancelled, the core holds its reports back, for at most `decodeRunMs` since its
+// last report (core-reports.ts): the next report covers every step since, each token with its step's end (one `g`
+// listing them). Those steps run as one run on the executor, one timer at the last one's end, each then completed at
+// its own end as a timer per step would have. Anything that changes the core (a submit, a cancel, a partial step, a
+// stop, a read of its load, or `flush()`, which its node calls before a device of the replica changes) first cuts
+// the run: the steps ended by then complete and their report goes out (the step in flight goes on alone), so the
+// control plane hears every step done before that change, before it.
 import type { BatcherStats, StepPlan } from '../batcher/types.ts';
 import { createCoreEvents } from './core-events.ts';
+import { createCoreReports } from './core-reports.ts';
 import { createContinuousSteps, type CoreSteps } from './continuous-steps.ts';
+import { createCoreRuns } from './core-runs.ts';
 import { createStatelessSteps } from './stateless-steps.ts';
 import type { EngineCore, EngineCoreOptions, ReplicaLoad, StepResult } from './types.ts';
 
@@ -72,6 +82,15 @@ function loadOf(
   };
 }
 
+/** Counts a completed step in `totals`. */
+function count(totals: StepTotals, members: number, plan: StepPlan, end: number): void {
+  totals.count++;
+  totals.members += members;
+  totals.tokens += plan.tokens;
+  totals.predictedMs += plan.predictedMs;
+  totals.busyMs += end - plan.dispatchedAt;
+}
+
 /** Creates a replica's engine core; it runs a step as soon as it has work. */
 export function createEngineCore(o: EngineCoreOptions): EngineCore {
   const { clock, executor } = o;
@@ -83,8 +102,6 @@ export function createEngineCore(o: EngineCoreOptions): EngineCore {
   const totals: StepTotals = { count: 0, members: 0, tokens: 0, predictedMs: 0, busyMs: 0 };
   let inflight: StepPlan | null = null;
   let stopped = false;
-  // A submit or cancel changed the load since the last report.
-  let dirty = false;
   // Sequences and items received since the core started, refused ones included.
   let received = 0;
   let cancelled = 0;
@@ -98,9 +115,21 @@ export function createEngineCore(o: EngineCoreOptions): EngineCore {
     const counts = { received, cancelled, queued: steps.queued(), saturated: steps.saturated() };
     return loadOf(s, byClass, tokensByClass, counts, totals, inflight, clock.now());
   };
-  const send = (at: number, start: number, events: SeqEvent[], ranks: number[] | null): void => {
-    dirty = false;
-    o.report(ranks === null ? { at, start, events, load: load() } : { at, start, ranks, events, load: load() });
+  const reports = createCoreReports(o, ev, load);
+  /** Completes `plan`, which ended at `end`: its totals, then the batcher (its events to the buffer). */
+  const complete = (plan: StepPlan, r: StepResult, end: number): void => {
+    count(totals, steps.members(plan), plan, end);
+    steps.complete(plan, r, end);
+  };
+  /** Brings the core to now: a decode run in flight is cut, the steps it ran by now completed (report held). */
+  const cut = (): void => {
+    const began = runs.cut(clock.now());
+    if (began >= 0) reports.hold(began);
+  };
+  /** Brings the core to now and sends the report held back. */
+  const flush = (): void => {
+    cut();
+    reports.flush(clock.now());
   };
   const halt = (): void => {
     stopped = true;
@@ -117,68 +146,83 @@ export function createEngineCore(o: EngineCoreOptions): EngineCore {
     }
     o.crashed(error);
   };
-  /** Plans the next step and starts it; false when there is no work. */
-  const start = (now: number): boolean => {
-    const plan = steps.next(now);
-    if (plan === null) return false;
-    plan.predictedMs = executor.predictMs(plan);
-    plan.dispatchedAt = now;
-    inflight = plan;
-    executor.run(plan, steps.batch(), done, fail, partial);
-    return true;
+  /** Plans the next step at `now`: the step in flight, or null when there is no work. */
+  const plan = (now: number): StepPlan | null => {
+    const p = steps.next(now);
+    if (p === null) return null;
+    p.predictedMs = executor.predictMs(p);
+    p.dispatchedAt = now;
+    inflight = p;
+    return p;
+  };
+  /** Starts the planned step, as a decode run with the steps that may follow it when `from` (the last report's time)
+   * is given, else alone. */
+  const launch = (p: StepPlan, from: number | null): void => {
+    if (from === null || reports.runMs <= 0 || !runs.start(p, from, reports.runMs))
+      executor.run(p, steps.batch(), done, crash, partial);
   };
   // One function each for every step (the step is `inflight`): no closure per step.
   const done = (r: StepResult): void => {
     if (stopped) return;
     try {
-      const plan = inflight;
-      if (plan === null) throw new Error(`engine core ${o.replica}: a step completed while none was running`);
+      // A run's steps but its last complete at their own ends first; its last is the step in flight.
+      if (runs.active()) runs.ended();
+      const p = inflight;
+      if (p === null) throw new Error(`engine core ${o.replica}: a step completed while none was running`);
       inflight = null;
       const now = clock.now();
-      const began = plan.dispatchedAt;
-      totals.count++;
-      totals.members += steps.members(plan);
-      totals.tokens += plan.tokens;
-      totals.predictedMs += plan.predictedMs;
-      totals.busyMs += now - began;
-      steps.complete(plan, r, now);
-      const events = ev.take();
-      start(now);
-      send(now, began, events, null);
+      const began = p.dispatchedAt;
+      complete(p, r, now);
+      // The step's events end here: planning the next one may add its `s` and `p`, which go with its own report.
+      const n = ev.pending();
+      const next = plan(now);
+      const hold = reports.mayHold(p, inflight, n, now);
+      if (next !== null) launch(next, hold ? reports.sentAt() : now);
+      if (hold) reports.hold(began);
+      else reports.step(now, began, n);
     } catch (error) {
       crash(error);
     }
   };
-  const fail = (error: unknown): void => crash(error);
   const partial = (ranks: number[]): void => {
-    if (stopped || inflight === null) return;
-    try {
-      send(clock.now(), inflight.dispatchedAt, [], ranks);
-    } catch (error) {
-      crash(error);
-    }
+    const p = inflight;
+    if (p === null) return;
+    guarded(() => {
+      flush();
+      reports.send(clock.now(), p.dispatchedAt, [], ranks);
+    });
   };
+  const runs = createCoreRuns({ replica: o.replica, executor, steps, complete, done, fail: crash, partial });
   /** New work or a change while idle: starts a step if there is one, else reports what changed (`force`: report
-   * even when nothing did, as after a cancel). */
+   * even when nothing did, as after a cancel). Its report comes after the step: it runs alone. */
   const kick = (force: boolean): void => {
-    if (stopped || inflight !== null) return;
-    try {
+    if (inflight !== null) return;
+    guarded(() => {
       const now = clock.now();
-      if (!start(now) && (force || dirty || ev.pending() > 0)) send(now, now, ev.take(), null);
+      const next = plan(now);
+      if (next !== null) launch(next, null);
+      else if (force || reports.dirty || ev.pending() > 0) reports.send(now, now, ev.take(), null);
+    });
+  };
+  /** Runs `f` unless the core is stopped; a throw fails the core (never the caller). */
+  const guarded = (f: () => void): boolean => {
+    if (stopped) return false;
+    try {
+      f();
+      return true;
     } catch (error) {
       crash(error);
+      return false;
     }
   };
-  /** A submit or cancel: applied, then the loop is woken (a throw fails the core, never the caller). */
+  /** A submit or cancel: the core brought to now (the report held back sent), the change applied, the loop woken. */
   const change = (apply: () => void, force: boolean): void => {
-    if (stopped) return;
-    try {
+    const applied = guarded(() => {
+      flush();
       apply();
-    } catch (error) {
-      crash(error);
-      return;
-    }
-    dirty = true;
+    });
+    if (!applied) return;
+    reports.dirty = true;
     kick(force);
   };
   return {
@@ -202,9 +246,15 @@ export function createEngineCore(o: EngineCoreOptions): EngineCore {
           release?.(id);
         }
       }, true),
-    load,
+    load: () => {
+      guarded(cut);
+      return load();
+    },
     busy: () => inflight !== null,
+    flush: () => void guarded(flush),
     stop: () => {
+      // The steps run by now are heard of, as they would have been step by step.
+      guarded(flush);
       if (!stopped) halt();
     },
   };

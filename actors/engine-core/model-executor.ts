@@ -1,9 +1,10 @@
 // The cost model as a core's executor: a step on a tensor-parallel replica takes as long as its slowest rank, each
-// rank the roofline time times the replica's and its own slowdown, on one clock timer per step.
+// rank the roofline time times the replica's and its own slowdown, on one clock timer per step, or per decode run:
+// its steps timed one after another as a timer per step would time them, on one timer at the last one's end.
 import type { Clock, TimerId } from '../../runtime/clock.ts';
-import type { CostModel } from '../gpu/cost-model.ts';
+import type { CostModel, StepShape } from '../gpu/cost-model.ts';
 import type { StepPlan } from '../batcher/types.ts';
-import type { CoreExecutor, StepResult } from './types.ts';
+import type { CoreExecutor, RunTiming, StepResult } from './types.ts';
 
 /** A rank as the executor reads it when a step starts and when it ends. */
 export interface ModelRank {
@@ -30,6 +31,41 @@ export interface ModelExecutorOptions {
 
 const stalled = (r: ModelRank): boolean => r.hung || !r.serving;
 
+/** Times the steps of a decode run from `start` (see CoreExecutor.runSteps) into `t`; answers how many. Each step's
+ * time is its slowest rank's: base × each slowdown, of which the largest is base × the largest (rounding is
+ * monotonic), added to the step's start as a timer would add it. */
+function timeRun(
+  cost: CostModel,
+  scale: number,
+  plan: StepPlan,
+  r: { count: number; grow: number; from: number; span: number; most: number },
+  t: RunTiming,
+  start: number,
+  shape: StepShape,
+): number {
+  shape.prefill = plan.shape.prefill;
+  shape.decodeBatch = plan.shape.decodeBatch;
+  const context = plan.shape.decodeContext;
+  let end = start;
+  let k = 0;
+  while (k < r.count) {
+    shape.decodeContext = context + r.grow * k;
+    const base = cost.stepS(shape) * scale;
+    const ms = base * r.most;
+    if (!(ms > 0)) break;
+    end += ms;
+    t.ends[k] = end;
+    t.predicted[k] = base;
+    k++;
+    if (end - r.from >= r.span) break;
+  }
+  return k;
+}
+
+/** A timer at `end` on `clock` (exactly there on a clock that takes absolute times). */
+const timeAt = (clock: Clock, end: number, fn: () => void): TimerId =>
+  clock.at ? clock.at(end, fn) : clock.setTimeout(fn, end - clock.now());
+
 /** Creates the cost-model executor of one replica. */
 export function createModelExecutor(o: ModelExecutorOptions): CoreExecutor {
   const { clock, cost, gpus } = o;
@@ -40,8 +76,51 @@ export function createModelExecutor(o: ModelExecutorOptions): CoreExecutor {
   let timer: TimerId | null = null;
   let onDone: ((r: StepResult) => void) | null = null;
   let onPartial: ((ranks: number[]) => void) | null = null;
+  let onFail: ((error: unknown) => void) | null = null;
   // Reused: the core reads a result before the next step starts.
   const result: StepResult = { busyMs: 0 };
+  // A decode run in flight: its steps' timing, how many, and each rank's slowdown when it started (a rank stalled
+  // then runs no run); null when none.
+  let run: RunTiming | null = null;
+  let runSteps = 0;
+  let runMost = 0;
+  const slow = new Float64Array(gpus.length);
+  const scratch: StepShape = { prefill: [], decodeBatch: 0, decodeContext: 0 };
+
+  /** Credits every rank with its time in the run's first `m` steps, in order, as their ends would have. */
+  const creditRun = (t: RunTiming, from: number, m: number): void => {
+    for (let j = from; j < m; j++) {
+      const base = t.predicted[j]!;
+      for (let i = 0; i < gpus.length; i++) o.credit(gpus[i]!, base * slow[i]!);
+    }
+  };
+  /** A rank changed since the run started: the core should have cut it first. */
+  const changed = (): boolean => {
+    for (let i = 0; i < gpus.length; i++) {
+      const r = o.rank(gpus[i]!);
+      if (stalled(r) || r.slowdown !== slow[i]) return true;
+    }
+    return false;
+  };
+  /** The run's last step has ended: every step credited, then done. */
+  const finishRun = (): void => {
+    timer = null;
+    const t = run!;
+    const done = onDone!;
+    const fail = onFail!;
+    const n = runSteps;
+    run = null;
+    running = false;
+    onDone = onPartial = null;
+    onFail = null;
+    if (changed()) {
+      fail(new Error(`a rank of gpus ${gpus.join(',')} changed during a decode run that was not cut`));
+      return;
+    }
+    creditRun(t, 0, n);
+    result.busyMs = t.predicted[n - 1]! * runMost;
+    done(result);
+  };
 
   /** The slowest rank that was running has finished: the step is done, or, when a rank stalled, only partly. */
   const finish = (): void => {
@@ -91,11 +170,56 @@ export function createModelExecutor(o: ModelExecutorOptions): CoreExecutor {
       // Every rank stalled: nothing finishes, and nothing is said.
       if (slowest >= 0) timer = clock.setTimeout(finish, slowest);
     },
+    runSteps: (plan, count, grow, from, span, t, done, fail, partial) => {
+      if (running) throw new Error(`a step is already running on gpus ${gpus.join(',')}`);
+      let most = 0;
+      for (let i = 0; i < gpus.length; i++) {
+        const r = o.rank(gpus[i]!);
+        if (stalled(r)) return 0;
+        slow[i] = r.slowdown;
+        if (r.slowdown > most) most = r.slowdown;
+      }
+      const k = timeRun(cost, scale, plan, { count, grow, from, span, most }, t, clock.now(), scratch);
+      if (k < 2) return 0;
+      run = t;
+      runSteps = k;
+      runMost = most;
+      running = true;
+      onDone = done;
+      onFail = fail;
+      onPartial = partial ?? null;
+      timer = timeAt(clock, t.ends[k - 1]!, finishRun);
+      return k;
+    },
+    cut: (now) => {
+      const t = run;
+      if (t === null) return 0;
+      const n = runSteps;
+      let m = 0;
+      while (m < n && t.ends[m]! <= now) m++;
+      // All ended (the last exactly now): the run ends now. A rank changed already: the core cut too late, and the
+      // run fails as at its end.
+      if (m === n || changed()) {
+        if (timer !== null) clock.clearTimeout(timer);
+        finishRun();
+        return m === n ? n : 0;
+      }
+      creditRun(t, 0, m);
+      // The step in flight goes on alone, as run() from the previous end would have set it up.
+      const base = t.predicted[m]!;
+      for (let i = 0; i < gpus.length; i++) rankMs[i] = base * slow[i]!;
+      run = null;
+      onFail = null;
+      if (timer !== null) clock.clearTimeout(timer);
+      timer = timeAt(clock, t.ends[m]!, finish);
+      return m;
+    },
     stop: () => {
       if (timer !== null) clock.clearTimeout(timer);
       timer = null;
       running = false;
-      onDone = onPartial = null;
+      run = null;
+      onDone = onPartial = onFail = null;
     },
   };
 }

@@ -77,6 +77,7 @@ export function createStatelessSteps(
       batch = stateless.next();
       return batch === null ? null : planOf(batch, now);
     },
+    runLeft: () => 0,
     batch: () => batch,
     members: () => batch?.members.length ?? 0,
     complete: () => {

@@ -12,6 +12,12 @@ export interface StepResult {
   sampled?: readonly { seq: string; token: number; text: string; finish?: 'eos' | 'stop' | 'length' }[];
 }
 
+/** Where an executor puts the timing of a decode run's steps (see CoreExecutor.runSteps). */
+export interface RunTiming {
+  readonly ends: Float64Array;
+  readonly predicted: Float64Array;
+}
+
 /** Runs one step at a time for a core: a cost model on a clock, or a real engine. */
 export interface CoreExecutor {
   /** The time the step is predicted to take (ms), for load reports and estimate error. */
@@ -26,6 +32,29 @@ export interface CoreExecutor {
     fail: (error: unknown) => void,
     partial?: (ranks: number[]) => void,
   ): void;
+  /** Times up to `count` steps of a decode run back to back on one timer: `plan` from now, each next step the same
+   * with `grow` more tokens of decode context. It stops after the first step that ends `span` or more after `from`.
+   * Fills `t.ends` (each step's end on the clock, as `run` step after step would have it) and `t.predicted` (each
+   * step's predictMs); returns the steps it runs, or 0 (it runs nothing: `run` the plan instead) when fewer than two
+   * would run, a step would take no time or a rank is stalled. `done` comes once, at the last step's end, every rank
+   * credited with each step's time, unless the run is cut or stopped first. Ranks must not change during a run
+   * without a cut first (the run then fails). */
+  runSteps?(
+    plan: StepPlan,
+    count: number,
+    grow: number,
+    from: number,
+    span: number,
+    t: RunTiming,
+    done: (r: StepResult) => void,
+    fail: (error: unknown) => void,
+    partial?: (ranks: number[]) => void,
+  ): number;
+  /** Cuts the run in flight at `now`: returns how many of its steps ended by then (credited, as their ends came).
+   * The step after them goes on alone, as `run` would have run it from the end of the one before (its `done`, or
+   * `partial` when a rank stalled, at its end). When the last one ended exactly now, the run's `done` comes before
+   * this returns. */
+  cut?(now: number): number;
   /** A sequence left the core (cancelled, preempted, finished): a real engine frees its cells. */
   release?(seq: string): void;
   /** The core is stopped: abandon the step in flight. */
@@ -45,6 +74,10 @@ export interface EngineCoreOptions {
   executor: CoreExecutor;
   /** Called after every step, and after a submit or cancel changed what the control plane must hear. */
   report(r: CoreReport): void;
+  /** Decode runs: while the running set only decodes and nothing else happens, reports are held back for at most this
+   * long (ms) since the last one, and the next covers every step since (see core.ts). 0 or absent: a report after
+   * every step. A virtual clock's option: on a wall clock it would hold clients' tokens back. */
+  decodeRunMs?: number;
   /** Checks the batcher's invariants after every step (simulation and tests). */
   checkInvariants?: boolean;
   /** The loop threw: the core stops and the replica fails as a unit. */
@@ -62,6 +95,9 @@ export interface EngineCore {
   load(): ReplicaLoad;
   /** A step runs now. */
   busy(): boolean;
+  /** Sends the report held back by a decode run now, if any (its node calls it before a device of the replica
+   * changes, so the control plane hears the steps done before that change first). */
+  flush(): void;
   /** Stops the loop for good (the replica is released or failed); everything it held is dropped. */
   stop(): void;
 }

@@ -9,6 +9,7 @@ import { startNodeAgent, type NodeAgent } from '../worker/agent.ts';
 import { startControlPlane, type ControlPlane, type ControlPlaneMutations } from '../control-plane.ts';
 import type { Scenario } from '../config.ts';
 import { connectSimLink, type SimLink } from '../../transport/sim-link.ts';
+import { DECODE_RUN_MS } from './simulate.ts';
 
 /** One seed's system: virtual clock, the node's runtime, and the current control plane with its runtime and link. */
 export interface DstSystem {
@@ -91,6 +92,7 @@ export function buildDstSystem(
     startAgent: () => {
       agent = startNodeAgent(nodeRt, {
         gpus,
+        steps: { decodeRunMs: DECODE_RUN_MS },
         repairMs: scenario.node.repairMs,
         heartbeatMs: scenario.detection.heartbeatMs,
       });

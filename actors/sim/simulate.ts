@@ -63,9 +63,16 @@ export interface SimOptions {
   /** Every frame between control plane and node crosses the codec (encode, pre-scan, decode, schema check); by
    * default frames travel as envelope arrays; the report is the same, byte for byte. */
   wireCheck?: boolean;
-  /** The reference run: wireCheck, and every step of every replica through its machine (no direct step). */
+  /** The reference run: wireCheck, and every request's event through its interpreted machine. */
   stepByStep?: boolean;
+  /** The cores' decode runs: the longest a core holds its reports back while its running set only decodes (ms);
+   * 0: a report after every step (default DECODE_RUN_MS). Steps, tokens and their times are the same either way;
+   * the control plane hears of them later, so its decisions may differ. */
+  decodeRunMs?: number;
 }
+
+/** How long an engine core may hold its reports back in a decode run (virtual ms): well inside P15's slack. */
+export const DECODE_RUN_MS = 200;
 
 /** Longest the initial placement may take to load (virtual ms) before simulate gives up. */
 const BOOT_LIMIT_MS = 600_000;
@@ -101,6 +108,7 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
   });
   const agent = startNodeAgent(nodeRt, {
     gpus: gpuList,
+    steps: { decodeRunMs: opts.decodeRunMs ?? DECODE_RUN_MS },
     repairMs: scenario.node.repairMs,
     heartbeatMs: scenario.detection.heartbeatMs,
     lanes: scenario.placement.policy === 'share' ? 2 : 1,

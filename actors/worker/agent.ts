@@ -274,6 +274,8 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   const onGpuMessage = (g: number, m: Msg): void => {
     const slot = slots.get(g);
     if (!slot) return;
+    // The control plane hears the steps its cores ran before the device changes first.
+    for (const d of lanesOf(g)) cores.flush(d);
     if (m.type === 'gpu.assign') {
       const before = slot.actor.getSnapshot();
       assignGpu(slot, m, costs, scale);
@@ -297,6 +299,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
     for (const d of lanesOf(g)) {
       const slot = slots.get(d);
       if (!slot) continue;
+      cores.flush(d);
       injectInto(slot, fault, factor, () => engines.gpuFault(d));
       cores.deviceChanged(d);
     }
@@ -309,6 +312,7 @@ export function startNodeAgent(runtime: Runtime, opts: NodeAgentOptions): NodeAg
   const failDevice = (d: number, code: string): void => {
     const slot = slots.get(d);
     if (!slot) return;
+    cores.flush(d);
     engines.gpuFault(d);
     slot.actor.send({ type: 'gpu.fault', code });
     // A device that is not itself broken (fenced because its node stalled or was cut off, on a suspicion, or for a

@@ -10,10 +10,12 @@ import { createModelExecutor, type ModelRank } from '../engine-core/model-execut
 import type { CoreExecutor, CoreReport, EngineCore, StepResult } from '../engine-core/types.ts';
 
 /** How a node times its cost-model steps: the roofline times `scale` (default 1), or `fixedMs` per step (0: the
- * overhead runs of the zero-cost worker). */
+ * overhead runs of the zero-cost worker). `decodeRunMs`: its cores' decode runs (the engine core's option; the
+ * simulator's, on a virtual clock). */
 export interface StepTiming {
   scale?: number;
   fixedMs?: number;
+  decodeRunMs?: number;
 }
 
 /** A device as the cores read it: the agent's view of its GPU actor (mirrored on every change) and its faults. */
@@ -62,6 +64,8 @@ export interface NodeCores {
   submit(m: MessageOf<'seq.submit'>): boolean;
   /** Hands a cancel to its replica's core; false when no core runs that replica's epoch. */
   cancel(m: MessageOf<'seq.cancel'>): boolean;
+  /** Device g is about to change: the core running on it sends the report its decode run holds back. */
+  flush(g: number): void;
   /** Every core drops what it holds (it is started anew, empty); answers how many sequences and items it held. */
   orphan(): number;
   inflight(g: number): InflightStep | null;
@@ -109,6 +113,7 @@ function rankedExecutor(o: NodeCoresOptions, h: Hosted): CoreExecutor {
   });
   let done: ((r: StepResult) => void) | null = null;
   let partial: ((ranks: number[]) => void) | null = null;
+  let ends: Float64Array | null = null;
   const onDone = (r: StepResult): void => {
     h.running.clear();
     done?.(r);
@@ -125,6 +130,22 @@ function rankedExecutor(o: NodeCoresOptions, h: Hosted): CoreExecutor {
       h.since = o.clock.now();
       for (const g of h.spec.gpus) h.running.add(g);
       base.run(plan, batch, onDone, fail, onPartial);
+    },
+    runSteps: (plan, count, grow, from, span, t, d, fail, p) => {
+      const k = base.runSteps!(plan, count, grow, from, span, t, onDone, fail, onPartial);
+      if (k === 0) return 0;
+      done = d;
+      partial = p ?? null;
+      h.since = o.clock.now();
+      for (const g of h.spec.gpus) h.running.add(g);
+      ends = t.ends;
+      return k;
+    },
+    cut: (now) => {
+      const m = base.cut!(now);
+      // The step in flight now started when the last one it completed ended (a run that ended now is not running).
+      if (m > 0 && h.running.size > 0 && ends !== null && ends[m - 1]! <= now) h.since = ends[m - 1]!;
+      return m;
     },
     stop: () => {
       h.running.clear();
@@ -149,6 +170,7 @@ export function createNodeCores(o: NodeCoresOptions): NodeCores {
       ...(spec.stateless ? { stateless: spec.stateless } : {}),
       executor: rankedExecutor(o, h),
       checkInvariants: spec.check === true,
+      ...(o.timing?.decodeRunMs ? { decodeRunMs: o.timing.decodeRunMs } : {}),
       report: (r) => o.report(replica, epoch, r),
       crashed: (error) => {
         forget(h);
@@ -213,6 +235,9 @@ export function createNodeCores(o: NodeCoresOptions): NodeCores {
       if (!h?.core || h.epoch !== m.epoch) return false;
       h.core.cancel(m.ids);
       return true;
+    },
+    flush: (g) => {
+      for (const h of hosted.values()) if (h.core && h.spec.gpus.includes(g)) h.core.flush();
     },
     orphan: () => {
       let held = 0;
