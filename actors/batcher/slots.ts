@@ -112,8 +112,8 @@ function splitEqual(v: Float64Array, n: number): number {
   }
 }
 
-/** The fewest passes a step of these token counts can take on any slots: one per distinct count (the consecutive
- * layout in ascending count order reaches it). What a shape without slots (an estimate) is priced at. */
+/** The passes of items with these token counts in consecutive slots, in ascending order of tokens: one per distinct
+ * count. What a shape without slots (an estimate) is priced at. */
 export function fewestPasses(tokens: ArrayLike<number>, n: number): number {
   const seen = new Set<number>();
   for (let i = 0; i < n; i++) if (tokens[i]! > 0) seen.add(tokens[i]!);

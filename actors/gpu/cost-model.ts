@@ -75,7 +75,7 @@ export interface StepShape {
   /**
    * Passes over the weights the engine runs the step in: llama.cpp with a cache stream per sequence splits a batch
    * into micro-batches of sequences in consecutive slots (actors/batcher/slots.ts), and the batcher counts them
-   * from its slots. Absent (an estimate, a shape built by hand): the fewest the step's items can take. A vLLM engine
+   * from its slots. Absent (an estimate, a shape built by hand): one per distinct token count. A vLLM engine
    * runs every step in one pass: the roofline below does not read it.
    */
   passes?: number;

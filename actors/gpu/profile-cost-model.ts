@@ -19,7 +19,6 @@ import { readFileSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { createCostModel, DEFAULT_COST_PARAMS, type CostModel, type StepShape } from './cost-model.ts';
 import { gpuProfile, modelProfile, type GpuProfile, type ModelProfile } from './profiles.ts';
-import { fewestPasses } from '../batcher/slots.ts';
 
 /** Step-time coefficients in seconds; see the file header for the formula. */
 export interface StepCoefficients {
@@ -118,11 +117,12 @@ export function profileStepS(profile: Pick<EngineProfile, 'coefficients'>, shape
   return Math.max(0, predictS(c, s));
 }
 
-/** The fewest passes a shape's items can take on any slots (slots.ts): one per distinct token count. */
+/** The passes of a shape's items in consecutive slots in ascending order of tokens (actors/batcher/slots.ts'
+ * fewestPasses): one per distinct token count, decodes counting one token. */
 export function shapeFewestPasses(shape: StepShape): number {
   const counts: number[] = shape.decodeBatch > 0 ? [1] : [];
-  for (const chunk of shape.prefill) if (chunk.tokens > 0) counts.push(chunk.tokens);
-  return fewestPasses(counts, counts.length);
+  for (const chunk of shape.prefill) if (chunk.tokens > 0 && !counts.includes(chunk.tokens)) counts.push(chunk.tokens);
+  return counts.length;
 }
 
 /** The CPU "GPU" a profile runs on: only its name matters (memory is the profile's cache, not a budget). */
