@@ -17,6 +17,8 @@ export interface CoreLimits {
   maxContext: number;
   /** Free blocks kept back when admitting new sequences, so running ones can grow (vLLM's watermark). */
   watermarkBlocks: number;
+  /** Keep computed blocks in a prefix cache for later prompts that start the same way (kv-ledger.ts). */
+  prefixCache?: boolean;
 }
 
 /** Bounds of the batches a stateless replica's core forms (dynamic batching). */

@@ -201,6 +201,7 @@ const coreSpec = obj({
     blocksTotal: total,
     maxContext: int({ min: 1, max: 10_000_000 }),
     watermarkBlocks: total,
+    prefixCache: optional(bool()),
   }),
   stateless: optional(
     obj({

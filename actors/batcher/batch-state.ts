@@ -29,7 +29,7 @@ export interface BatchState {
 
 /** Creates the empty state of a batcher with the given limits. */
 export function createBatchState(limits: ContinuousLimits): BatchState {
-  const ledger = createKvLedger(limits.blockTokens, limits.blocksTotal);
+  const ledger = createKvLedger(limits.blockTokens, limits.blocksTotal, limits.prefixCache === true);
   return {
     limits,
     ledger,

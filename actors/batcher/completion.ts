@@ -6,6 +6,8 @@ import type { StepPlan } from './types.ts';
 
 function finish(st: BatchState, s: Sequence, now: number): void {
   removeRunning(st, s);
+  // What it computed stays cached for a later prompt that starts the same way (with a prefix cache).
+  st.ledger.commit(s);
   st.ledger.release(s);
   st.byId.delete(s.id);
   s.listener.finished(s, now);
@@ -39,6 +41,8 @@ export function completeStep(st: BatchState, p: StepPlan, now: number): void {
     if (s.gone || !s.running) continue;
     if (e.chunk > 0) {
       s.computed += e.chunk;
+      // Its completed full prompt blocks join the prefix cache now, for concurrent prompts too.
+      if (s.hashes !== undefined) st.ledger.commit(s);
       if (s.computed < s.prefillGoal) continue;
     } else {
       s.computed += 1;

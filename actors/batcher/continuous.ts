@@ -90,6 +90,7 @@ function withdraw(st: BatchState, id: string): boolean {
   s.gone = true;
   if (s.running) {
     removeRunning(st, s);
+    st.ledger.commit(s);
     st.ledger.release(s);
   } else {
     st.waiting.remove(s);
@@ -106,6 +107,8 @@ function evictAll(st: BatchState): Sequence[] {
     out.push(s);
   }
   st.running.length = 0;
+  // Its memory is gone with its sequences: nothing stays cached.
+  st.ledger.clearCache();
   out.push(...st.waiting.drain());
   st.byId.clear();
   st.staticOpen = 0;

@@ -95,7 +95,7 @@ function blocksAhead(st: BatchState, limit: number, buf: RunBuffers): number {
   grows.fill(0, 0, limit + 1);
   for (let i = 0; i < running.length; i++) {
     const s = running[i]!;
-    for (let j = Math.max(1, s.blocks * B - s.computed + 1); j <= limit; j += B) grows[j]!++;
+    for (let j = Math.max(1, (s.blocks + s.cached) * B - s.computed + 1); j <= limit; j += B) grows[j]!++;
   }
   let u = ledger.used;
   used[0] = u;

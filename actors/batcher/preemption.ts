@@ -11,6 +11,8 @@ export function preemptOne(st: BatchState, now: number): Sequence | undefined {
   if (!victim) return undefined;
   st.running.pop();
   leaveSlot(st, victim);
+  // Its computed blocks stay cached (with a prefix cache): its recompute may find them.
+  st.ledger.commit(victim);
   st.ledger.release(victim);
   victim.computed = 0;
   st.preemptions++;

@@ -38,6 +38,8 @@ export interface PrefixCache {
   evict(n: number): number[];
   /** Cached blocks held by no sequence. */
   idle(): number;
+  /** How many of the first `n` blocks of `hashes` (all cached) are idle. */
+  idleAmong(hashes: readonly number[], n: number): number;
   /** Cached blocks in all. */
   size(): number;
   /** Forgets everything (a replica that lost its memory). */
@@ -176,6 +178,11 @@ export function createPrefixCache(): PrefixCache {
       return out;
     },
     idle: () => idle,
+    idleAmong: (hashes, n) => {
+      let k = 0;
+      for (let i = 0; i < n; i++) if (blocks.get(hashes[i]!)?.refs === 0) k++;
+      return k;
+    },
     size: () => blocks.size,
     clear: () => {
       blocks.clear();

@@ -58,6 +58,10 @@ export interface Sequence {
   /** Tokens to prefill in this residency (prompt plus what was streamed before it was scheduled). */
   prefillGoal: number;
   blocks: number;
+  /** Leading blocks it reads from the prefix cache (kv-ledger.ts); 0 without one. */
+  cached: number;
+  /** Chain hashes of its prompt's (and, under the simulator, its answer's) full blocks, for the prefix cache. */
+  readonly hashes?: readonly number[];
   /** The engine slot (sequence id) it runs in, -1 when not running (slots.ts). */
   slot: number;
   running: boolean;
@@ -100,6 +104,7 @@ export interface SequenceSpec {
   owner?: string;
   tag?: unknown;
   tokens?: SequenceTokens;
+  hashes?: readonly number[];
 }
 
 /** Creates a waiting sequence from its spec. */
@@ -113,6 +118,7 @@ export function createSequence(spec: SequenceSpec): Sequence {
     prefillGoal: 0,
     generated: spec.generated ?? 0,
     blocks: 0,
+    cached: 0,
     slot: -1,
     awaitingToken: false,
     lastTokenAt: -1,
@@ -131,6 +137,7 @@ export function createSequence(spec: SequenceSpec): Sequence {
     tag: spec.tag,
     decodeEntry: null,
     ...(spec.tokens ? { tokens: spec.tokens } : {}),
+    ...(spec.hashes ? { hashes: spec.hashes } : {}),
   };
 }
 

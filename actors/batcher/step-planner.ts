@@ -40,12 +40,13 @@ function addPrefill(plan: StepPlan, s: Sequence, chunk: number): void {
   plan.prefillTokens += chunk;
 }
 
-/** Moves the queue head s to the running set with blocks for `reserveTokens`. */
+/** Moves the queue head s to the running set, with the cached prefix it starts with and blocks for `reserveTokens`
+ * tokens in all. */
 function schedule(st: BatchState, s: Sequence, now: number, reserveTokens: number): void {
   st.waiting.shift(s);
   s.prefillGoal = prefillTarget(s);
-  s.computed = 0;
   insertRunning(st, s);
+  s.computed = st.ledger.attach(s, s.prefillGoal);
   st.ledger.reserve(s, reserveTokens);
   s.listener.scheduled(s, now);
 }
@@ -58,7 +59,7 @@ function planDecodes(st: BatchState, plan: StepPlan, now: number): void {
     if (s.computed < s.prefillGoal) continue;
     if (plan.tokens >= st.limits.tokenBudget) break;
     // Victims come from the end of `running`, past i, so nothing already in the plan is preempted.
-    while (s.computed + 1 > s.blocks * st.limits.blockTokens && !st.ledger.grow(s, s.computed + 1)) {
+    while (s.computed + 1 > (s.blocks + s.cached) * st.limits.blockTokens && !st.ledger.grow(s, s.computed + 1)) {
       if (running.length === 1) throw tooLarge(st, s);
       const v = preemptOne(st, now);
       if (v === s || v === undefined) break;
@@ -77,7 +78,7 @@ function planPrefillContinuations(st: BatchState, plan: StepPlan, whole: boolean
     const left = s.prefillGoal - s.computed;
     if (whole && left > room && plan.tokens > 0) continue;
     // Shrunk to what its blocks plus the free ones hold; a sequence with no room waits (planStep preempts if stuck).
-    const fit = (s.blocks + st.ledger.free()) * B - s.computed;
+    const fit = (s.blocks + s.cached + st.ledger.free()) * B - s.computed;
     const chunk = Math.min(left, whole ? left : room, fit);
     if (chunk <= 0 || (whole && chunk < left)) continue;
     st.ledger.grow(s, s.computed + chunk);
@@ -94,11 +95,15 @@ function planAdmissions(st: BatchState, plan: StepPlan, now: number, whole: bool
     const goal = prefillTarget(s);
     const room = st.limits.tokenBudget - plan.tokens;
     if (room <= 0) return;
-    if (whole && goal > room && plan.tokens > 0) return;
-    const spare = spareBlocks(st);
-    const chunk = whole ? goal : Math.min(goal, room, spare * st.limits.blockTokens);
-    if (chunk <= 0 || st.ledger.blocksFor(chunk) > spare) return;
-    schedule(st, s, now, chunk);
+    // What its prompt finds in the prefix cache is not prefilled again (taking an idle block makes it in use).
+    const hit = st.ledger.peekCached(s, goal);
+    const cachedTokens = hit.blocks * st.limits.blockTokens;
+    const left = goal - cachedTokens;
+    if (whole && left > room && plan.tokens > 0) return;
+    const spare = spareBlocks(st) - hit.idle;
+    const chunk = whole ? left : Math.min(left, room, spare * st.limits.blockTokens);
+    if (chunk <= 0 || st.ledger.blocksFor(cachedTokens + chunk) - hit.blocks > spare) return;
+    schedule(st, s, now, cachedTokens + chunk);
     addPrefill(plan, s, chunk);
   }
 }
@@ -237,7 +242,7 @@ export function replanDecodes(st: BatchState, p: StepPlan): boolean {
   for (let i = 0; i < n; i++) {
     const s = running[i]!;
     // grow() does nothing while the next token fits in the blocks held (the common case: no division then).
-    if (s.computed + 1 > s.blocks * B && !ledger.grow(s, s.computed + 1)) return false;
+    if (s.computed + 1 > (s.blocks + s.cached) * B && !ledger.grow(s, s.computed + 1)) return false;
     context += s.computed + 1;
   }
   p.shape.decodeContext = context;

@@ -197,8 +197,8 @@ const checkCapacity: Check = (x, p) => {
 
 const checkStats = shape({ steps: nat, busyMs: num, idleMs: num, idleGaps: nat });
 
-/** Every field of a core's limits (a field added to CoreLimits fails to compile here until it is checked). */
-const LIMIT_FIELDS: Record<keyof CoreLimits, Check> = {
+/** Every required field of a core's limits (a field added to CoreLimits fails to compile here until it is checked). */
+const LIMIT_FIELDS: Record<Exclude<keyof CoreLimits, 'prefixCache'>, Check> = {
   policy: oneOf('chunked', 'prefill-first', 'static'),
   maxRunning: upTo(HOST_BOUNDS.maxSeqs),
   tokenBudget: upTo(HOST_BOUNDS.maxTokens),
@@ -209,7 +209,12 @@ const LIMIT_FIELDS: Record<keyof CoreLimits, Check> = {
 };
 
 const checkCoreSpec = shape(
-  { replica: str(HOST_BOUNDS.maxSeqId, 1), epoch: nat, owner: str(HOST_BOUNDS.maxSeqId), limits: shape(LIMIT_FIELDS) },
+  {
+    replica: str(HOST_BOUNDS.maxSeqId, 1),
+    epoch: nat,
+    owner: str(HOST_BOUNDS.maxSeqId),
+    limits: shape(LIMIT_FIELDS, { prefixCache: bool }),
+  },
   { check: bool, profile: str(4096, 1) },
 );
 
