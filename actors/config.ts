@@ -54,6 +54,8 @@ const batchingSchema = obj({
   /** Default: the profile's own context length. */
   maxContext: optional(int({ min: 16, max: 1_000_000 })),
   watermark: dflt(num({ min: 0, max: 0.5 }), 0.01),
+  /** Keep computed blocks for later prompts that start the same way (vLLM's automatic prefix caching). */
+  prefixCache: dflt(bool(), false),
   kvBlocks: optional(int({ min: 1 })),
   // Dynamic batching of `kind: stateless` models: batch size, padded tokens, the oldest member's wait, buckets.
   maxBatch: dflt(int({ min: 1, max: 4096 }), 32),
@@ -123,6 +125,10 @@ const modelSchema = refine(modelFields, (m, refuse) => {
     };
   });
   const real = engineOf(m, m.batching, refuse);
+  // The block prefix cache is the cost model's and the core's; a real engine reuses its cache slot by slot, which
+  // is not built yet: asking for it there is refused rather than ignored.
+  if (m.engine !== 'cost-model' && m.batching.prefixCache)
+    refuse('batching.prefixCache', `is not supported for engine ${m.engine} yet (the cost model only)`);
   // A llama.cpp engine's real cache bounds the ledger: slots, cells per sequence, one batch.
   const b = real ? { ...m.batching, ...real.limits } : m.batching;
   const maxContext = b.maxContext ?? profile.maxContext;
@@ -142,6 +148,7 @@ const modelSchema = refine(modelFields, (m, refuse) => {
       blockTokens: b.blockTokens,
       maxContext,
       watermark: b.watermark,
+      prefixCache: b.prefixCache,
       ...(b.kvBlocks ? { kvBlocks: b.kvBlocks } : {}),
       stateless: statelessBatching(b, maxContext, refuse),
     },
@@ -174,6 +181,17 @@ const trafficSchema = obj({
     timeScale: optional(num({ min: 1e-6, max: 1e6 })),
   }),
   deadlineMs: optional(pos),
+  /** Multi-turn conversations with shared system prompts (actors/sim/conversations.ts): arrivals start conversations. */
+  conversation: optional(
+    obj({
+      systemPrompts: dflt(int({ min: 0, max: 1_000_000 }), 4),
+      systemTokens: dflt(int({ min: 0, max: 1_000_000 }), 500),
+      shared: dflt(num({ min: 0, max: 1 }), 1),
+      turns: dflt(obj({ mean: dflt(num({ min: 1, max: 1000 }), 4), max: dflt(int({ min: 1, max: 1000 }), 12) }), {}),
+      userTokens: dflt(lengthDist, { mean: 80 }),
+      thinkMs: dflt(num({ min: 0, max: 1e9 }), 10_000),
+    }),
+  ),
 });
 
 const faultFields = obj({
@@ -315,7 +333,12 @@ function checkTraffic(
   if (t.priority && !m.classes.some((c) => c.name === t.priority)) {
     refuse(`${at}.priority`, `unknown class "${t.priority}" (classes: ${m.classes.map((c) => c.name).join(', ')})`);
   }
-  if (!t.lengths.trace && !(t.lengths.prompt && t.lengths.output)) {
+  if (t.conversation) {
+    // A conversation's prompts are its turns: only the answers' lengths come from here.
+    if (!t.lengths.trace && !t.lengths.output) refuse(`${at}.lengths`, 'give a trace or an output distribution');
+    if (t.arrival.process === 'trace' || t.arrival.process === 'burst')
+      refuse(`${at}.arrival.process`, 'conversations start by a poisson or gamma process');
+  } else if (!t.lengths.trace && !(t.lengths.prompt && t.lengths.output)) {
     refuse(`${at}.lengths`, 'give a trace, or both prompt and output distributions');
   }
   if (t.arrival.process === 'trace' && !t.lengths.trace) {

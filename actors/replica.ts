@@ -176,6 +176,7 @@ function submitOf(seq: Sequence, atHead: boolean): SubmitSeq {
     generated: seq.generated,
   };
   if (atHead) base.atHead = true;
+  if (seq.hashes) base.blocks = [...seq.hashes];
   if (t) {
     base.prompt = [...t.prompt];
     base.out = t.out.slice(0, seq.generated);

@@ -54,6 +54,9 @@ function engineInput(
       );
     return null;
   }
+  // The engine computes them, but they do not travel back to clients yet: refused rather than dropped.
+  if (s.logprobs !== undefined)
+    return failure('invalid_request', 'logprobs: log-probabilities are not returned to clients yet');
   const problem = s.jsonSchema === undefined ? null : jsonSchemaTextProblem(s.jsonSchema);
   if (problem) return failure('invalid_request', `response_format: the JSON ${problem}`);
   const sampling = {

@@ -70,6 +70,8 @@ export interface SubmitSeq {
   prompt?: number[];
   out?: number[];
   sampling?: SeqSampling;
+  /** Chain hashes of its full blocks (actors/batcher/block-hash.ts), for a core with a prefix cache. */
+  blocks?: number[];
 }
 
 /** A stateless request handed to a replica's core: one member of a dynamic batch. */

@@ -118,6 +118,7 @@ const submitSeq = obj({
   prompt: optional(tokenIds),
   out: optional(tokenIds),
   sampling: optional(sampling),
+  blocks: optional(arr(int({ min: 0, max: Number.MAX_SAFE_INTEGER }), { max: 4096 })),
 });
 
 /** A stateless item's execution options: bounded names (a key schema types its record as partial, but every key

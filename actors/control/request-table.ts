@@ -209,6 +209,7 @@ function liveOf(rec: Omit<Live, 'actor' | 'streams'>, actor: Live['actor']): Liv
     streamed: rec.streamed,
     seq: rec.seq,
     tokens: rec.tokens,
+    hashes: rec.hashes,
     listener: rec.listener,
     streams: rec.listener?.tokens !== undefined,
     traces: rec.traces,
@@ -326,6 +327,7 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       owner: ownerKey(l.model, l.version),
       tag: l,
       ...(l.tokens ? { tokens: l.tokens } : {}),
+      ...(l.hashes ? { hashes: l.hashes } : {}),
     });
     l.seq = seq;
     return seq;

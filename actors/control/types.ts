@@ -1,5 +1,6 @@
 // The shapes the control plane's parts share: a request as a client submits it, what the client hears, and the
 // live record of an admitted request.
+import type { PromptSegment } from '../batcher/block-hash.ts';
 import type { Actor, ActorRefFrom } from 'xstate';
 import type { RequestContext, RequestEvent, requestMachine, RequestOutcome } from '../../machines/request.machine.ts';
 import type { FlatMachineLogic } from '../../runtime/flat-machine.ts';
@@ -25,6 +26,8 @@ export interface SubmitSpec extends Omit<ClientRequest, 'prompt' | 'promptTokens
   options?: Readonly<Record<string, string | number | boolean>>;
   /** For a model served by a real engine: the prompt's token ids (promptTokens is their count) and sampling. */
   engine?: { prompt: readonly number[]; sampling: SequenceTokens['sampling'] };
+  /** What a simulated prompt (and its answer, last) is made of, for a model with a prefix cache (block-hash.ts). */
+  segments?: readonly PromptSegment[];
 }
 
 /** What a client hears about its request. */
@@ -76,6 +79,8 @@ export interface Live {
   seq: Sequence | null;
   /** A real engine's token ids for this request, shared by every residency (absent under the cost model). */
   tokens?: SequenceTokens;
+  /** Chain hashes of its blocks, for a model with a prefix cache. */
+  hashes?: readonly number[];
   listener: ClientListener | undefined;
   /** Whether `listener` takes tokens (fixed at admission: read for every token, so the listener is not). */
   streams: boolean;

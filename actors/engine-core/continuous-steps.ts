@@ -89,6 +89,7 @@ export function createContinuousSteps(o: EngineCoreOptions, ev: CoreEvents): Cor
       generated: s.generated,
       listener: s.prompt ? ev.engine : ev.model,
       owner: o.owner,
+      ...(s.blocks ? { hashes: s.blocks } : {}),
       ...(s.prompt
         ? {
             tokens: {

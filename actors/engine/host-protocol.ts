@@ -244,7 +244,7 @@ const checkSubmitSeq: Check = (x, p) => {
       generated: upTo(HOST_BOUNDS.maxTokens),
       prompt: tokenIds,
     },
-    { atHead: bool, out: tokenIds, sampling: checkSampling },
+    { atHead: bool, out: tokenIds, sampling: checkSampling, blocks: arr(4096, nat) },
   )(x, p);
   const s = x as unknown as SubmitSeq;
   if (s.prompt!.length !== s.promptTokens) fail(`${p}.prompt`, `does not hold its ${s.promptTokens} tokens`);

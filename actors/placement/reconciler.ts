@@ -98,6 +98,7 @@ export function replicaOptions(
       maxContext: b.maxContext,
       watermarkBlocks: Math.floor(blocks * b.watermark),
       blocksTotal: blocks,
+      ...(b.prefixCache ? { prefixCache: true } : {}),
     },
     ...(e.slowdown > 1 ? { slowdown: e.slowdown } : {}),
     // The replica's kind is fixed here, as it is created: a stateless model's replica batches dynamically.

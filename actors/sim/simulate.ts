@@ -134,6 +134,7 @@ export function simulate(scenario: Scenario, opts: SimOptions = {}): SimReport {
         maxTokens: a.maxTokens,
         outputTokens: a.outputTokens,
         ...(a.deadlineMs !== undefined ? { deadlineMs: a.deadlineMs } : {}),
+        ...(a.segments ? { segments: a.segments } : {}),
       });
       maybeStop();
     });

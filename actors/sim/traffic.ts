@@ -3,6 +3,8 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Rng } from '../../runtime/rng.ts';
+import type { PromptSegment } from '../batcher/block-hash.ts';
+import { createConversationStream } from './conversations.ts';
 import type { Scenario } from '../config.ts';
 
 /** One row of a trace: arrival (s, when the trace has it), prompt and output lengths. */
@@ -23,6 +25,8 @@ export interface Arrival {
   outputTokens: number;
   maxTokens: number;
   deadlineMs?: number;
+  /** What its prompt and answer are made of (conversation traffic), for a model with a prefix cache. */
+  segments?: PromptSegment[];
 }
 
 const traceDir = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'traces');
@@ -78,6 +82,40 @@ export function createArrivalStream(scenario: Scenario, index: number, rng: Rng)
     const x = Math.max(1, Math.round(lengthsRng.gamma(d.mean, d.cv ?? 1)));
     return d.max ? Math.min(d.max, x) : x;
   };
+  if (spec.conversation) {
+    // Arrivals start conversations; each turn's answer length is drawn like any output.
+    const turns = createConversationStream({
+      spec: spec.conversation,
+      requests: spec.requests,
+      start,
+      startGapMs: () =>
+        spec.arrival.process === 'gamma'
+          ? arrivalRng.gamma(1000 / rate, spec.arrival.cv ?? 1)
+          : arrivalRng.exponential(1000 / rate),
+      outputTokens: () =>
+        rows.length > 0 ? rows[lengthsRng.int(rows.length)]!.output : drawLength(spec.lengths.output ?? { mean: 200 }),
+      rng: rng.fork(`conversations:${index}`),
+    });
+    return {
+      next: () => {
+        const turn = turns.next();
+        if (!turn) return null;
+        const maxTokens = spec.lengths.maxTokens ?? turn.outputTokens;
+        return {
+          t: turn.t,
+          stream: index,
+          model: spec.model,
+          ...(spec.version ? { version: spec.version } : {}),
+          priority,
+          promptTokens: turn.promptTokens,
+          outputTokens: Math.min(turn.outputTokens, maxTokens),
+          maxTokens,
+          ...(spec.deadlineMs !== undefined ? { deadlineMs: spec.deadlineMs } : {}),
+          segments: turn.segments,
+        };
+      },
+    };
+  }
 
   return {
     next: () => {

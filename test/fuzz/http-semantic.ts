@@ -23,6 +23,15 @@ const NEAR: Readonly<Record<string, readonly unknown[]>> = {
   top_p: [0, 1, 1.0001, null],
   seed: [0, 2 ** 32 - 1, 2 ** 32, null],
   stop: ['\n', ['\n'], [], ['a', 'b', 'c', 'd', 'e'], '', null],
+  response_format: [
+    null,
+    { type: 'text' },
+    { type: 'json_object' },
+    { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' } } },
+    { type: 'json_schema', json_schema: { schema: { type: 'nope', constructor: {} } } },
+    { type: 'xml' },
+    'json',
+  ],
   prompt: ['', 'hi', ['hi'], [], ['a', 'b'], 'x'.repeat(20_000)],
   messages: [[], [{ role: 'user' }], [{ role: 'user', content: null }], [{ content: 'hi' }]],
 };

@@ -23,6 +23,8 @@ const NEAR: Readonly<Record<string, readonly unknown[]>> = {
   topP: [0, 1, 1.0001],
   seed: [0, 2 ** 32 - 1, 2 ** 32],
   stop: [['\n'], [], ['a', 'b', 'c', 'd', 'e'], [''], ['x'.repeat(1025)]],
+  logprobs: [0, 20, 21, -1, 2.5],
+  jsonSchema: ['{}', '{"type":"object"}', '{', '{"type":"nope"}', '{"__proto__":{}}', 'x'.repeat(65_537)],
   text: [true, false],
 };
 
