@@ -208,6 +208,7 @@ function createProgressApplier(o: ReplicaOptions, held: Map<string, Sequence>, i
     if (e.ids && s.tokens) {
       for (const id of e.ids) s.tokens.out.push(id);
       s.tokens.lastText = e.text ?? '';
+      s.tokens.lastLogprob = e.lp?.[e.lp.length - 1] ?? null;
     }
     for (let i = 0; i < e.n; i++) {
       s.generated++;

@@ -273,6 +273,8 @@ function submitMessage(
     ...(req.topP !== undefined ? { topP: req.topP } : {}),
     ...(req.seed !== undefined ? { seed: req.seed } : {}),
     ...(req.stop !== undefined ? { stop: req.stop } : {}),
+    ...(req.logprobs !== undefined ? { logprobs: req.logprobs } : {}),
+    ...(req.jsonSchema !== undefined ? { jsonSchema: req.jsonSchema } : {}),
   };
 }
 

@@ -1,6 +1,7 @@
 // Graceful stop at the edge: once draining, new requests are refused (model_unavailable, retry later) while the
 // ones already accepted run on until a deadline; then each one still open is cancelled, so it gets exactly one
 // terminal event, and the drain resolves when the control plane holds none.
+import type { TokenLogprob } from '../machines/core-messages.ts';
 import { failure } from '../machines/outcomes.ts';
 import { ChurnMap } from '../runtime/churn-map.ts';
 import type { Clock } from '../runtime/clock.ts';
@@ -28,8 +29,8 @@ class Tracked implements StreamSink {
     private readonly sink: StreamSink,
     private readonly open: ChurnMap<string, Accepted>,
   ) {}
-  tokens(seq: number, n: number, text: string | undefined): void {
-    this.sink.tokens(seq, n, text);
+  tokens(seq: number, n: number, text: string | undefined, lp?: readonly TokenLogprob[]): void {
+    this.sink.tokens(seq, n, text, lp);
   }
   done(d: DoneInfo): void {
     this.forget();

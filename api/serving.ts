@@ -1,5 +1,6 @@
 // What every client API (WebSocket stream, OpenAI HTTP, chat) uses: submit a request to the control plane and hear
 // accepted / tokens (with pseudo-text) / exactly one terminal event; readiness and model listing.
+import type { TokenLogprob } from '../machines/core-messages.ts';
 import { jsonSchemaTextProblem } from '../actors/engine/json-schema.ts';
 import type { ProfileFit } from '../actors/profile-fit.ts';
 import type { ClientListener, ControlPlane, TerminalOutcome } from '../actors/control-plane.ts';
@@ -20,6 +21,8 @@ export interface Delivery {
   id?: string;
   /** Its prompt as counted already (the tenant gate counts it to charge the tenant): not counted again. */
   counted?: CountedPrompt;
+  /** The API returns log-probabilities (the OpenAI HTTP API); a request asking for them elsewhere is refused. */
+  logprobs?: boolean;
 }
 
 /** A prompt as admission counts it: a real engine's tokens with its sampling, or the cost model's count. */
@@ -54,9 +57,6 @@ function engineInput(
       );
     return null;
   }
-  // The engine computes them, but they do not travel back to clients yet: refused rather than dropped.
-  if (s.logprobs !== undefined)
-    return failure('invalid_request', 'logprobs: log-probabilities are not returned to clients yet');
   const problem = s.jsonSchema === undefined ? null : jsonSchemaTextProblem(s.jsonSchema);
   if (problem) return failure('invalid_request', `response_format: the JSON ${problem}`);
   const sampling = {
@@ -87,7 +87,8 @@ export interface DoneInfo {
 
 /** What a client API hears about a request after it was accepted. */
 export interface StreamSink {
-  tokens(seq: number, n: number, text: string | undefined): void;
+  /** `lp`: the tokens' log-probabilities, when the request asked for them. */
+  tokens(seq: number, n: number, text: string | undefined, lp?: readonly TokenLogprob[]): void;
   /** Exactly one of done / failed ends the request. */
   done(info: DoneInfo): void;
   failed(f: Failure & { outcome: TerminalOutcome['outcome'] }): void;
@@ -197,13 +198,14 @@ class Relay implements ClientListener {
     this.isAccepted = true;
   }
   // A sink that throws is the control plane's to contain (RequestTable.deliver, and its end): that request alone fails.
-  tokens(_id: string, seq: number, n: number, _t: number, text?: string): void {
+  tokens(_id: string, seq: number, n: number, _t: number, text?: string, lp?: readonly TokenLogprob[]): void {
     const t = this.text;
     // The cost model's words are made only when asked for.
     this.sink.tokens(
       seq,
       n,
       t === Text.None ? undefined : t === Text.Engine ? (text ?? '') : textRange(this.seed, seq, n),
+      lp,
     );
   }
   terminal(_id: string, o: TerminalOutcome): void {
@@ -262,6 +264,8 @@ export function createServing(
     sink: StreamSink,
     delivery: Delivery = { text: true },
   ): Accepted | { ok: false; failure: Failure } => {
+    if (req.logprobs !== undefined && delivery.logprobs !== true)
+      return rejected(req, failure('invalid_request', 'logprobs: returned on the OpenAI HTTP API only'));
     // A name the control plane does not know is refused here, before the prompt is counted or anything admitted.
     const unknown = cp.router.check(req);
     if (unknown) return rejected(req, unknown);

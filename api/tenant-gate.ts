@@ -159,12 +159,12 @@ function createDispatch(
     const r = inner.submit(
       { ...e.req, ...deadline },
       {
-        tokens: (seq, n, text) => {
+        tokens: (seq, n, text, lp) => {
           if (e.outstanding) {
             settle();
             schedule(0);
           }
-          e.sink.tokens(seq, n, text);
+          e.sink.tokens(seq, n, text, lp);
         },
         done: (d) => {
           end();

@@ -84,6 +84,17 @@ export interface SubmitItem {
   options: Record<string, string | number | boolean>;
 }
 
+/** A token's log-probability with its text, and the most likely tokens at its position (OpenAI's
+ * `logprobs.content[i]`); log-probabilities are finite (at least LOGPROB_FLOOR). */
+export interface TokenLogprob {
+  lp: number;
+  text: string;
+  top: { token: number; text: string; lp: number }[];
+}
+
+/** The lowest log-probability carried (a probability that underflows a double). */
+export const LOGPROB_FLOOR = -9999;
+
 /** Why a sequence ended in its core. */
 export type SeqFinish = 'done' | 'eos' | 'stop' | 'length';
 
@@ -102,7 +113,7 @@ export type SeqFinish = 'done' | 'eos' | 'stop' | 'length';
 export type SeqEvent =
   | { k: 's'; id: string }
   | { k: 'p'; id: string }
-  | { k: 't'; id: string; n: number; ids?: number[]; text?: string }
+  | { k: 't'; id: string; n: number; ids?: number[]; text?: string; lp?: TokenLogprob[] }
   | { k: 'f'; id: string; reason: SeqFinish; result?: number; batch?: string; size?: number; error?: string }
   | { k: 'g'; ids?: string[]; at?: number[] };
 

@@ -136,6 +136,15 @@ const submitItem = obj({
   options: itemOptions,
 });
 
+/** A token's log-probability and the most likely tokens at its position (TokenLogprob). */
+const logprob = num({ min: -1e4, max: 0 });
+const pieceText = str({ max: 256 });
+const tokenLogprob = obj({
+  lp: logprob,
+  text: pieceText,
+  top: arr(obj({ token: tokenId, text: pieceText, lp: logprob }), { max: 20 }),
+});
+
 /** One change of one sequence in a step (SeqEvent), by kind `k`. */
 const seqEvent = union('k', {
   s: obj({ id: seqId }),
@@ -145,6 +154,7 @@ const seqEvent = union('k', {
     n: count,
     ids: optional(arr(tokenId, { max: ENGINE_WIRE_BOUNDS.maxItems })),
     text: optional(text),
+    lp: optional(arr(tokenLogprob, { max: 16 })),
   }),
   f: obj({
     id: seqId,

@@ -1,4 +1,5 @@
 // A generative request as the batcher sees it: lengths, progress, and the KV blocks it holds.
+import type { TokenLogprob } from '../../machines/core-messages.ts';
 
 /** Receives a sequence's changes of state (the request actor, the client stream, the report). */
 export interface SequenceListener {
@@ -25,6 +26,8 @@ export interface SequenceTokens {
   readonly out: number[];
   /** Text of the latest generated token (whole characters; may be empty). */
   lastText: string;
+  /** The latest token's log-probability, when the request asked for them. */
+  lastLogprob?: TokenLogprob | null;
   /** Set when the engine ended the sequence; the batcher finishes it after counting the token. */
   finish: EngineFinish | null;
   readonly sampling: {

@@ -1,5 +1,6 @@
 // The request table: every live request by id, its request actor (one terminal outcome each), its decision traces,
 // the sequence a generative replica runs for it, and the record and client answer when it ends.
+import type { TokenLogprob } from '../../machines/core-messages.ts';
 import { createActor, type AnyActorRef, type Snapshot } from 'xstate';
 import {
   admittedRequestContext,
@@ -63,7 +64,7 @@ export interface RequestTable {
    * Hands `n` tokens (the first numbered `seq`) to a request's client. A client side that throws fails that request
    * alone (`internal`, logged), once the step or turn delivering them is done: the others in it go on.
    */
-  deliver(l: Live, seq: number, n: number, t: number, text?: string): void;
+  deliver(l: Live, seq: number, n: number, t: number, text?: string, lp?: readonly TokenLogprob[]): void;
   /**
    * Contains an exception raised while `what` for one request, outside its actor: logged, and the request alone fails
    * (`internal`, fail()) at once, or with `later` once the step or turn that raised it is done. A BrokenInvariant is
@@ -180,7 +181,8 @@ function sequenceListener(
         collector.tbt(model, t - seq.lastTokenAt);
       }
       if (!streams) return;
-      deliver(seq.tag as Live, seq.generated - n, n, t, seq.tokens?.lastText);
+      const lp = seq.tokens?.lastLogprob;
+      deliver(seq.tag as Live, seq.generated - n, n, t, seq.tokens?.lastText, lp ? [lp] : undefined);
     },
     finished: (seq, t) => {
       (seq.tag as Live).actor.send({ type: 'request.finished', tokens: seq.generated, t });
@@ -257,9 +259,9 @@ function failingAlone(
       fail(id, message);
     }, 0);
   };
-  const deliver = (l: Live, seq: number, n: number, t: number, text?: string): void => {
+  const deliver = (l: Live, seq: number, n: number, t: number, text?: string, lp?: readonly TokenLogprob[]): void => {
     try {
-      l.listener?.tokens?.(l.id, seq, n, t, text);
+      l.listener?.tokens?.(l.id, seq, n, t, text, lp);
     } catch (e) {
       // The step goes on for the others; this request alone fails once it is done.
       contain(l.id, 'delivering its tokens', e, true);

@@ -1,6 +1,7 @@
 // The shapes the control plane's parts share: a request as a client submits it, what the client hears, and the
 // live record of an admitted request.
 import type { PromptSegment } from '../batcher/block-hash.ts';
+import type { TokenLogprob } from '../../machines/core-messages.ts';
 import type { Actor, ActorRefFrom } from 'xstate';
 import type { RequestContext, RequestEvent, requestMachine, RequestOutcome } from '../../machines/request.machine.ts';
 import type { FlatMachineLogic } from '../../runtime/flat-machine.ts';
@@ -34,7 +35,7 @@ export interface SubmitSpec extends Omit<ClientRequest, 'prompt' | 'promptTokens
 export interface ClientListener {
   accepted?(id: string): void;
   /** `n` tokens; `seq` is the sequence number of the first of them (contiguous from 0); `text` from a real engine. */
-  tokens?(id: string, seq: number, n: number, t: number, text?: string): void;
+  tokens?(id: string, seq: number, n: number, t: number, text?: string, lp?: readonly TokenLogprob[]): void;
   terminal?(id: string, outcome: TerminalOutcome): void;
 }
 

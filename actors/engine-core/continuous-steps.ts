@@ -63,6 +63,7 @@ function applySampled(
     if (!t) throw new Error(`engine step of ${replica} sampled no token for ${s.id}`);
     s.tokens.out.push(t.token);
     s.tokens.lastText = t.text;
+    s.tokens.lastLogprob = t.logprob ?? null;
     if (t.finish) s.tokens.finish = t.finish;
   }
   bySeq.clear();

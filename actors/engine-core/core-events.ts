@@ -116,7 +116,9 @@ export function createCoreEvents(release?: (id: string) => void): CoreEvents {
           other({ k: 't', id: seq.id, n });
           return;
         }
-        other({ k: 't', id: seq.id, n, ids: t.out.slice(t.out.length - n), text: t.lastText });
+        const ids = t.out.slice(t.out.length - n);
+        if (t.lastLogprob) other({ k: 't', id: seq.id, n, ids, text: t.lastText, lp: [t.lastLogprob] });
+        else other({ k: 't', id: seq.id, n, ids, text: t.lastText });
       },
     },
     completing: null,

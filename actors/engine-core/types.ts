@@ -1,4 +1,5 @@
 // The engine core's shapes: the core itself, the executor it drives, and how it is made.
+import type { TokenLogprob } from '../../machines/core-messages.ts';
 import type { Clock } from '../../runtime/clock.ts';
 import type { ContinuousLimits, StepPlan } from '../batcher/types.ts';
 import type { ClosedBatch, StatelessLimits } from '../batcher/stateless.ts';
@@ -9,7 +10,13 @@ export type { CoreReport, ReplicaLoad, SeqEvent, SubmitItem, SubmitSeq } from '.
 /** What an executor says of a finished step: its time, and for a real engine what it sampled per sequence. */
 export interface StepResult {
   busyMs: number;
-  sampled?: readonly { seq: string; token: number; text: string; finish?: 'eos' | 'stop' | 'length' }[];
+  sampled?: readonly {
+    seq: string;
+    token: number;
+    text: string;
+    finish?: 'eos' | 'stop' | 'length';
+    logprob?: TokenLogprob;
+  }[];
 }
 
 /** Where an executor puts the timing of a decode run's steps (see CoreExecutor.runSteps). */

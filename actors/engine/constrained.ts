@@ -17,6 +17,7 @@ import {
   type LlamaModel,
   type Token,
 } from 'node-llama-cpp';
+import { LOGPROB_FLOOR } from '../../machines/core-messages.ts';
 import { EngineError, type TokenLogprob } from './engine.ts';
 import { jsonSchemaProblem } from './json-schema.ts';
 
@@ -99,17 +100,23 @@ function logSumExp(logits: ReadonlyMap<number, number>): number {
 }
 
 /** The chosen token's log-probability and the `top` most likely tokens', from every logit of its position. */
-export function logprobOf(logits: ReadonlyMap<number, number>, token: number, top: number): TokenLogprob {
+export function logprobOf(
+  logits: ReadonlyMap<number, number>,
+  token: number,
+  top: number,
+  textOf: (token: number) => string,
+): TokenLogprob {
   const z = logSumExp(logits);
-  const best: { token: number; lp: number }[] = [];
+  const lpOf = (v: number | undefined): number => Math.max(LOGPROB_FLOOR, (v ?? -Infinity) - z);
+  const best: TokenLogprob['top'] = [];
   if (top > 0) {
     // node-llama-cpp hands the logits sorted, most likely first.
     for (const [t, v] of logits) {
-      best.push({ token: t, lp: v - z });
+      best.push({ token: t, text: textOf(t), lp: lpOf(v) });
       if (best.length >= top) break;
     }
   }
-  return { lp: (logits.get(token) ?? -Infinity) - z, top: best };
+  return { lp: lpOf(logits.get(token)), text: textOf(token), top: best };
 }
 
 /** A small seeded generator (mulberry32) for a constrained draw. */

@@ -77,10 +77,9 @@ export interface EngineOffload {
 
 /** OpenAI-style sampling parameters of one sequence; temperature 0 (the default) is greedy. */
 /** A token's log-probability and the most likely alternatives at its position (OpenAI's `logprobs.content[i]`). */
-export interface TokenLogprob {
-  lp: number;
-  top: { token: number; lp: number }[];
-}
+import type { TokenLogprob } from '../../machines/core-messages.ts';
+
+export type { TokenLogprob };
 
 export interface SamplingParams {
   temperature?: number;

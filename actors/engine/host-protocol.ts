@@ -256,7 +256,11 @@ const SEQ_EVENTS: Readonly<Record<string, Check>> = {
   p: shape({ k: oneOf('p'), id: seqId }),
   t: shape(
     { k: oneOf('t'), id: seqId, n: upTo(HOST_BOUNDS.maxTokens) },
-    { ids: arr(HOST_BOUNDS.maxSeqs, tokenId), text: str(HOST_BOUNDS.maxText) },
+    {
+      ids: arr(HOST_BOUNDS.maxSeqs, tokenId),
+      text: str(HOST_BOUNDS.maxText),
+      lp: arr(16, shape({ lp: num, text: str(256), top: arr(20, shape({ token: tokenId, text: str(256), lp: num })) })),
+    },
   ),
   f: shape(
     { k: oneOf('f'), id: seqId, reason: oneOf('done', 'eos', 'stop', 'length') },

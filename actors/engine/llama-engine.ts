@@ -168,6 +168,7 @@ function sampledToken(
   out: { next?: { token?: number | null; logits?: Map<Token, number> } } | undefined,
   state: Live,
   seed: number,
+  textOf: (token: number) => string,
 ): { token: number | null; logprob?: TokenLogprob } {
   const logits = out?.next?.logits;
   let token = out?.next?.token ?? null;
@@ -176,7 +177,9 @@ function sampledToken(
     if (token !== null) state.constraint.accept(token);
   }
   const k = state.sampling.logprobs;
-  return token !== null && k !== undefined && logits ? { token, logprob: logprobOf(logits, token, k) } : { token };
+  return token !== null && k !== undefined && logits
+    ? { token, logprob: logprobOf(logits, token, k, textOf) }
+    : { token };
 }
 
 /** One sequence's part of a step's results: its sampled token and text, and whether it ended (into `ended`). */
@@ -190,7 +193,9 @@ function takeSampled(
 ): void {
   const { seq, state, sampleAt, seed, last } = o;
   if (sampleAt < 0) return;
-  const { token, logprob } = sampledToken(result[sampleAt] as Parameters<typeof sampledToken>[0], state, seed);
+  const { token, logprob } = sampledToken(result[sampleAt] as Parameters<typeof sampledToken>[0], state, seed, (t) =>
+    model.detokenize([t as Token]).slice(0, 256),
+  );
   const lp = logprob ? { logprob } : {};
   if (token === null && state.constraint) {
     // The grammar allows no token at all: the output ends where it is.

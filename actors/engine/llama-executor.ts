@@ -147,7 +147,7 @@ export function createLlamaExecutor(engine: Engine, o: LlamaExecutorOptions): Ll
           if (finish === undefined) return t;
           // The engine freed it in the step (it ended by itself, or its last token was taken).
           held.delete(t.seq);
-          return { seq: t.seq, token: t.token, text: t.text, finish };
+          return { ...t, finish };
         });
         try {
           done({ busyMs: r.ms, sampled });

@@ -6,6 +6,7 @@ import { unixTimeMs, type Clock, type TimerId } from '../../runtime/clock.ts';
 import { failure, type Failure } from '../../machines/outcomes.ts';
 import type { ChatMessage, ClientRequest } from '../../transport/client-protocol.ts';
 import type { TerminalOutcome } from '../../actors/control-plane.ts';
+import type { TokenLogprob } from '../../machines/core-messages.ts';
 import { TOKEN_FLUSH_MS, type DoneInfo, type Serving, type StreamSink } from '../serving.ts';
 import { estimateTokens } from '../pseudo-text.ts';
 import { errorBody, readJson, sendFailure, sendJson } from './io.ts';
@@ -49,6 +50,39 @@ interface Parsed extends ClientRequest {
 
 const bad = (message: string): Failure => failure('invalid_request', message);
 
+const bytesOf = (text: string): number[] => [...Buffer.from(text, 'utf8')];
+
+/** A token's log-probability as chat completions give it (`choices[0].logprobs.content[i]`). */
+function chatLogprob(x: TokenLogprob): Record<string, unknown> {
+  return {
+    token: x.text,
+    logprob: x.lp,
+    bytes: bytesOf(x.text),
+    top_logprobs: x.top.map((a) => ({ token: a.text, logprob: a.lp, bytes: bytesOf(a.text) })),
+  };
+}
+
+/** Tokens' log-probabilities as (legacy) completions give them, text offsets counted from `offset`. */
+function completionLogprobs(lp: readonly TokenLogprob[], offset: number): Record<string, unknown> {
+  const textOffset: number[] = [];
+  let at = offset;
+  for (const x of lp) {
+    textOffset.push(at);
+    at += x.text.length;
+  }
+  return {
+    tokens: lp.map((x) => x.text),
+    token_logprobs: lp.map((x) => x.lp),
+    // A map per token; a token text met twice among the alternatives keeps the most likely (they come sorted).
+    top_logprobs: lp.map((x) => {
+      const m = new Map<string, number>();
+      for (const a of x.top) if (!m.has(a.text)) m.set(a.text, a.lp);
+      return Object.fromEntries(m);
+    }),
+    text_offset: textOffset,
+  };
+}
+
 /** Fields both endpoints read; an OpenAI field that asks for what is not implemented is refused (UNSUPPORTED). */
 const commonFields = {
   model: str({ min: 1, max: 100 }),
@@ -64,6 +98,9 @@ const commonFields = {
   top_p: optional(nullable(num({ min: 0, max: 1 }))),
   seed: optional(nullable(int({ min: 0, max: 2 ** 32 - 1 }))),
   stop: optional(nullable(anyOf(str({ min: 1, max: 1024 }), arr(str({ min: 1, max: 1024 }), { max: 4 })))),
+  // Log-probabilities: on chat `logprobs: true` with `top_logprobs` alternatives, on completions `logprobs: n`.
+  logprobs: optional(nullable(anyOf(bool(), int({ min: 0, max: 5 })))),
+  top_logprobs: optional(nullable(int({ min: 0, max: 20 }))),
   // JSON output: OpenAI's JSON mode (any object) or a JSON schema, enforced by the engine's grammar.
   response_format: optional(
     nullable(
@@ -126,10 +163,16 @@ export const completionBody = refine(
     },
     { strict: false },
   ),
-  (b): Parsed => {
+  (b, refuse): Parsed => {
     const prompt = typeof b.prompt === 'string' ? b.prompt : (b.prompt?.[0] ?? '');
+    if (typeof b.logprobs === 'boolean') refuse('logprobs', 'is a number of alternatives (0 to 5) on completions');
+    if (b.top_logprobs != null) refuse('top_logprobs', 'is for chat completions: completions take logprobs: n');
     // Object.assign, not a spread followed by new keys (which gives every object a hidden class of its own in V8).
-    return Object.assign(common(b, DEFAULT_COMPLETION_TOKENS), { prompt, promptTokens: estimateTokens(prompt) });
+    return Object.assign(
+      common(b, DEFAULT_COMPLETION_TOKENS),
+      { prompt, promptTokens: estimateTokens(prompt) },
+      typeof b.logprobs === 'number' ? { logprobs: b.logprobs } : {},
+    );
   },
 );
 
@@ -161,7 +204,12 @@ export const chatBody = refine(
       if (prompt.length > MAX_PROMPT_CHARS) refuse('messages', 'are too long');
       messages.push({ role: m.role === 'developer' ? 'system' : m.role, content: text });
     }
-    const base = common(b, DEFAULT_CHAT_TOKENS);
+    if (typeof b.logprobs === 'number') refuse('logprobs', 'is true or false on chat completions');
+    if (b.top_logprobs != null && b.logprobs !== true) refuse('top_logprobs', 'needs logprobs: true');
+    const base = Object.assign(
+      common(b, DEFAULT_CHAT_TOKENS),
+      b.logprobs === true ? { logprobs: b.top_logprobs ?? 0 } : {},
+    );
     return Object.assign(base, { prompt, messages, promptTokens: estimateTokens(prompt) + 3 * b.messages.length });
   },
 );
@@ -171,7 +219,6 @@ const notNone = (v: unknown): boolean => v !== 'none';
 const notFalse = (v: unknown): boolean => v !== false;
 const nonZero = (v: unknown): boolean => v !== 0;
 const TOOLS = 'tool and function calling are not supported';
-const LOGPROBS = 'log probabilities are not returned';
 
 /**
  * OpenAI fields switchyard does not implement, with when a value asks for them (null and an absent field never do): a
@@ -182,8 +229,6 @@ const UNSUPPORTED: ReadonlyMap<string, { asks: (v: unknown) => boolean; why: str
   ['functions', { asks: nonEmpty, why: TOOLS }],
   ['tool_choice', { asks: notNone, why: TOOLS }],
   ['function_call', { asks: notNone, why: TOOLS }],
-  ['logprobs', { asks: notFalse, why: LOGPROBS }],
-  ['top_logprobs', { asks: () => true, why: LOGPROBS }],
   [
     'logit_bias',
     {
@@ -265,6 +310,9 @@ class Completion implements StreamSink {
   private tokenHead = '';
   private tokenTail = '';
   private readonly created = Math.floor(unixTimeMs() / 1000);
+  // Log-probabilities of a response that asked for them (not streamed), and a streamed one's text offset.
+  private readonly logprobs: TokenLogprob[] = [];
+  private offset = 0;
 
   constructor(
     private readonly res: ServerResponse,
@@ -289,8 +337,10 @@ class Completion implements StreamSink {
     if (!this.finished) request.cancel();
   }
 
-  tokens(_seq: number, _n: number, t: string | undefined): void {
+  tokens(_seq: number, _n: number, t: string | undefined, lp?: readonly TokenLogprob[]): void {
+    const asked = this.p.logprobs !== undefined;
     if (!this.p.stream) {
+      if (asked) for (const x of lp ?? []) this.logprobs.push(x);
       this.text += t ?? '';
       return;
     }
@@ -299,7 +349,7 @@ class Completion implements StreamSink {
         ? event(this.chunk({ delta: { role: 'assistant', content: '' }, finish_reason: null, logprobs: null }))
         : '';
     this.first = false;
-    const sse = role + this.tokenEvent(t ?? '');
+    const sse = role + (asked ? this.logprobEvent(t ?? '', lp ?? []) : this.tokenEvent(t ?? ''));
     const { clock } = this;
     // The first tokens never wait: nothing was written before them (the head alone does not count).
     const wait = clock ? this.lastWriteAt + this.flushMs - clock.now() : 0;
@@ -317,9 +367,14 @@ class Completion implements StreamSink {
             index: 0,
             message: { role: 'assistant', content: this.text, refusal: null },
             finish_reason: d.finishReason,
-            logprobs: null,
+            logprobs: this.p.logprobs === undefined ? null : { content: this.logprobs.map(chatLogprob) },
           }
-        : { index: 0, text: this.text, finish_reason: d.finishReason, logprobs: null };
+        : {
+            index: 0,
+            text: this.text,
+            finish_reason: d.finishReason,
+            logprobs: this.p.logprobs === undefined ? null : completionLogprobs(this.logprobs, 0),
+          };
       return sendJson(res, 200, {
         id: this.id,
         object: chat ? 'chat.completion' : 'text_completion',
@@ -362,6 +417,17 @@ class Completion implements StreamSink {
       model: this.p.model,
       choices: [{ index: 0, ...choice }],
     };
+  }
+
+  /** A token chunk carrying its log-probabilities (built whole: no template to fill). */
+  private logprobEvent(t: string, lp: readonly TokenLogprob[]): string {
+    const logprobs = this.chat ? { content: lp.map(chatLogprob) } : completionLogprobs(lp, this.offset);
+    for (const x of lp) this.offset += x.text.length;
+    return event(
+      this.chat
+        ? this.chunk({ delta: { content: t }, finish_reason: null, logprobs })
+        : this.chunk({ text: t, finish_reason: null, logprobs }),
+    );
   }
 
   private tokenEvent(t: string): string {
@@ -450,7 +516,7 @@ export async function handleCompletion(
   if ('code' in p) return sendFailure(res, p);
   const c = new Completion(res, chat, p, clock, flushMs);
   const { stream: _stream, includeUsage: _usage, ...request } = p;
-  const r = serving.submit(request, c, { text: true, ...(tenant !== undefined ? { tenant } : {}) });
+  const r = serving.submit(request, c, { text: true, logprobs: true, ...(tenant !== undefined ? { tenant } : {}) });
   if (!r.ok) return sendFailure(res, r.failure);
   c.id = `${chat ? 'chatcmpl' : 'cmpl'}-${r.request}`;
   res.on('close', () => c.closed(r));

@@ -97,6 +97,64 @@ models:
     expect(chat.choices[0]?.message.content).toBe(direct.text);
   });
 
+  it('returns log-probabilities consistent with greedy choice, streamed or not, and only on the OpenAI API', async () => {
+    const openai = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'unused-on-loopback' });
+    const messages = [{ role: 'user' as const, content: 'Count the wagons.' }];
+    const chat = await openai.chat.completions.create({
+      model: 'tiny',
+      messages,
+      max_tokens: 8,
+      temperature: 0,
+      logprobs: true,
+      top_logprobs: 3,
+    });
+    const content = chat.choices[0]?.logprobs?.content ?? [];
+    expect(content).toHaveLength(chat.usage!.completion_tokens);
+    for (const c of content) {
+      expect(c.logprob).toBeLessThanOrEqual(0);
+      expect(c.top_logprobs).toHaveLength(3);
+      // Greedy: the chosen token is the most likely one, and the alternatives come most likely first.
+      expect(c.top_logprobs[0]!.token).toBe(c.token);
+      expect(c.top_logprobs[0]!.logprob).toBeCloseTo(c.logprob, 9);
+      expect(c.top_logprobs[1]!.logprob).toBeLessThanOrEqual(c.top_logprobs[0]!.logprob);
+      expect(c.bytes).toEqual([...Buffer.from(c.token, 'utf8')]);
+    }
+    // The same request without them gives the same text.
+    const plain = await openai.chat.completions.create({ model: 'tiny', messages, max_tokens: 8, temperature: 0 });
+    expect(chat.choices[0]?.message.content).toBe(plain.choices[0]?.message.content);
+    expect(plain.choices[0]?.logprobs ?? null).toBeNull();
+    // Streamed: each token chunk carries its own.
+    const stream = await openai.chat.completions.create({
+      model: 'tiny',
+      messages,
+      max_tokens: 8,
+      temperature: 0,
+      logprobs: true,
+      stream: true,
+    });
+    const streamed: number[] = [];
+    for await (const c of stream) for (const x of c.choices[0]?.logprobs?.content ?? []) streamed.push(x.logprob);
+    expect(streamed).toEqual(content.map((c) => c.logprob));
+    // Completions: tokens, their log-probabilities and the n most likely per position.
+    const comp = await openai.completions.create({ model: 'tiny', prompt: 'wagons', max_tokens: 5, logprobs: 2 });
+    const lp = comp.choices[0]!.logprobs!;
+    expect(lp.tokens).toHaveLength(5);
+    expect(lp.token_logprobs).toHaveLength(5);
+    for (const m of lp.top_logprobs ?? []) expect(Object.keys(m).length).toBeGreaterThanOrEqual(1);
+    // The WebSocket API does not return them: refused, never dropped.
+    const ws = await connectClient(s.wsUrl);
+    const st = ws.stream({ model: 'tiny', prompt: 'x', maxTokens: 2, logprobs: 1 });
+    try {
+      for await (const _ of st) void _;
+    } catch {
+      // the refusal is in st.result
+    }
+    const r = await st.result;
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.error.message).toMatch(/logprobs: returned on the OpenAI HTTP API only/);
+    ws.close();
+  });
+
   it('answers a json_schema response_format with JSON that parses and validates, streamed or not', async () => {
     const openai = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'unused-on-loopback' });
     const schema = {

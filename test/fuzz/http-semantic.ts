@@ -23,6 +23,8 @@ const NEAR: Readonly<Record<string, readonly unknown[]>> = {
   top_p: [0, 1, 1.0001, null],
   seed: [0, 2 ** 32 - 1, 2 ** 32, null],
   stop: ['\n', ['\n'], [], ['a', 'b', 'c', 'd', 'e'], '', null],
+  logprobs: [true, false, 0, 5, 6, -1, 'yes', null],
+  top_logprobs: [0, 20, 21, -1, null],
   response_format: [
     null,
     { type: 'text' },

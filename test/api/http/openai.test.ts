@@ -97,6 +97,15 @@ describe('openai bodies', () => {
     expect(xml).toMatchObject({ code: 'invalid_request', message: expect.stringMatching(/^response_format\.type: /) });
   });
 
+  it('reads log-probabilities: chat logprobs with top_logprobs alternatives, completions logprobs: n', () => {
+    const user = [{ role: 'user', content: 'hi' }];
+    expect(parseChat({ model: 'm', messages: user, logprobs: true, top_logprobs: 3 })).toMatchObject({ logprobs: 3 });
+    expect(parseChat({ model: 'm', messages: user, logprobs: true })).toMatchObject({ logprobs: 0 });
+    expect(parseChat({ model: 'm', messages: user, logprobs: false })).not.toHaveProperty('logprobs');
+    expect(parseCompletion({ model: 'm', prompt: 'x', logprobs: 2 })).toMatchObject({ logprobs: 2 });
+    expect(parseCompletion({ model: 'm', prompt: 'x', logprobs: 0 })).toMatchObject({ logprobs: 0 });
+  });
+
   it('refuses every field it does not implement, naming it, and accepts the values that ask for nothing', () => {
     const user = [{ role: 'user', content: 'hi' }];
     const tool = { type: 'function', function: { name: 'f', parameters: { type: 'object' } } };
@@ -106,7 +115,7 @@ describe('openai bodies', () => {
       ['tool_choice', { type: 'function', function: { name: 'f' } }],
       ['functions', [{ name: 'f' }]],
       ['function_call', 'auto'],
-      ['logprobs', true],
+      ['logprobs', 3],
       ['top_logprobs', 2],
       ['logit_bias', { '42': 5 }],
       ['frequency_penalty', 0.5],
@@ -120,8 +129,9 @@ describe('openai bodies', () => {
       expect((r as { message: string }).message.startsWith(`${field}: `), field).toBe(true);
     }
     for (const [field, value] of [
-      ['logprobs', 0],
-      ['logprobs', 3],
+      ['logprobs', true],
+      ['logprobs', 6],
+      ['top_logprobs', 2],
       ['echo', true],
       ['suffix', 'end'],
       ['best_of', 2],
