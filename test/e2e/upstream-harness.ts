@@ -63,6 +63,8 @@ export function openaiModel(o: {
   upstreamFile: string;
   upstreamModel?: string;
   replicas: number;
+  /** GPUs of each replica (default 1): a gang's server gets all of them. */
+  tp?: number;
   hangMs?: number;
   extra?: string;
 }): string {
@@ -71,6 +73,7 @@ export function openaiModel(o: {
   return `
   - name: ${o.name}
     profile: llama-3-8b
+    tp: ${o.tp ?? 1}
     replicas: ${o.replicas}
     engine: openai
     file: ${o.file}
