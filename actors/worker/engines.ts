@@ -15,6 +15,7 @@ import type { CoreReport, SubmitSeq } from '../../machines/core-messages.ts';
 import type { MessageOf, WireCoreSpec, WireEngineSpec } from '../../machines/messages.ts';
 import { defaultModelRoots, modelFileRefusal } from './model-roots.ts';
 import { startUpstreamHost, type UpstreamHostOptions } from './upstream/adapter.ts';
+import { dropAllParked, dropParkedOn } from './upstream/sleep.ts';
 import { forwardedMessage, forwardedOf } from '../../transport/forward.ts';
 
 type Assign = MessageOf<'gpu.assign'>;
@@ -251,12 +252,14 @@ export function createEngineManager(opts: EngineManagerOptions): EngineManager {
     gpuFault: (g) => {
       for (const [replica, pending] of gathering) if (pending.gpus.has(g)) gathering.delete(replica);
       for (const h of [...hosts.values()]) if (h.gpus.includes(g)) end(h, false);
+      dropParkedOn(g);
     },
     pid: (replica) => hosts.get(replica)?.host.pid,
     stats: (replica) => hosts.get(replica)?.host.stats(),
     stopAll: () => {
       gathering.clear();
       for (const h of [...hosts.values()]) end(h, false);
+      dropAllParked();
     },
   };
 }

@@ -7,7 +7,9 @@
 // Life, as the engine manager sees it (the EngineHost contract): `loading` until the server (started here from the
 // command, or attached at its URL) answers its health path and the vocabulary is loaded; `ready`; `failed` when the
 // server exits, a stream makes no progress within `hangMs`, or `maxErrors` errors come in a row (health probes,
-// server errors); `stopped` after an unload. A failed server is killed (its whole process group).
+// server errors); `stopped` after an unload. A failed server is killed (its whole process group). With
+// `upstream.sleep`, an unload puts a started server to sleep and parks it in the worker instead of stopping it, and a
+// load on the same GPUs wakes it instead of starting another (./sleep.ts).
 import type { Clock, TimerId } from '../../../runtime/clock.ts';
 import { createWallClock } from '../../../runtime/clock.ts';
 import type { CoreLimits, CoreReport, SeqEvent, SubmitSeq } from '../../../machines/core-messages.ts';
@@ -22,6 +24,7 @@ import { parseGauges, METRICS_BOUNDS, type UpstreamGauges } from './gauges.ts';
 import { createUpstreamHttp, type UpstreamHttp } from './http.ts';
 import { createRequestLedger, type RequestLedger, type UpstreamReq } from './ledger.ts';
 import { commandRefusal, fillCommand, freePort, startServerProcess, type ServerProcess } from './server.ts';
+import { park, parkingKey, sleepServer, unpark, wakeServer, type ExitRoute } from './sleep.ts';
 
 /** How an upstream replica is started and bounded. */
 export interface UpstreamHostOptions {
@@ -74,6 +77,8 @@ class UpstreamReplica implements UpstreamHost {
   private readonly settled: Promise<void>;
   private settle!: (ok: boolean, f?: EngineFailure) => void;
   private proc: ServerProcess | null = null;
+  /** Where the server's exit goes: this replica while it is this replica's. */
+  private readonly route: ExitRoute = { exit: (code, signal) => this.onExit(code, signal) };
   private http: UpstreamHttp | null = null;
   private codec: ModelCodec | null = null;
   private events: SeqEvent[] = [];
@@ -137,6 +142,8 @@ class UpstreamReplica implements UpstreamHost {
       if (s.command) {
         const refused = commandRefusal(s.command[0] ?? '', this.o.env ?? process.env);
         if (refused) return this.fail(refused, 'invalid_request');
+        if (s.sleep && (await this.wake(codec))) return;
+        if (this.state !== 'loading') return;
         const port = await freePort();
         if (this.state !== 'loading') return;
         const argv = fillCommand(s.command, { port, gpus: this.o.gpus, model: s.model });
@@ -148,7 +155,7 @@ class UpstreamReplica implements UpstreamHost {
           env: s.env,
           gpus: this.o.gpus,
           logLines: s.logLines,
-          exited: (code, signal) => this.onExit(code, signal),
+          exited: (code, signal) => this.route.exit(code, signal),
         });
       } else {
         const bad = upstreamUrlProblem(s.url ?? '', true);
@@ -162,6 +169,36 @@ class UpstreamReplica implements UpstreamHost {
     }
     if (this.state !== 'loading') return;
     this.waitHealthy(this.clock.now() + s.startTimeoutMs);
+  }
+
+  /** Wakes the server parked for these GPUs, if there is one; true when it is awake and this replica's (loading
+   * goes on with its health path). A server that does not wake is stopped: the caller starts a fresh one. */
+  private async wake(codec: Promise<ModelCodec>): Promise<boolean> {
+    const p = unpark(parkingKey(this.spec, this.o.gpus));
+    if (!p) return false;
+    const now = (): number => this.clock.now();
+    p.route.exit = (code, signal) => this.route.exit(code, signal);
+    this.proc = p.proc;
+    this.base = p.base;
+    this.http = p.http;
+    const slept = await p.asleep;
+    const woke = 'error' in slept ? slept : await wakeServer(p.http, this.spec.startTimeoutMs, now);
+    if (this.state !== 'loading') return true;
+    if ('error' in woke) {
+      this.log(`its sleeping server (pid ${p.proc.pid}) did not wake (${woke.error}): starting a new one`);
+      p.route.exit = () => undefined;
+      p.proc.signal('SIGKILL');
+      p.http.close();
+      this.proc = this.http = null;
+      this.base = undefined;
+      return false;
+    }
+    this.log(
+      `woke its server (pid ${p.proc.pid}) in ${Math.round(woke.ms)} ms (it fell asleep in ${Math.round((slept as { ms: number }).ms)} ms)`,
+    );
+    this.codec = await codec;
+    if (this.state === 'loading') this.waitHealthy(this.clock.now() + this.spec.startTimeoutMs);
+    return true;
   }
 
   private waitHealthy(deadline: number): void {
@@ -197,12 +234,14 @@ class UpstreamReplica implements UpstreamHost {
     this.moveTo('failed', { code, message: `upstream ${this.id}: ${message}`, retryable: code === 'engine_failed' });
   }
 
-  private shutDown(signal: NodeJS.Signals): void {
+  /** Closes every stream and timer; the server gets `signal` (none: it is kept, to be parked). */
+  private shutDown(signal: NodeJS.Signals | null): void {
     for (const r of this.ledger.clear()) r.close?.();
     if (this.flushTimer !== null) this.clock.clearTimeout(this.flushTimer);
     if (this.tickTimer !== null) this.clock.clearTimeout(this.tickTimer);
     this.flushTimer = this.tickTimer = null;
     this.events = [];
+    if (signal === null) return;
     this.proc?.signal(signal);
     this.http?.close();
   }
@@ -336,6 +375,7 @@ class UpstreamReplica implements UpstreamHost {
 
   unload(): Promise<void> {
     if (this.state === 'failed' || this.state === 'stopped') return Promise.resolve();
+    if (this.spec.sleep && this.proc && this.http && this.base && this.state !== 'loading') return this.sleep();
     const gone = new Promise<void>((resolve) => (this.exited = resolve));
     this.shutDown('SIGTERM');
     this.moveTo('stopped');
@@ -344,6 +384,34 @@ class UpstreamReplica implements UpstreamHost {
 
   kill(): void {
     this.fail('killed');
+  }
+
+  /** Puts the server to sleep and parks it (this replica stops at once); a server that does not fall asleep is
+   * stopped. Resolves once it sleeps or is stopped. */
+  private sleep(): Promise<void> {
+    const proc = this.proc!;
+    const http = this.http!;
+    this.shutDown(null);
+    this.moveTo('stopped');
+    this.proc = this.http = null;
+    const timeoutMs = Math.min(this.spec.startTimeoutMs, 600_000);
+    const asleep = sleepServer(http, timeoutMs, () => this.clock.now()).then((r) => {
+      if ('error' in r) {
+        this.log(`its server (pid ${proc.pid}) did not fall asleep (${r.error}): stopping it`);
+        proc.signal('SIGKILL');
+      } else this.log(`put its server (pid ${proc.pid}) to sleep in ${Math.round(r.ms)} ms`);
+      return r;
+    });
+    park({
+      key: parkingKey(this.spec, this.o.gpus),
+      gpus: this.o.gpus,
+      proc,
+      route: this.route,
+      base: this.base!,
+      http,
+      asleep,
+    });
+    return asleep.then(() => undefined);
   }
 
   /** Sends waiting requests while slots are free (not while the server is in a back-off after an error). */
