@@ -45,10 +45,11 @@ export function createBatchState(limits: ContinuousLimits): BatchState {
   };
 }
 
-/** Adds s to the running set at its place by (priority, admission order), in the lowest free slot. */
-export function insertRunning(st: BatchState, s: Sequence): void {
+/** Adds s to the running set at its place by (priority, admission order), in `slot` (free) when given, else in the
+ * lowest free slot. */
+export function insertRunning(st: BatchState, s: Sequence, slot = -1): void {
   s.running = true;
-  s.slot = st.slots.take();
+  s.slot = slot >= 0 ? st.slots.take(slot) : st.slots.take();
   s.runOrder = ++st.runCounter;
   let i = st.running.length;
   while (i > 0 && st.running[i - 1]!.priority > s.priority) i--;
@@ -62,10 +63,13 @@ export function removeRunning(st: BatchState, s: Sequence): void {
   leaveSlot(st, s);
 }
 
-/** s no longer runs: its slot is free for the next sequence scheduled. */
+/** s no longer runs: its slot is free for the next sequence scheduled, and keeps s's cells (slot-prefix.ts). */
 export function leaveSlot(st: BatchState, s: Sequence): void {
   s.running = false;
-  if (s.slot >= 0) st.slots.free(s.slot);
+  if (s.slot >= 0) {
+    st.slots.free(s.slot);
+    st.ledger.slotPrefix?.leave(s.slot, s);
+  }
   s.slot = -1;
 }
 

@@ -8,7 +8,13 @@
 // the same way. A scheduled sequence takes the cached blocks its prompt starts with and prefills only the rest. Idle
 // blocks count as free: taking one evicts it (least recently used first), so the cache never holds up admission.
 // `used` is what running sequences hold (their own blocks and the cached ones they read); `cachedIdle` is the rest.
+//
+// Sequences with token ids (a real engine's) reuse by slot instead (slot-prefix.ts, `slotPrefix` here, with the same
+// `prefixCache` limit): the cells a sequence leaves in its slot serve the next sequence there, and cost the ledger
+// nothing. The block cache never holds their blocks; `takeChanges` reports both (a replica's sequences all have
+// token ids or none do, so one of the two is ever in use).
 import { createPrefixCache, type PrefixCache } from './prefix-cache.ts';
+import { createSlotPrefix, type SlotPrefix } from './slot-prefix.ts';
 import type { Sequence } from './sequence.ts';
 
 /** What a prefix cache changed since the last look: block hashes kept and evicted (the control plane's index). */
@@ -30,6 +36,8 @@ export interface KvLedger {
   readonly used: number;
   /** Cached blocks no running sequence reads (free space that costs an eviction); 0 without a prefix cache. */
   readonly cachedIdle: number;
+  /** The prefixes free slots keep for sequences with token ids (slot-prefix.ts); null without a prefix cache. */
+  readonly slotPrefix: SlotPrefix | null;
   /** Blocks needed to hold `tokens` tokens. */
   blocksFor(tokens: number): number;
   /** Blocks a sequence will hold at its expected final length. */
@@ -50,7 +58,7 @@ export interface KvLedger {
   commit(s: Sequence): void;
   /** Returns all of s's blocks: its own freed, its cached ones left to the cache. */
   release(s: Sequence): void;
-  /** The cache's changes since the last call (empty without a cache). */
+  /** The cache's changes since the last call, the slots' kept prefixes included (empty without a cache). */
   takeChanges(): CacheChanges;
   /** Forgets every cached block (the replica lost its memory); returns how many were dropped. */
   clearCache(): number;
@@ -63,6 +71,9 @@ export function createKvLedger(blockTokens: number, blocksTotal: number, prefixC
   // Blocks the running sequences own (not in the cache).
   let own = 0;
   const cache: PrefixCache | null = prefixCache ? createPrefixCache() : null;
+  const slotPrefix: SlotPrefix | null = prefixCache ? createSlotPrefix(blockTokens, MAX_CHANGES) : null;
+  // Whether a sequence's blocks go to the block cache: a sequence with token ids reuses by slot instead.
+  const blockCached = (s: Sequence): boolean => cache !== null && s.hashes !== undefined && s.tokens === undefined;
   // The cache's clock: the order of its uses is all its eviction needs.
   let tick = 0;
   let changes: CacheChanges = { added: [], evicted: [], overflow: false };
@@ -91,19 +102,20 @@ export function createKvLedger(blockTokens: number, blocksTotal: number, prefixC
     get cachedIdle() {
       return idle();
     },
+    slotPrefix,
     blocksFor,
     finalBlocks: (s) => blocksFor(s.promptTokens + Math.max(s.generated + 1, s.estOutputTokens)),
     free,
     peekCached: (s, goal) => {
-      if (!cache || !s.hashes || goal <= 1) return { blocks: 0, idle: 0 };
-      const hashes = s.hashes.length > capped(s, goal) ? s.hashes.slice(0, capped(s, goal)) : s.hashes;
+      if (!cache || !blockCached(s) || goal <= 1) return { blocks: 0, idle: 0 };
+      const hashes = s.hashes!.length > capped(s, goal) ? s.hashes!.slice(0, capped(s, goal)) : s.hashes!;
       const blocks = cache.match(hashes);
       return { blocks, idle: cache.idleAmong(hashes, blocks) };
     },
     attach: (s, goal) => {
-      if (!cache || !s.hashes || goal <= 1) return 0;
-      const n = Math.min(cache.match(s.hashes), capped(s, goal));
-      cache.acquire(s.hashes, n, ++tick);
+      if (!cache || !blockCached(s) || goal <= 1) return 0;
+      const n = Math.min(cache.match(s.hashes!), capped(s, goal));
+      cache.acquire(s.hashes!, n, ++tick);
       s.cached = n;
       return n * blockTokens;
     },
@@ -123,10 +135,11 @@ export function createKvLedger(blockTokens: number, blocksTotal: number, prefixC
       return true;
     },
     commit: (s) => {
-      if (!cache || !s.hashes) return;
-      const full = Math.min(Math.floor(s.computed / blockTokens), s.hashes.length);
+      if (!cache || !blockCached(s)) return;
+      const hashes = s.hashes!;
+      const full = Math.min(Math.floor(s.computed / blockTokens), hashes.length);
       for (let i = s.cached; i < full && s.blocks > 0; i++) {
-        if (cache.insert(s.hashes, i, i + 1, ++tick) > 0) note(changes.added, [s.hashes[i]!]);
+        if (cache.insert(hashes, i, i + 1, ++tick) > 0) note(changes.added, [hashes[i]!]);
         own--;
         s.blocks--;
         s.cached++;
@@ -141,12 +154,18 @@ export function createKvLedger(blockTokens: number, blocksTotal: number, prefixC
     takeChanges: () => {
       const out = changes;
       changes = { added: [], evicted: [], overflow: false };
+      const kept = slotPrefix?.takeChanges(out.overflow) ?? null;
+      if (kept === null) return out;
+      for (const h of kept.added) out.added.push(h);
+      for (const h of kept.evicted) out.evicted.push(h);
+      out.overflow ||= kept.overflow;
       return out;
     },
     clearCache: () => {
       if (!cache) return 0;
       const n = cache.size();
       cache.clear();
+      slotPrefix!.clear();
       changes = { added: [], evicted: [], overflow: true };
       return n;
     },
@@ -161,6 +180,7 @@ export function createKvLedger(blockTokens: number, blocksTotal: number, prefixC
       if (own + cachedAll() > blocksTotal)
         throw new Error(`blocks in use ${own} and cached ${cachedAll()} exceed capacity ${blocksTotal}`);
       if (own < 0) throw new Error(`negative blocks in use ${own}`);
+      slotPrefix?.check();
     },
   };
 }

@@ -13,14 +13,17 @@
 // Slots are freed when a sequence leaves (finish, preemption, withdrawal). The engine queues a step's items in
 // ascending slot order, so the step's passes are what `passes()` computes from the plan here, and the cost model
 // prices them (StepShape.passes). Sequences are not moved between slots: a hole stays until an admission fills it.
+// With prefix reuse by slot (slot-prefix.ts) a sequence may be given a particular free slot instead: the one whose
+// kept cells start as its prompt does, else one that adds no pass.
 
 /** The free slots of one batcher: slots 0 … size-1, the lowest free one handed out first. */
 export interface SlotTable {
   readonly size: number;
   /** Slots in use. */
   readonly used: number;
-  /** Takes the lowest free slot; throws when none is free (the batcher never runs more sequences than slots). */
-  take(): number;
+  /** Takes `slot` when given (it must be free), else the lowest free slot; throws when it is not free or none is
+   * (the batcher never runs more sequences than slots). */
+  take(slot?: number): number;
   /** Frees a slot taken before; throws on a slot that is not in use. */
   free(slot: number): void;
   /** Whether a slot is in use. */
@@ -38,7 +41,13 @@ export function createSlotTable(size: number): SlotTable {
     get used() {
       return used;
     },
-    take: () => {
+    take: (slot) => {
+      if (slot !== undefined) {
+        if (!(slot >= 0 && slot < size) || inUse[slot] === 1) throw new Error(`slot ${slot} is not free`);
+        inUse[slot] = 1;
+        used++;
+        return slot;
+      }
       while (low < size && inUse[low] === 1) low++;
       if (low >= size) throw new Error(`no free slot among ${size}`);
       inUse[low] = 1;

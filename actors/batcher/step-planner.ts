@@ -11,6 +11,7 @@ import type { PrefillChunk } from '../gpu/cost-model.ts';
 import { insertRunning, spareBlocks, type BatchState } from './batch-state.ts';
 import { preemptForPriority, preemptOne, tooLarge } from './preemption.ts';
 import { prefillTarget, type Sequence } from './sequence.ts';
+import type { SlotPick } from './slot-prefix.ts';
 import { passes } from './slots.ts';
 import type { PlanEntry, StepPlan } from './types.ts';
 
@@ -40,13 +41,23 @@ function addPrefill(plan: StepPlan, s: Sequence, chunk: number): void {
   plan.prefillTokens += chunk;
 }
 
-/** Moves the queue head s to the running set, with the cached prefix it starts with and blocks for `reserveTokens`
- * tokens in all. */
-function schedule(st: BatchState, s: Sequence, now: number, reserveTokens: number): void {
+/** The slot a waiting sequence with token ids takes when prefixes are kept by slot (slot-prefix.ts), and the tokens
+ * its cells already hold; null otherwise (the lowest free slot, and the block cache if any). */
+function slotStart(st: BatchState, s: Sequence, goal: number): SlotPick | null {
+  const kept = st.ledger.slotPrefix;
+  return kept !== null && s.tokens !== undefined ? kept.pick(s, goal, st.slots) : null;
+}
+
+/** Moves the queue head s to the running set, with the prefix it starts with (its slot's kept cells, or cached blocks)
+ * and blocks for `reserveTokens` tokens in all. */
+function schedule(st: BatchState, s: Sequence, now: number, reserveTokens: number, start: SlotPick | null): void {
   st.waiting.shift(s);
   s.prefillGoal = prefillTarget(s);
-  insertRunning(st, s);
-  s.computed = st.ledger.attach(s, s.prefillGoal);
+  insertRunning(st, s, start?.slot ?? -1);
+  if (start !== null) {
+    st.ledger.slotPrefix!.take(start.slot, start.tokens);
+    s.computed = start.tokens;
+  } else s.computed = st.ledger.attach(s, s.prefillGoal);
   st.ledger.reserve(s, reserveTokens);
   s.listener.scheduled(s, now);
 }
@@ -86,6 +97,9 @@ function planPrefillContinuations(st: BatchState, plan: StepPlan, whole: boolean
   }
 }
 
+/** A prompt that finds nothing in the block cache. */
+const NO_HIT: { readonly blocks: number; readonly idle: number } = Object.freeze({ blocks: 0, idle: 0 });
+
 /** Admits waiting sequences while slots, budget and blocks allow; `whole` forbids chunking a prompt. */
 function planAdmissions(st: BatchState, plan: StepPlan, now: number, whole: boolean): void {
   for (;;) {
@@ -95,15 +109,22 @@ function planAdmissions(st: BatchState, plan: StepPlan, now: number, whole: bool
     const goal = prefillTarget(s);
     const room = st.limits.tokenBudget - plan.tokens;
     if (room <= 0) return;
-    // What its prompt finds in the prefix cache is not prefilled again (taking an idle block makes it in use).
-    const hit = st.ledger.peekCached(s, goal);
-    const cachedTokens = hit.blocks * st.limits.blockTokens;
+    // What its prompt finds in the prefix cache or its slot's kept cells is not prefilled again (taking an idle
+    // cached block makes it in use).
+    const B = st.limits.blockTokens;
+    const start = slotStart(st, s, goal);
+    const hit = start === null ? st.ledger.peekCached(s, goal) : NO_HIT;
+    const spare = spareBlocks(st) - hit.idle;
+    // Kept cells become the sequence's own blocks: it reuses no more than the free blocks hold beside a token to
+    // prefill, so reuse never holds up an admission that would go ahead without it.
+    if (start !== null && !whole && start.tokens >= spare * B) start.tokens = Math.max(0, spare * B - 1);
+    const cachedTokens = start === null ? hit.blocks * B : start.tokens;
     const left = goal - cachedTokens;
     if (whole && left > room && plan.tokens > 0) return;
-    const spare = spareBlocks(st) - hit.idle;
-    const chunk = whole ? left : Math.min(left, room, spare * st.limits.blockTokens);
+    const fit = start === null ? spare * B : spare * B - cachedTokens;
+    const chunk = whole ? left : Math.min(left, room, fit);
     if (chunk <= 0 || st.ledger.blocksFor(cachedTokens + chunk) - hit.blocks > spare) return;
-    schedule(st, s, now, cachedTokens + chunk);
+    schedule(st, s, now, cachedTokens + chunk, start);
     addPrefill(plan, s, chunk);
   }
 }
@@ -124,7 +145,7 @@ function planStatic(st: BatchState, p: StepPlan, now: number): void {
           ? Math.max(prefillTarget(s) + 1, Math.min(full, ledger.free() * st.limits.blockTokens))
           : full;
       if (ledger.blocksFor(reserve) > ledger.free()) break;
-      schedule(st, s, now, reserve);
+      schedule(st, s, now, reserve, slotStart(st, s, prefillTarget(s)));
       st.staticOpen++;
     }
   }
