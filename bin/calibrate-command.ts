@@ -6,6 +6,7 @@ import { profilePath } from '../actors/calibration.ts';
 import { DEFAULT_GRID, type EngineProfile } from '../actors/engine/calibrate.ts';
 import { calibrateFile, formatProfile, QUICK_GRID } from '../actors/engine/calibrate-command.ts';
 import type { ProfileCapacity } from '../actors/gpu/profile-cost-model.ts';
+import { calibrateUpstreamModel } from '../actors/worker/upstream/calibrate.ts';
 import { flag, parseOrUsage } from './args.ts';
 
 const USAGE =
@@ -62,10 +63,10 @@ export async function runCalibrateCommand(argv: string[]): Promise<number> {
   }
   const only = args.values.model;
   const models = scenario.models.filter(
-    (m) => m.engine?.kind === 'llama.cpp' && (only === undefined || m.name === only),
+    (m) => (m.engine?.kind === 'llama.cpp' || m.engine?.kind === 'openai') && (only === undefined || m.name === only),
   );
   if (models.length === 0) {
-    process.stderr.write(`switchyard: no llama.cpp model${only ? ` named ${only}` : ''} in ${config}\n`);
+    process.stderr.write(`switchyard: no llama.cpp or openai model${only ? ` named ${only}` : ''} in ${config}\n`);
     return 2;
   }
   const threads = args.values.threads;
@@ -74,6 +75,11 @@ export async function runCalibrateCommand(argv: string[]): Promise<number> {
   for (const m of models) {
     const name = profileName(m);
     const out = profilePath(m.calibration ?? name, dirname(config));
+    // A model server that batches by itself is timed at the request level (actors/worker/upstream/calibrate.ts).
+    if (m.engine?.kind === 'openai') {
+      await calibrateUpstreamModel(m, name, out, { quick: args.values.quick, json: args.values.json });
+      continue;
+    }
     process.stderr.write(`calibrating ${m.name} (${m.engine!.file}), ${threads} thread(s), ${timing} time: ${out}\n`);
     const measured = await calibrateFile(m.engine!.file, threads, grid, timing);
     const profile: EngineProfile = { ...measured, name, capacity: servingCapacity(m) };
