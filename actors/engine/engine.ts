@@ -58,7 +58,7 @@ export interface EngineCapacity {
   totalCells: number;
   /** Most tokens (prefill + decode) in one step. */
   batchTokens: number;
-  /** Sequences not holding any cells. */
+  /** Sequences not running (a free one may keep the cells of the last sequence it ran, for reuse). */
   freeSequences: number;
   /** Cells held by each live sequence. */
   used: Record<string, number>;
@@ -109,6 +109,12 @@ export interface SamplingParams {
  * `slot` is the engine sequence (llama.cpp sequence id) the caller's scheduler gave the sequence: a sequence opens
  * in it (it must be free) and keeps it until freed; absent, a new sequence takes the lowest free one. A step's items
  * are queued in ascending slot order, so sequences in consecutive slots share passes (actors/batcher/slots.ts).
+ *
+ * A freed sequence's cells stay in its slot until the slot opens another sequence. `prefix`, on the item that opens a
+ * sequence, is the sequence's first token ids that the caller expects the slot's cells to hold already (the
+ * scheduler's prefix reuse, actors/batcher/slot-prefix.ts); `tokens` follow them. The engine keeps the cells that hold
+ * them, erases the rest, and evaluates itself whatever part of `prefix` the cells did not hold, so the text is the
+ * same as if the whole prompt had been prefilled. Without `prefix` the slot's cells are erased.
  */
 export type StepItem =
   | {
@@ -120,6 +126,7 @@ export type StepItem =
       streamed?: readonly number[];
       last?: boolean;
       slot?: number;
+      prefix?: readonly number[];
     }
   | { seq: string; kind: 'decode'; last?: boolean; slot?: number };
 
@@ -156,6 +163,10 @@ export interface StepResult {
   dispatches: number;
   /** Passes (llama.cpp micro-batches) the batch ran in, counted from its items' slots as llama.cpp splits it. */
   passes?: number;
+  /** Cells the sequences opened in this step kept from their slots (their items' `prefix` tokens found there). */
+  kept?: number;
+  /** `prefix` tokens the slots did not hold, evaluated by the engine before the batch (in `dispatches` too). */
+  refilled?: number;
 }
 
 /**
@@ -176,7 +187,8 @@ export interface Engine {
   capacity(): EngineCapacity;
   /** Runs one step as one engine batch; refuses an invalid plan with `invalid_request` before any work. */
   step(plan: StepPlan): Promise<StepResult>;
-  /** Releases a sequence's cells (finish, cancel, preemption); returns text still held back. Idempotent. */
+  /** Ends a sequence (finish, cancel, preemption), leaving its cells in its slot for a later `prefix`; returns text
+   * still held back. Idempotent. */
   free(seq: string): Promise<{ text: string }>;
   /** Releases the model and the cache. */
   unload(): Promise<void>;

@@ -13,6 +13,12 @@
 // same from the same slots, and the calibrated cost model prices them. Context shifting is made impossible twice
 // over: every plan is checked against the cells left before anything is queued, and the sequences' shift strategy
 // throws.
+//
+// Prefix reuse. A freed sequence's cells stay in its slot (its llama.cpp sequence keeps its context tokens). The item
+// that opens a sequence may name a `prefix`, the first tokens the scheduler expects the slot to hold
+// (actors/batcher/slot-prefix.ts): the engine compares them with the slot's own token ids, keeps the cells that match,
+// erases the rest, and evaluates what did not match itself before the step's batch (a guess that was wrong costs a
+// recompute, never wrong text). An item without `prefix` starts from an empty slot.
 import { setImmediate as nextMacrotask } from 'node:timers/promises';
 import {
   getLlama,
@@ -97,7 +103,9 @@ function checkPlan(plan: StepPlan, live: Map<string, Live>, cap: EngineCapacity,
     seen.add(item.seq);
     const state = live.get(item.seq);
     checkSlot(item, state, pool, claimed);
-    const held = state?.sequence.nextTokenIndex ?? 0;
+    const prefix = item.kind === 'prefill' ? item.prefix : undefined;
+    if (state && prefix !== undefined) refuse(`sequence ${item.seq} is open: only the item opening it names a prefix`);
+    const held = state?.sequence.nextTokenIndex ?? prefix?.length ?? 0;
     if (item.kind === 'decode') {
       if (!state || state.pending === undefined) refuse(`sequence ${item.seq} has no sampled token to decode`);
       if (state!.finished) refuse(`sequence ${item.seq} has finished`);
@@ -109,8 +117,10 @@ function checkPlan(plan: StepPlan, live: Map<string, Live>, cap: EngineCapacity,
     }
     if (item.tokens.length === 0) refuse(`prefill of ${item.seq} has no tokens`);
     if (state?.pending !== undefined) refuse(`sequence ${item.seq} is decoding; free it before prefilling again`);
-    for (const t of [...item.tokens, ...(item.streamed ?? [])]) {
-      if (!Number.isInteger(t) || t < 0 || t >= vocab) refuse(`prefill of ${item.seq} holds invalid token ${t}`);
+    for (const list of [item.tokens, item.streamed, prefix]) {
+      for (const t of list ?? []) {
+        if (!Number.isInteger(t) || t < 0 || t >= vocab) refuse(`prefill of ${item.seq} holds invalid token ${t}`);
+      }
     }
     if ((item.streamed?.length ?? 0) > cap.cellsPerSequence) refuse(`prefill of ${item.seq} replays too many tokens`);
     if (held + item.tokens.length > cap.cellsPerSequence) {
@@ -307,6 +317,46 @@ interface DispatchGate {
   late: number;
 }
 
+/** Readies a slot's cells for a sequence opened in it whose first tokens are `prefix` (the file header's prefix
+ * reuse): keeps the cells holding them, erases the rest (all of them without a prefix), and evaluates what they did
+ * not hold as a batch of its own; resolves to the cells kept. */
+function slotCells(context: LlamaContext, gate: DispatchGate, file: string) {
+  // Armed: an evaluation queued here is dispatched at once (were llama.cpp unable to drop cells alone, node-llama-cpp
+  // would evaluate what stays again).
+  const armed = async (op: () => Promise<void>): Promise<void> => {
+    gate.armed = true;
+    try {
+      await op();
+    } finally {
+      gate.armed = false;
+    }
+  };
+  const ready = async (sequence: LlamaContextSequence, prefix: readonly number[]): Promise<number> => {
+    const have = sequence.nextTokenIndex;
+    const kept =
+      prefix.length === 0 || have === 0
+        ? 0
+        : Math.min(prefix.length, sequence.compareContextTokens(prefix as Token[]).firstDifferentIndex);
+    if (kept < have)
+      await armed(() =>
+        kept === 0 ? sequence.clearHistory() : sequence.eraseContextTokenRanges([{ start: kept, end: have }]),
+      );
+    if (kept < prefix.length) {
+      await armed(async () => {
+        const done = sequence.evaluateWithoutGeneratingNewTokens(prefix.slice(kept) as Token[]);
+        await nextMacrotask();
+        context.dispatchPendingBatch();
+        await done;
+      });
+    }
+    return kept;
+  };
+  return (sequence: LlamaContextSequence, prefix: readonly number[], slot: number): Promise<number> =>
+    ready(sequence, prefix).catch((err: unknown) => {
+      throw new EngineError('engine_failed', `slot ${slot} of ${file} could not be readied: ${String(err)}`, true, err);
+    });
+}
+
 async function createLlamaEngine(
   file: string,
   llama: Llama,
@@ -316,6 +366,7 @@ async function createLlamaEngine(
 ) {
   const gate: DispatchGate = { armed: false, late: 0 };
   const context = await contextOf(model, opts, gate);
+  const adopt = slotCells(context, gate, file);
   const grammars = createGrammars(llama, model);
   /** A JSON sequence's grammar, brought to where a recomputed sequence was (its streamed tokens accepted). */
   const constraintOf = (schema: string, item: StepPlan['items'][number]): Promise<Constraint> =>
@@ -361,6 +412,9 @@ async function createLlamaEngine(
 
   const runStep = async (plan: StepPlan): Promise<StepResult> => {
     const { tokens } = checkPlan(plan, live, capacity(), vocab ?? Number.MAX_SAFE_INTEGER, pool);
+    let kept = 0;
+    let refilled = 0;
+    let refills = 0;
     const evaluations: Promise<unknown[]>[] = [];
     const order: { seq: string; state: Live; sampleAt: number; seed: number; last: boolean }[] = [];
     const queued: { item: StepPlan['items'][number]; state: Live }[] = [];
@@ -374,6 +428,11 @@ async function createLlamaEngine(
         state = { ...takeSlot(pool, item.slot), sampling, stream, pending: undefined, finished: false };
         if (constraint) state.constraint = constraint;
         live.set(item.seq, state);
+        const prefix = item.kind === 'prefill' ? (item.prefix ?? []) : [];
+        const got = await adopt(state.sequence, prefix, state.slot);
+        kept += got;
+        refilled += prefix.length - got;
+        if (got < prefix.length) refills++;
       } else if (item.kind === 'prefill' && item.sampling) {
         state.sampling = item.sampling;
         state.stream = replayed(createTextStream(detokenize, item.sampling.stop), item);
@@ -416,7 +475,8 @@ async function createLlamaEngine(
     // Reported in the plan's order, whatever order the batch ran in.
     const rank = new Map(plan.items.map((item, i) => [item.seq, i]));
     sampled.sort((a, b) => rank.get(a.seq)! - rank.get(b.seq)!);
-    return { sampled, ms, tokens, dispatches: 1 + gate.late - lateBefore, passes };
+    const reuse = kept > 0 || refilled > 0 ? { kept, refilled } : {};
+    return { sampled, ms, tokens, dispatches: 1 + refills + gate.late - lateBefore, passes, ...reuse };
   };
 
   const freeSeq = async (seq: string): Promise<{ text: string }> => {
@@ -424,7 +484,7 @@ async function createLlamaEngine(
     if (!state) return { text: '' };
     live.delete(seq);
     const text = state.finished ? '' : state.stream.flush();
-    await state.sequence.clearHistory();
+    // Its cells stay: the slot's next sequence may start with the same tokens (the file header).
     pool[state.slot] = state.sequence;
     return { text };
   };

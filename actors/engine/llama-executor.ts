@@ -11,6 +11,10 @@
 // Each item names the slot the batcher gave its sequence (actors/batcher/slots.ts): the engine opens the sequence in
 // that llama.cpp sequence id and queues the step's items in ascending slot order, so the batch runs in the passes the
 // batcher counted for it (StepShape.passes) and the cost model priced.
+//
+// A residency is known by the sequence's `runOrder` (new each time it is scheduled), not by `computed === 0`: with
+// prefix reuse by slot (actors/batcher/slot-prefix.ts) a sequence starts with the tokens its slot's cells kept
+// already computed, and its first chunk names them as the item's `prefix` for the engine to keep (and check).
 import type { CoreExecutor, StepResult as CoreStepResult } from '../engine-core/types.ts';
 import type { StepPlan as CorePlan } from '../batcher/types.ts';
 import type { Sequence } from '../batcher/sequence.ts';
@@ -41,10 +45,11 @@ export interface LlamaExecutor extends CoreExecutor {
   workEnded(): void;
 }
 
-/** A sequence the engine holds: the batcher's sequence, the token ids it opened with, its tokens generated so far
- * (counted here, whatever the batcher has applied yet), and its decode item. */
+/** A sequence the engine holds: the batcher's sequence and the residency it was opened in, the token ids it opened
+ * with, its tokens generated so far (counted here, whatever the batcher has applied yet), and its decode item. */
 interface Held {
   seq: Sequence;
+  runOrder: number;
   tokens: readonly number[];
   generated: number;
   decode: StepItem;
@@ -69,7 +74,7 @@ export function createLlamaExecutor(engine: Engine, o: LlamaExecutorOptions): Ll
   const freeLeft = (): void => {
     for (const [id, h] of held) {
       const s = h.seq;
-      if (s.gone || !s.running || s.computed === 0) free(id);
+      if (s.gone || !s.running || s.runOrder !== h.runOrder) free(id);
     }
   };
 
@@ -80,7 +85,7 @@ export function createLlamaExecutor(engine: Engine, o: LlamaExecutorOptions): Ll
       throw new Error(`sequence ${s.id} holds ${tokens.length} token ids, its prefill needs ${s.prefillGoal}`);
     }
     const decode: StepItem = { seq: s.id, kind: 'decode', slot: s.slot };
-    const h: Held = { seq: s, tokens, generated: t.out.length, decode };
+    const h: Held = { seq: s, runOrder: s.runOrder, tokens, generated: t.out.length, decode };
     held.set(s.id, h);
     return h;
   };
@@ -92,8 +97,9 @@ export function createLlamaExecutor(engine: Engine, o: LlamaExecutorOptions): Ll
     for (const { seq: s, chunk } of plan.entries) {
       const t = s.tokens;
       if (!t) throw new Error(`sequence ${s.id} of engine replica ${o.replica} has no token ids`);
-      const first = chunk > 0 && s.computed === 0;
-      const h = first ? open(s) : held.get(s.id);
+      const known = held.get(s.id);
+      const first = chunk > 0 && (known === undefined || known.runOrder !== s.runOrder);
+      const h = first ? open(s) : known;
       if (!h)
         throw new Error(`sequence ${s.id} of ${o.replica} steps from ${s.computed} but the engine does not hold it`);
       const sample = chunk === 0 || s.computed + chunk >= s.prefillGoal;
@@ -111,6 +117,7 @@ export function createLlamaExecutor(engine: Engine, o: LlamaExecutorOptions): Ll
         ...(first ? { sampling: t.sampling } : {}),
         ...(first && t.out.length > 0 ? { streamed: [...t.out] } : {}),
         ...(ends ? { last: true } : {}),
+        ...(first && s.computed > 0 ? { prefix: h.tokens.slice(0, s.computed) } : {}),
         slot: s.slot,
       });
     }
