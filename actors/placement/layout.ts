@@ -2,7 +2,7 @@
 // A replica is one entry whatever its size: the large model's gang is one entry holding all its GPUs.
 import type { ModelConfig, Scenario } from '../config.ts';
 import type { CostModel } from '../gpu/cost-model.ts';
-import { costModelFor, costModelKey } from '../gpu/profile-cost-model.ts';
+import { costModelFor, costModelKey, engineProfileAt } from '../gpu/profile-cost-model.ts';
 
 /** A layout mode: the large gang (plus small replicas on what is left), small replicas only, a fixed split, or
  * co-location. */
@@ -46,6 +46,16 @@ export function costOf(scenario: Scenario, model: ModelConfig): CostModel {
 /** Milliseconds from creating a replica of `model` to it serving. */
 export function loadMsOf(scenario: Scenario, model: ModelConfig): number {
   return costOf(scenario, model).loadS() * 1000;
+}
+
+/** Milliseconds from assigning a replica of `model` in a switch to it serving: the wake time its calibration measured
+ * when its server sleeps instead of stopping (`engine: openai` with `upstream.sleep`), else its load time. */
+export function switchInMsOf(scenario: Scenario, model: ModelConfig): number {
+  if (model.engine?.upstream?.sleep && model.calibration) {
+    const wake = (engineProfileAt(model.calibration) as { wakeS?: unknown }).wakeS;
+    if (typeof wake === 'number' && Number.isFinite(wake) && wake >= 0) return wake * 1000;
+  }
+  return loadMsOf(scenario, model);
 }
 
 /** Splits the scenario's models into the large one and the small ones. */

@@ -7,7 +7,7 @@ import type { ReplicaHandle } from '../replica.ts';
 import type { Msg, Runtime } from '../../runtime/system.ts';
 import type { Scenario } from '../config.ts';
 import { failure, type Failure } from '../../machines/outcomes.ts';
-import { loadMsOf, UNLOAD_MS } from './layout.ts';
+import { loadMsOf, switchInMsOf, UNLOAD_MS } from './layout.ts';
 import type { DetectionPath } from './detection.ts';
 import { createGpuLedger, type GpuRecord } from './ledger.ts';
 import { createModes, type Modes } from './modes.ts';
@@ -274,15 +274,16 @@ function etaOf(
   if (best !== null) return best;
   if (!m.versions.includes(version) || modes.countOf(m, version) === 0) return null;
   if (modes.reasonFor(model)) return pc.waitForRepairMs > 0 && healthy < m.tp ? pc.waitForRepairMs : null;
-  const load = UNLOAD_MS + loadMsOf(scenario, m);
-  if (modes.policy() !== 'switch') return load;
+  if (modes.policy() !== 'switch') return UNLOAD_MS + loadMsOf(scenario, m);
+  // A switch brings a model in by waking its sleeping server where it has one (priced by its measured wake time).
+  const load = UNLOAD_MS + switchInMsOf(scenario, m);
   const st = modes.state();
   const c = modes.actor.getSnapshot().context;
   const left = Math.max(0, c.deadlineAt - now);
   if (st !== 'steady' && modes.places(c.target, model)) return left + load;
   if (st !== 'steady') {
     const large = modes.roles.large;
-    const other = large && c.target === 'large' ? loadMsOf(scenario, large) : load;
+    const other = large && c.target === 'large' ? switchInMsOf(scenario, large) : load;
     return left + UNLOAD_MS + other + pc.drainDeadlineMs + load;
   }
   return modes.places(c.mode, model) ? load : pc.drainDeadlineMs + load;
