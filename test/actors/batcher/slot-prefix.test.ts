@@ -9,6 +9,7 @@ import { checkBatchState } from '../../../actors/batcher/batch-invariants.ts';
 import { completeStep } from '../../../actors/batcher/completion.ts';
 import { createContinuousBatcher, type ContinuousLimits, type StepPlan } from '../../../actors/batcher/continuous.ts';
 import { createSequence, type Sequence } from '../../../actors/batcher/sequence.ts';
+import { createSlotPrefix } from '../../../actors/batcher/slot-prefix.ts';
 import { planStep } from '../../../actors/batcher/step-planner.ts';
 import { createRng } from '../../../runtime/rng.ts';
 
@@ -308,6 +309,24 @@ describe('prefix reuse by slot', () => {
       st.ledger.clearCache();
       expect(st.ledger.takeChanges()).toEqual({ added: [], evicted: [], overflow: true });
       expect(st.ledger.slotPrefix!.kept(1)).toBeNull();
+    });
+
+    it('tells the whole set kept after more changes than it tells apart', () => {
+      const kept = createSlotPrefix(B, 3);
+      const a = seqOf('a', ids(10, 20), 1, newLog());
+      a.computed = 20;
+      kept.leave(0, a);
+      // Five blocks changed, three are told apart: the next look is a full one, and the one after it is empty.
+      const full = kept.takeChanges(false)!;
+      expect(full.overflow).toBe(true);
+      expect(new Set(full.added)).toEqual(new Set(tokenBlockHashes(ids(10, 20), B).slice(0, 3)));
+      expect(kept.takeChanges(false)).toBeNull();
+      kept.take(0, 8);
+      expect(kept.takeChanges(false)).toEqual({
+        added: [],
+        evicted: tokenBlockHashes(ids(10, 20), B).slice(2),
+        overflow: false,
+      });
     });
   });
 });
