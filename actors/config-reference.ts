@@ -30,6 +30,7 @@ const FLAGS: Readonly<Record<string, string>> = {
   'models[].gpuLayers': 'llama.cpp server `--n-gpu-layers`',
   'models[].batchTokens': 'llama.cpp server `--batch-size`',
   'routing.policy': 'the Gateway API Inference Extension endpoint picker does this across pods',
+  'routing.prefix': 'SGLang router `--policy cache_aware`; the inference extension prefix-cache scorer',
 };
 
 /** Longest description of what a field accepts (a list of every profile name stays readable). */

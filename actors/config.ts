@@ -232,6 +232,8 @@ const scenarioFields = obj({
   routing: dflt(
     obj({
       policy: dflt(oneOf('cost', 'round-robin', 'least-requests', 'power-of-two'), 'cost'),
+      // The cost policy prices a candidate's cached prompt tokens (models with batching.prefixCache) as not prefilled.
+      prefix: dflt(bool(), true),
       ejection: dflt(ejectionSchema, {}),
     }),
     {},

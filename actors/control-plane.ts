@@ -19,6 +19,8 @@ import {
 } from './router/router.ts';
 import { createHealth, type Health } from './router/health.ts';
 import { expiryTrace } from './router/explain.ts';
+import { createPrefixIndex, type PrefixIndex } from './router/prefix-index.ts';
+import type { CacheReport } from '../machines/core-messages.ts';
 import { costOf } from './placement/layout.ts';
 import type { Runtime } from '../runtime/system.ts';
 import { createDeadlineWheel } from '../runtime/deadlines.ts';
@@ -60,6 +62,8 @@ export interface ControlPlane {
   readonly health: Health;
   /** Whether each real engine's calibrated profile fits this machine (predicted vs measured first steps). */
   readonly profileFits: ProfileFits;
+  /** What each replica's core reported its prefix cache holds (routing's prefix index). */
+  readonly prefix: PrefixIndex;
 }
 
 /** Faults a test injects into the production objects on purpose, to show that a promise's check catches them. */
@@ -78,6 +82,9 @@ export interface ControlPlaneMutations {
   /** Request actors run a compiled machine that ignores the root's transitions (interrupted, failed, cancel): a
    * request whose replica fails never gets its outcome (P1). */
   flatDropsRootTransitions?: boolean;
+  /** The prefix index keeps what a replica reported after it failed or reloaded: routing then counts on a cache the
+   * replica no longer has (P16). */
+  keepPrefixOnFailure?: boolean;
 }
 
 /** Options of a control plane. */
@@ -202,6 +209,7 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
     else r.enqueue(table.newSequence(l, generated), atHead);
   };
   const replica = (id: string): ReplicaHandle | undefined => placement.replicas.get(id);
+  const prefix = createPrefixIndex();
   const placement = startPlacement(mutatedRuntime(runtime, mutations), scenario, {
     onInterrupted: (seqs, reason) => (mutations.dropInterrupted ? undefined : resumer.interrupted(seqs, reason)),
     onReplicaReady: (r) => resumer.replicaReady(r),
@@ -213,23 +221,19 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
     },
     ...(opts.checkInvariants === true ? { checkCore: true } : {}),
     onProgress: (r, d) => {
-      // A report covers one step, or a few when they were coalesced: each counts at their mean.
-      const predicted = d.predictedMs / d.steps;
-      const actual = d.busyMs / d.steps;
       // A real engine's steps are judged only against a calibrated profile: the roofline is not the engine's time.
-      const judged = !r.engine || Boolean(modelByName.get(r.model)?.calibration);
-      for (let i = 0; i < d.steps; i++) {
-        collector.estimate('stepMs', predicted, actual);
-        if (judged) health.step(r.id, predicted, actual);
-      }
+      stepTimes(collector, health, r.id, d, !r.engine || Boolean(modelByName.get(r.model)?.calibration));
       profileFits.observe(r.model, d);
       cp.onProgress?.(r, d);
       resumer.stepCompleted(r);
     },
+    onCache: (r, c) => mirrorCache(prefix, r.id, c),
     ...(mutations.adoptNothing ? { adoptNothing: true } : {}),
   });
   // Replica failures and re-creations reach health as placement publishes them.
   placement.subscribe(health.observe);
+  // A replica that failed, was removed or is loading again (a new epoch) holds no prefix: its index goes.
+  if (!mutations.keepPrefixOnFailure) placement.subscribe((e) => e.kind !== 'replica.ready' && prefix.drop(e.replica));
 
   const router = createRouter({
     registry: createRegistry(
@@ -252,6 +256,7 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
     now: () => clock.now(),
     ejected: (id) => health.ejected(id),
     slowdown: (id) => health.ratio(id),
+    ...(scenario.routing.prefix ? { prefix } : {}),
   });
   const limits = new Map(
     scenario.models.map((m) => [
@@ -304,8 +309,27 @@ export function startControlPlane(runtime: Runtime, given: Scenario, opts: Contr
     checkWorkConservation: () => conservation.sample(clock.now()),
     health,
     profileFits,
+    prefix,
   };
   return cp;
+}
+
+/** A report's steps against their predicted times: a report covers one step, or a few when they were coalesced, each
+ * counted at their mean; `judged`: they also count for the replica's health (outlier ejection). */
+function stepTimes(collector: Collector, health: Health, replica: string, d: ProgressDelta, judged: boolean): void {
+  const predicted = d.predictedMs / d.steps;
+  const actual = d.busyMs / d.steps;
+  for (let i = 0; i < d.steps; i++) {
+    collector.estimate('stepMs', predicted, actual);
+    if (judged) health.step(replica, predicted, actual);
+  }
+}
+
+/** Mirrors a core's report of its prefix cache's changes in the index. */
+function mirrorCache(prefix: PrefixIndex, replica: string, c: CacheReport): void {
+  if (c.reset) prefix.drop(replica);
+  prefix.add(replica, c.add);
+  prefix.remove(replica, c.evict);
 }
 
 /** The operator's log lines of replicas' lives: each (re)load placed, ready, failed (with why) and removed. */

@@ -15,7 +15,7 @@ import { failure, type Failure, type OutcomeCode } from '../machines/outcomes.ts
 import type { Msg, Runtime } from '../runtime/system.ts';
 import { BrokenInvariant } from '../runtime/contain.ts';
 import type { MessageOf, WireEngineSpec } from '../machines/messages.ts';
-import type { SeqEvent, SubmitSeq } from '../machines/core-messages.ts';
+import type { CacheReport, SeqEvent, SubmitSeq } from '../machines/core-messages.ts';
 import type { ContinuousLimits } from './batcher/continuous.ts';
 import type { CostModel } from './gpu/cost-model.ts';
 import type { ModelConfig } from './config.ts';
@@ -92,6 +92,8 @@ export interface ReplicaOptions {
   onInterrupted(seqs: Sequence[], reason: OutcomeCode): void;
   /** Called after each progress report of the core that ran steps (metrics, health, held requests). */
   onProgress?(replica: ReplicaHandle, delta: ProgressDelta): void;
+  /** Its core's prefix cache kept or evicted blocks (the control plane's prefix index mirrors them). */
+  onCache?(replica: ReplicaHandle, cache: CacheReport): void;
   /** A real engine runs the replica's steps (one host over all its GPUs); absent: the node's cost model. */
   engine?: WireEngineSpec;
   /** The core checks its batcher's invariants after every step (simulation). */
@@ -197,9 +199,10 @@ function submitOf(seq: Sequence, atHead: boolean): SubmitSeq {
 function createProgressApplier(o: ReplicaOptions, held: Map<string, Sequence>, items: Map<string, StatelessItem>) {
   // The replica's decode set, as the last `g` event named it.
   let decodeSet: string[] = [];
-  const scheduled = (s: Sequence, t: number): void => {
+  /** Scheduled at `t`, starting with `cached` prompt tokens its core found in its prefix cache. */
+  const scheduled = (s: Sequence, t: number, cached: number): void => {
     s.running = true;
-    s.computed = 0;
+    s.computed = cached;
     s.prefillGoal = s.promptTokens + s.generated;
     s.lastTokenAt = -1;
     s.listener.scheduled(s, t);
@@ -307,7 +310,7 @@ function createProgressApplier(o: ReplicaOptions, held: Map<string, Sequence>, i
         switch (e.k) {
           case 's': {
             const s = held.get(e.id);
-            if (s) scheduled(s, tStart);
+            if (s) scheduled(s, tStart, e.c ?? 0);
             else items.get(e.id)?.started?.(tStart);
             break;
           }
@@ -473,6 +476,7 @@ export function createReplica(runtime: Runtime, o: ReplicaOptions): ReplicaHandl
       return;
     }
     reported = [];
+    if (msg.cache) o.onCache?.(handle, msg.cache);
     const before = work.last();
     progress.apply(msg.events, now, now - Math.max(0, msg.at - msg.start), msg.at);
     work.heard(msg.load, now);

@@ -124,6 +124,10 @@ export function formatReport(r: SimReport): string {
   }
   lines.push('');
   lines.push(`batch mean size ${r.batch.meanSize} over ${r.batch.steps} steps, ${r.batch.preemptions} preemptions`);
+  if (r.prefix)
+    lines.push(
+      `prefix cache: hit rate ${(r.prefix.hitRate * 100).toFixed(1)}% (${r.prefix.cachedTokens} of ${r.prefix.promptTokens} prompt tokens over ${r.prefix.requests} requests): ${r.prefix.cachedTokens} prefill tokens saved`,
+    );
   lines.push(`gpu utilisation ${r.gpus.utilisation.map((u) => `${Math.round(u * 100)}%`).join(' ')}`);
   lines.push(
     `invariants: ${r.invariants.violations.length} violations, ${r.invariants.overBudget} over budget, ${r.invariants.withoutOneOutcome} without an outcome`,

@@ -100,7 +100,8 @@ export type SeqFinish = 'done' | 'eos' | 'stop' | 'length';
 
 /**
  * One change of one sequence in a step, as progress carries it (`k` = kind):
- * - `s` scheduled: admitted to the running set (a residency starts; its first token is still to come);
+ * - `s` scheduled: admitted to the running set (a residency starts; its first token is still to come); `c`: prompt
+ *   tokens it found in the replica's prefix cache (not prefilled again), when any;
  * - `p` preempted: evicted by recompute, back in the core's waiting queue (it keeps its streamed tokens);
  * - `t` tokens: `n` new tokens (real engines add their `ids` and `text`);
  * - `f` finished: ended with `reason` (its last tokens came in a `t` before it); a stateless member's result is
@@ -111,7 +112,7 @@ export type SeqFinish = 'done' | 'eos' | 'stop' | 'length';
  *   more than one, or was made after the step ended; without it the step ended at the report's `at`.
  */
 export type SeqEvent =
-  | { k: 's'; id: string }
+  | { k: 's'; id: string; c?: number }
   | { k: 'p'; id: string }
   | { k: 't'; id: string; n: number; ids?: number[]; text?: string; lp?: TokenLogprob[] }
   | { k: 'f'; id: string; reason: SeqFinish; result?: number; batch?: string; size?: number; error?: string }
@@ -166,6 +167,18 @@ export interface ReplicaLoad extends BatcherStats {
   inflightMs: number;
 }
 
+/** What a core's prefix cache kept and evicted since its last report (block chain hashes, block-hash.ts): the control
+ * plane's prefix index mirrors it. `reset`: forget what was known of this replica's cache first (it was cleared, or
+ * more changed than one report carries), then take `add`. */
+export interface CacheReport {
+  add: number[];
+  evict: number[];
+  reset?: boolean;
+}
+
+/** Most block hashes one cache report carries in each list (more: the report says `reset`). */
+export const MAX_CACHE_REPORT = 4096;
+
 /** One report of a core: the events of its latest step (or of a submit/cancel it answered) and its load. */
 export interface CoreReport {
   /** The core's clock when the report was made, and when the step it reports started (equal for a report of no
@@ -176,6 +189,8 @@ export interface CoreReport {
   ranks?: number[];
   events: SeqEvent[];
   load: ReplicaLoad;
+  /** Its prefix cache's changes since the last report, when there are any. */
+  cache?: CacheReport;
 }
 
 /** A load of nothing (a core that holds no work), with `over` on top: the shape every report carries. */

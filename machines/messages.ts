@@ -1,7 +1,15 @@
 // What entities say to each other: one discriminated union of every message, routed by the runtime to a local actor or
 // over the wire. The node protocol (transport/protocol.ts) validates the members that cross to a worker; a test keeps
 // the two in step.
-import type { CoreLimits, CoreStatelessLimits, ReplicaLoad, SeqEvent, SubmitItem, SubmitSeq } from './core-messages.ts';
+import type {
+  CacheReport,
+  CoreLimits,
+  CoreStatelessLimits,
+  ReplicaLoad,
+  SeqEvent,
+  SubmitItem,
+  SubmitSeq,
+} from './core-messages.ts';
 
 /** A step's shape as the node's cost model needs it: prefill chunks `[tokens, cached]`, decode batch and context. */
 export interface WireStepShape {
@@ -165,6 +173,8 @@ export type NodeProtocolMessage =
       events: SeqEvent[];
       load: ReplicaLoad;
       ranks?: number[];
+      /** Its prefix cache's changes since the last report. */
+      cache?: CacheReport;
     };
 
 /** Messages inside the control plane: replicas report to placement, a request leaves the queue that holds it. */

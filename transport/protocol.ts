@@ -15,6 +15,7 @@ import {
   type Infer,
   type Schema,
 } from './schema.ts';
+import { MAX_CACHE_REPORT } from '../machines/core-messages.ts';
 
 /** Protocol version carried by every registration; a peer with another version is refused. */
 export const PROTOCOL_VERSION = 2;
@@ -103,6 +104,8 @@ const sampling = obj({
 const classRank = int({ min: 0, max: 255 });
 const total = int({ min: 0 });
 const tokenIds = arr(tokenId, { max: ENGINE_WIRE_BOUNDS.maxTokens });
+/** A block's chain hash (actors/batcher/block-hash.ts): a safe integer. */
+const blockHash = int({ min: 0, max: Number.MAX_SAFE_INTEGER });
 
 /** A generative sequence handed to a replica's core (machines/core-messages.ts SubmitSeq). */
 const submitSeq = obj({
@@ -118,7 +121,7 @@ const submitSeq = obj({
   prompt: optional(tokenIds),
   out: optional(tokenIds),
   sampling: optional(sampling),
-  blocks: optional(arr(int({ min: 0, max: Number.MAX_SAFE_INTEGER }), { max: 4096 })),
+  blocks: optional(arr(blockHash, { max: 4096 })),
 });
 
 /** A stateless item's execution options: bounded names (a key schema types its record as partial, but every key
@@ -147,7 +150,7 @@ const tokenLogprob = obj({
 
 /** One change of one sequence in a step (SeqEvent), by kind `k`. */
 const seqEvent = union('k', {
-  s: obj({ id: seqId }),
+  s: obj({ id: seqId, c: optional(count) }),
   p: obj({ id: seqId }),
   t: obj({
     id: seqId,
@@ -315,6 +318,13 @@ export const nodeMessageSchema = union('type', {
     events: arr(seqEvent, { max: ENGINE_WIRE_BOUNDS.maxEvents }),
     load: replicaLoad,
     ranks: optional(arr(gpu, { min: 1, max: 64 })),
+    cache: optional(
+      obj({
+        add: arr(blockHash, { max: MAX_CACHE_REPORT }),
+        evict: arr(blockHash, { max: MAX_CACHE_REPORT }),
+        reset: optional(bool()),
+      }),
+    ),
   }),
 });
 

@@ -203,6 +203,7 @@ export function createContinuousBatcher(limits: ContinuousLimits): ContinuousBat
       return r;
     },
     has: (id) => st.byId.has(id),
+    cacheChanges: () => st.ledger.takeChanges(),
     hasWork: () => st.running.length > 0 || st.waiting.count > 0,
     saturated: () => {
       if (st.waiting.count === 0) return false;

@@ -1,6 +1,7 @@
 // The continuous batcher's public shapes: its limits, a planned step, its stats, and the batcher itself.
 import type { StepShape } from '../gpu/cost-model.ts';
 import type { Sequence } from './sequence.ts';
+import type { CacheChanges } from './kv-ledger.ts';
 import type { BatcherStats, CoreLimits } from '../../machines/core-messages.ts';
 
 /** How a replica composes each step, and the limits of its iteration loop (defined with the core's messages). */
@@ -49,6 +50,8 @@ export interface ContinuousBatcher {
   /** Removes every sequence (replica failed or drained past its deadline) and returns them. */
   evictAll(): Sequence[];
   has(id: string): boolean;
+  /** What its prefix cache kept and evicted since the last call (empty without a cache). */
+  cacheChanges(): CacheChanges;
   hasWork(): boolean;
   saturated(): boolean;
   stats(): BatcherStats;

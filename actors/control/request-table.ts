@@ -166,6 +166,16 @@ function sequenceListener(
       const l = seq.tag as Live;
       // Scheduled, it no longer waits: its deadline is moot (a preemption or interruption arms a new one).
       l.disarm?.();
+      // A sequence starts with what its replica's prefix cache held of its prompt already computed.
+      if (l.firstScheduledAt < 0 && l.hashes) {
+        l.cachedTokens = seq.computed;
+        // The decision that sent it there hears what its replica really held (--explain shows both).
+        for (let i = l.traces.length - 1; i >= 0; i--) {
+          if (l.traces[i]!.outcome !== 'routed') continue;
+          l.traces[i]!.cachedTokens = seq.computed;
+          break;
+        }
+      }
       markScheduled(l, t);
       seq.awaitingToken = true;
       l.actor.send({ type: 'request.scheduled', replica: l.actor.getSnapshot().context.replica ?? 'router', t });
@@ -356,6 +366,7 @@ export function createRequestTable(deps: RequestTableDeps): RequestTable {
       budgetMs: l.budgetMs,
       resumes: c.resumes,
       preemptions: c.preemptions,
+      ...(l.hashes ? { promptTokens: l.spec.promptTokens, cachedTokens: l.cachedTokens ?? 0 } : {}),
     });
     try {
       l.listener?.terminal?.(l.id, {

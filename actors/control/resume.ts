@@ -51,6 +51,7 @@ export function createResumer(deps: ResumeDeps): Resumer {
       promptTokens: l.spec.promptTokens + generated,
       estOutputTokens: l.spec.maxTokens - generated,
       priority: l.rank,
+      ...(l.hashes ? { hashes: l.hashes } : {}),
     };
     const exclude = deps.heldOnReadyOnly ? undefined : (from ?? undefined);
     const pick = router.resume(l.model, l.version, l.spec.priority, work, exclude);

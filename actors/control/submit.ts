@@ -75,6 +75,7 @@ function submitOne(deps: SubmitDeps, id: string, spec: SubmitSpec, clientListene
     maxTokens: stateless ? 1 : spec.maxTokens,
     estOutputTokens,
     ...(spec.deadlineMs !== undefined ? { deadlineMs: spec.deadlineMs } : {}),
+    ...(hashes ? { hashes } : {}),
   });
   const budgetMs = adm.ok ? adm.budgetMs : 0;
   const routed = adm.ok && adm.replica ? deps.replica(adm.replica.id)! : null;

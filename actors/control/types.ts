@@ -82,6 +82,8 @@ export interface Live {
   tokens?: SequenceTokens;
   /** Chain hashes of its blocks, for a model with a prefix cache. */
   hashes?: readonly number[];
+  /** Prompt tokens its replica found cached when it was first scheduled (a model with a prefix cache). */
+  cachedTokens?: number;
   listener: ClientListener | undefined;
   /** Whether `listener` takes tokens (fixed at admission: read for every token, so the listener is not). */
   streams: boolean;

@@ -5,7 +5,7 @@ import { runStepsLeft } from '../batcher/decode-run.ts';
 import { createSequence, type Sequence } from '../batcher/sequence.ts';
 import type { BatcherStats, StepPlan } from '../batcher/types.ts';
 import type { ClosedBatch } from '../batcher/stateless.ts';
-import type { SubmitItem, SubmitSeq } from '../../machines/core-messages.ts';
+import type { CacheReport, SubmitItem, SubmitSeq } from '../../machines/core-messages.ts';
 import type { CoreEvents } from './core-events.ts';
 import type { EngineCoreOptions, StepResult } from './types.ts';
 
@@ -31,6 +31,8 @@ export interface CoreSteps {
   /** The batcher's counts (zeros for a stateless core) and the requests a stateless core holds. */
   stats(): BatcherStats;
   queued(): number;
+  /** Its prefix cache's changes since the last call, as a report carries them; undefined when there are none. */
+  cacheChanges(): CacheReport | undefined;
   /** Drops everything (the core stopped). */
   stop(): void;
 }
@@ -139,6 +141,11 @@ export function createContinuousSteps(o: EngineCoreOptions, ev: CoreEvents): Cor
     saturated: batcher.saturated,
     stats: batcher.stats,
     queued: () => 0,
+    cacheChanges: () => {
+      const c = batcher.cacheChanges();
+      if (c.added.length === 0 && c.evicted.length === 0 && !c.overflow) return undefined;
+      return c.overflow ? { add: c.added, evict: [], reset: true } : { add: c.added, evict: c.evicted };
+    },
     stop: () => void batcher.evictAll(),
   };
 }

@@ -67,7 +67,8 @@ export function createCoreEvents(release?: (id: string) => void): CoreEvents {
     scheduled: (seq: Sequence) => {
       // Cleared at its first token: the batcher's sameGap and decode runs leave a sequence awaiting one out.
       seq.awaitingToken = true;
-      other({ k: 's', id: seq.id });
+      // What it found cached (attached when it was scheduled) it does not prefill again.
+      other(seq.computed > 0 ? { k: 's', id: seq.id, c: seq.computed } : { k: 's', id: seq.id });
     },
     preempted: (seq: Sequence) => {
       other({ k: 'p', id: seq.id });

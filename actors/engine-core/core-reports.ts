@@ -2,6 +2,7 @@
 // and then one for every step since (see core.ts).
 import type { StepPlan } from '../batcher/types.ts';
 import type { CoreEvents } from './core-events.ts';
+import type { CacheReport } from '../../machines/core-messages.ts';
 import type { EngineCoreOptions, ReplicaLoad, SeqEvent } from './types.ts';
 
 /** The reports of one core. */
@@ -25,8 +26,14 @@ export interface CoreReports {
   mayHold(plan: StepPlan, inflight: StepPlan | null, count: number, now: number): boolean;
 }
 
-/** Creates the reports of a core whose events collect in `ev`, its load read by `load`. */
-export function createCoreReports(o: EngineCoreOptions, ev: CoreEvents, load: () => ReplicaLoad): CoreReports {
+/** Creates the reports of a core whose events collect in `ev`, its load read by `load` and its prefix cache's changes
+ * by `cache` (each report carries those since the one before). */
+export function createCoreReports(
+  o: EngineCoreOptions,
+  ev: CoreEvents,
+  load: () => ReplicaLoad,
+  cache: () => CacheReport | undefined,
+): CoreReports {
   const runMs = o.decodeRunMs ?? 0;
   let sentAt = 0;
   // The buffer holds the events of steps whose report was held back; `heldStart`: the last such step's start.
@@ -40,7 +47,10 @@ export function createCoreReports(o: EngineCoreOptions, ev: CoreEvents, load: ()
       r.dirty = false;
       holding = false;
       sentAt = at;
-      o.report(ranks === null ? { at, start, events, load: load() } : { at, start, ranks, events, load: load() });
+      const c = ranks === null ? cache() : undefined;
+      if (ranks !== null) o.report({ at, start, ranks, events, load: load() });
+      else if (c === undefined) o.report({ at, start, events, load: load() });
+      else o.report({ at, start, events, load: load(), cache: c });
     },
     hold: (start) => {
       holding = true;

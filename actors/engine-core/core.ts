@@ -115,7 +115,7 @@ export function createEngineCore(o: EngineCoreOptions): EngineCore {
     const counts = { received, cancelled, queued: steps.queued(), saturated: steps.saturated() };
     return loadOf(s, byClass, tokensByClass, counts, totals, inflight, clock.now());
   };
-  const reports = createCoreReports(o, ev, load);
+  const reports = createCoreReports(o, ev, load, () => steps.cacheChanges());
   /** Completes `plan`, which ended at `end`: its totals, then the batcher (its events to the buffer). */
   const complete = (plan: StepPlan, r: StepResult, end: number): void => {
     count(totals, steps.members(plan), plan, end);

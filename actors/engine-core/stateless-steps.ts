@@ -95,6 +95,7 @@ export function createStatelessSteps(
     saturated: () => stateless.stats().queued >= limits.maxQueued,
     stats: () => NO_BATCHER,
     queued: () => stateless.stats().queued,
+    cacheChanges: () => undefined,
     stop: () => {
       batch = null;
       stateless.abortAll(failure('replica_failed', `replica ${o.replica} stopped`));

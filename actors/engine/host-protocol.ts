@@ -8,6 +8,7 @@
 // rest of its frame. What the worker itself needs of a report (finished sequences, counts) comes beside the body.
 import type { EngineCapacity, EngineFailure, EngineLoadOptions } from './engine.ts';
 import type { CoreLimits, CoreReport, ReplicaLoad, SubmitSeq } from '../../machines/core-messages.ts';
+import { MAX_CACHE_REPORT } from '../../machines/core-messages.ts';
 import { decodeUntrusted, DEFAULT_LIMITS, type CodecLimits } from '../../transport/codec.ts';
 
 /** Version of the host protocol; a message carrying another version is refused. */
@@ -252,7 +253,7 @@ const checkSubmitSeq: Check = (x, p) => {
 };
 
 const SEQ_EVENTS: Readonly<Record<string, Check>> = {
-  s: shape({ k: oneOf('s'), id: seqId }),
+  s: shape({ k: oneOf('s'), id: seqId }, { c: upTo(HOST_BOUNDS.maxTokens) }),
   p: shape({ k: oneOf('p'), id: seqId }),
   t: shape(
     { k: oneOf('t'), id: seqId, n: upTo(HOST_BOUNDS.maxTokens) },
@@ -307,7 +308,10 @@ const LOAD_FIELDS: Record<keyof ReplicaLoad, Check> = {
 
 const checkReport = shape(
   { at: num, start: num, events: arr(HOST_BOUNDS.maxEvents, checkEvent), load: shape(LOAD_FIELDS) },
-  { ranks: arr(64, upTo(63)) },
+  {
+    ranks: arr(64, upTo(63)),
+    cache: shape({ add: arr(MAX_CACHE_REPORT, nat), evict: arr(MAX_CACHE_REPORT, nat) }, { reset: bool }),
+  },
 );
 
 const checkReplyValue: Check = (x, p) => {

@@ -17,6 +17,19 @@ export interface RequestRecord {
   budgetMs: number;
   resumes: number;
   preemptions: number;
+  /** A model with a prefix cache: its prompt, and what its replica held of it cached when first scheduled. */
+  promptTokens?: number;
+  cachedTokens?: number;
+}
+
+/** Prefix reuse over the requests of models with a prefix cache that were scheduled. */
+export interface PrefixReport {
+  requests: number;
+  promptTokens: number;
+  /** Prompt tokens found cached (prefill saved). */
+  cachedTokens: number;
+  /** cachedTokens ÷ promptTokens. */
+  hitRate: number;
 }
 
 /** Per-model latency summaries. */
@@ -56,6 +69,8 @@ export interface Collector {
   estimate(kind: string, predictedMs: number, actualMs: number): void;
   /** Estimate error per kind, kinds in name order. */
   estimates(): Record<string, EstimateError>;
+  /** Prefix reuse (null when no model keeps a prefix cache). */
+  prefix(model?: string): PrefixReport | null;
 }
 
 /** Creates an empty collector. */
@@ -125,6 +140,19 @@ export function createCollector(): Collector {
       return Object.fromEntries(Object.entries(out).sort(([a], [b]) => a.localeCompare(b)));
     },
     latency,
+    prefix: (model) => {
+      let requests = 0;
+      let promptTokens = 0;
+      let cachedTokens = 0;
+      for (const r of records) {
+        if (r.promptTokens === undefined || r.firstScheduledAt < 0 || (model && r.model !== model)) continue;
+        requests++;
+        promptTokens += r.promptTokens;
+        cachedTokens += r.cachedTokens ?? 0;
+      }
+      if (requests === 0) return null;
+      return { requests, promptTokens, cachedTokens, hitRate: promptTokens > 0 ? cachedTokens / promptTokens : 0 };
+    },
     outputTokens: () => outTokens,
     estimate: (kind, predictedMs, actualMs) => {
       let e = errors.get(kind);

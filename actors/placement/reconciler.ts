@@ -25,6 +25,8 @@ export interface PlacementHooks {
   onReplicaReady(r: ReplicaHandle): void;
   /** After a progress report of `r`'s core that covered steps. */
   onProgress?(r: ReplicaHandle, delta: ProgressDelta): void;
+  /** `r`'s core reported its prefix cache's changes. */
+  onCache?: ReplicaOptions['onCache'];
   /** A sequence the replica's core refused: its request fails alone. */
   onRefused?(seq: Sequence, message: string): void;
   /** Cores check their batchers' invariants after every step (simulation). */
@@ -75,7 +77,7 @@ export function replicaOptions(
   scenario: Scenario,
   e: LayoutEntry,
   epoch: number,
-  callbacks: Pick<ReplicaOptions, 'onInterrupted' | 'onProgress' | 'onRefused' | 'checkCore'>,
+  callbacks: Pick<ReplicaOptions, 'onInterrupted' | 'onProgress' | 'onCache' | 'onRefused' | 'checkCore'>,
 ): ReplicaOptions {
   const m = e.model;
   const cost = costOf(scenario, m);
@@ -158,6 +160,7 @@ export function createReconciler(d: ReconcilerDeps): Reconciler {
           schedule();
       },
       ...(hooks.onRefused ? { onRefused: hooks.onRefused } : {}),
+      ...(hooks.onCache ? { onCache: hooks.onCache } : {}),
       ...(hooks.checkCore ? { checkCore: true } : {}),
     });
     for (const dev of e.devices) ledger.setHolder(dev, e.id);

@@ -154,7 +154,12 @@ function hold(core: RouterCore, p: Pending): Admission {
 /** Ready replicas exist: queue bounds, shedding, KV headroom and the predicted wait decide. */
 function routeReady(core: RouterCore, p: Pending, cands: ReplicaView[]): Admission {
   const { model, version, budgetMs, trace, req, cls, queue } = p;
-  const work = { promptTokens: req.promptTokens, estOutputTokens: req.estOutputTokens, priority: cls.rank };
+  const work = {
+    promptTokens: req.promptTokens,
+    estOutputTokens: req.estOutputTokens,
+    priority: cls.rank,
+    ...(req.hashes ? { hashes: req.hashes } : {}),
+  };
   const ests: WaitEstimate[] = cands.map((r) => core.estimate(r, work));
   trace.candidates = ests;
   let minWait = Infinity;

@@ -56,7 +56,13 @@ export function createRouterCore(deps: RouterDeps): RouterCore {
     },
     fits: (r, e) => e.needBlocks <= r.blocksTotal,
     // Measured step-time ratio, kept within sane bounds so one odd sample cannot zero or explode an estimate.
-    estimate: (r, work) => r.estimate(work, Math.min(20, Math.max(0.5, deps.slowdown?.(r.id) ?? 1)), deps.now()),
+    estimate: (r, work) => {
+      const slowdown = Math.min(20, Math.max(0.5, deps.slowdown?.(r.id) ?? 1));
+      // What the replica is expected to hold of the prompt, by the prefix index its core's reports feed.
+      const blocks = work.hashes && deps.prefix ? deps.prefix.cachedBlocks(r.id, work.hashes) : 0;
+      const w = blocks > 0 ? { ...work, cachedTokens: blocks * r.blockTokens } : work;
+      return r.estimate(w, slowdown, deps.now());
+    },
     choose: (cands, ests) => {
       const { fits } = core;
       if (core.policy === 'round-robin') {

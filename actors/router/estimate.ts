@@ -34,6 +34,8 @@ export interface WaitEstimate {
   topWaitMs: number;
   /** Predicted wait for running sequences to free enough KV for this request (ms); 0 with headroom. */
   kvWaitMs: number;
+  /** Prompt tokens the replica is expected to hold in its prefix cache (not prefilled again), when any. */
+  cachedTokens?: number;
 }
 
 /** What the estimate needs to know about the request. */
@@ -42,6 +44,10 @@ export interface WorkSpec {
   estOutputTokens: number;
   /** Priority class rank (0 highest): only work of its class or higher counts as ahead in the queue. */
   priority: number;
+  /** Chain hashes of its prompt's full blocks (block-hash.ts), for replicas with a prefix cache. */
+  hashes?: readonly number[];
+  /** Prompt tokens this replica holds in its prefix cache (the router's prefix index): only the rest is prefilled. */
+  cachedTokens?: number;
 }
 
 // Reused shape objects: the cost model reads them synchronously and keeps nothing.
@@ -184,10 +190,14 @@ export function estimateLoad(r: ReplicaLoad, work: WorkSpec, slowdown = 1): Wait
   const slotS = over > 0 && st.running > 0 ? slotsFreedAfter(st.running, over) * avgRemain * decodeS : 0;
   const blockedS = Math.max(kvS, slotS);
 
-  // Full steps before a prompt queued behind `ahead` prefill tokens gets its first chunk.
+  // Full steps before a prompt queued behind `ahead` prefill tokens gets its first chunk. What the replica holds of
+  // its prompt is not prefilled again (the last prompt token always is): load and cache locality in one estimate.
+  const cached = Math.max(0, Math.min(work.cachedTokens ?? 0, work.promptTokens - 1));
   const waitS = inflightS + blockedS + Math.floor(ahead / perStep) * fullS;
   const ttftS =
-    inflightS + blockedS + prefillPhaseS(r.cost, ahead + work.promptTokens, perStep, fullS, decodes, st.runningContext);
+    inflightS +
+    blockedS +
+    prefillPhaseS(r.cost, ahead + work.promptTokens - cached, perStep, fullS, decodes, st.runningContext);
   const topAhead = runningAhead + (st.waitingTokensByClass[0] ?? 0);
   const topOver = st.running + (st.waitingByClass[0] ?? 0) + 1 - lim.maxRunning;
   const topSlotS = topOver > 0 && st.running > 0 ? slotsFreedAfter(st.running, topOver) * avgRemain * decodeS : 0;
@@ -208,6 +218,7 @@ export function estimateLoad(r: ReplicaLoad, work: WorkSpec, slowdown = 1): Wait
     aheadTokens: ahead,
     topWaitMs: topWaitS * k,
     kvWaitMs: kvS * k,
+    ...(cached > 0 ? { cachedTokens: cached } : {}),
   };
 }
 

@@ -71,10 +71,17 @@ export function formatTraces(id: string, traces: readonly DecisionTrace[]): stri
       lines.push('    replica                          wait ms   ttft ms  ahead tok  queued running  free/need blocks');
       for (const c of tr.candidates) {
         const mark = c.replica === tr.chosen ? '*' : ' ';
+        const cached = c.cachedTokens ? `  cached ${c.cachedTokens} tok expected` : '';
         lines.push(
-          `   ${mark}${c.replica.padEnd(30)} ${String(Math.round(c.waitMs)).padStart(8)} ${String(Math.round(c.ttftMs)).padStart(9)} ${String(c.aheadTokens).padStart(10)} ${String(c.queued).padStart(7)} ${String(c.running).padStart(7)}  ${c.freeBlocks}/${c.needBlocks}${c.headroom ? '' : ' (no headroom)'}`,
+          `   ${mark}${c.replica.padEnd(30)} ${String(Math.round(c.waitMs)).padStart(8)} ${String(Math.round(c.ttftMs)).padStart(9)} ${String(c.aheadTokens).padStart(10)} ${String(c.queued).padStart(7)} ${String(c.running).padStart(7)}  ${c.freeBlocks}/${c.needBlocks}${c.headroom ? '' : ' (no headroom)'}${cached}`,
         );
       }
+    }
+    if (tr.cachedTokens !== undefined) {
+      const expected = tr.candidates.find((c) => c.replica === tr.chosen)?.cachedTokens ?? 0;
+      lines.push(
+        `    prefix cache: ${expected} prompt tokens expected cached, ${tr.cachedTokens} found when scheduled`,
+      );
     }
     for (const x of tr.excluded) lines.push(`     excluded ${x.replica}: ${x.why}`);
   }

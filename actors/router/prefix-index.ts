@@ -19,6 +19,8 @@ export interface PrefixIndex {
   cachedBlocks(replica: string, hashes: readonly number[]): number;
   /** Blocks remembered for a replica. */
   size(replica: string): number;
+  /** The replicas with blocks remembered. */
+  replicas(): string[];
 }
 
 /** Creates an empty index; `max` bounds each replica's entries. */
@@ -55,5 +57,6 @@ export function createPrefixIndex(max = MAX_INDEXED_BLOCKS): PrefixIndex {
       return n;
     },
     size: (replica) => byReplica.get(replica)?.size ?? 0,
+    replicas: () => [...byReplica.keys()].filter((r) => byReplica.get(r)!.size > 0),
   };
 }

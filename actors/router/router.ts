@@ -8,6 +8,7 @@ import { createRouterCore } from './core.ts';
 import { admit, classOf } from './admit.ts';
 import type { ReplicaView } from './view.ts';
 import type { SubmitSpec } from '../control/types.ts';
+import type { PrefixIndex } from './prefix-index.ts';
 
 export { isReady, viewOf, type ReplicaView } from './view.ts';
 
@@ -48,6 +49,8 @@ export type RouteRequest = Pick<SubmitSpec, 'model' | 'version' | 'promptTokens'
   priority: string;
   /** Output length the ledger assumes (maxTokens unless a predictor is configured). */
   estOutputTokens: number;
+  /** Chain hashes of its prompt's full blocks, for a model whose replicas keep a prefix cache. */
+  hashes?: readonly number[];
 };
 
 /** A replica of the resolved model@version the router did not consider, and why. */
@@ -77,6 +80,9 @@ export interface DecisionTrace {
   /** An admitted request's predicted wait before its prefill starts (ms from the decision): the load time plus the
    * work held ahead when held, the chosen replica's estimate when routed. */
   predictedWaitMs?: number;
+  /** A routed request of a model with a prefix cache: the prompt tokens its replica really held cached when it was
+   * scheduled (the chosen candidate's `cachedTokens` is what the router expected). */
+  cachedTokens?: number;
 }
 
 /** The router's answer: a replica (or a bounded hold until one is ready), or a typed rejection. */
@@ -118,6 +124,9 @@ export interface RouterDeps {
   ejected?(replica: string): string | null;
   /** How much slower than the cost model a replica's steps really run (1 when on time or unknown). */
   slowdown?(replica: string): number;
+  /** What each replica holds in its prefix cache, as its core reported it: the cost policy prices a candidate's
+   * cached prompt tokens as not prefilled (absent: prefixes are not routed on). */
+  prefix?: Pick<PrefixIndex, 'cachedBlocks'>;
 }
 
 /** The router of one control plane. */

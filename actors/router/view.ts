@@ -14,6 +14,8 @@ export interface ReplicaView {
   state(): string;
   /** KV blocks in all: a request that needs more can never run here. */
   readonly blocksTotal: number;
+  /** Tokens per KV block (a prefix cache keeps whole blocks). */
+  readonly blockTokens: number;
   /** Predicted wait, first token and KV headroom of `work` here; `slowdown` scales the cost model's step times. */
   /** `now`: the router's clock, to place the step in flight (absent: half a step is assumed). */
   estimate(work: WorkSpec, slowdown: number, now?: number): WaitEstimate;
@@ -40,6 +42,7 @@ export function viewOf(r: ReplicaHandle): ReplicaView {
     ready: () => isReady(r),
     state: () => r.state(),
     blocksTotal: r.work.limits.blocksTotal,
+    blockTokens: r.work.limits.blockTokens,
     estimate: (work, slowdown, now) => estimateWait(r, work, slowdown, now),
     // The class totals only: stats() would walk the running set whenever a step changed it.
     waiting: (rank) => r.work.waitingOf(rank),

@@ -1,5 +1,5 @@
 // Deterministic simulation testing: the whole system (control plane, node agent, clients) in virtual time, each
-// seed with a random schedule of faults, and the promises P1–P15 checked while it runs. A failing seed is
+// seed with a random schedule of faults, and the promises P1–P16 checked while it runs. A failing seed is
 // reproducible from its number and its fault schedule can be shrunk.
 import { createHash } from 'node:crypto';
 import { createRng, type Rng } from '../../runtime/rng.ts';
@@ -7,6 +7,7 @@ import type { InjectedFault } from '../../machines/messages.ts';
 import type { ControlPlane, ControlPlaneMutations, SubmitSpec, TerminalOutcome } from '../control-plane.ts';
 import { normalizeScenario, type Scenario } from '../config.ts';
 import { loadTrace, type TraceRow } from './traffic.ts';
+import { createConversationStream, type ConversationSpec } from './conversations.ts';
 import { createVirtualClock } from '../../runtime/clock.ts';
 import { buildDstSystem, type DstSystem } from './dst-system.ts';
 import { longestStepMs } from '../control/invariants.ts';
@@ -33,7 +34,8 @@ export type DstMutation =
   | 'held-on-ready-only'
   | 'adopt-nothing'
   | 'flat-drops-root-transitions'
-  | 'lose-submits';
+  | 'lose-submits'
+  | 'keep-prefix-on-failure';
 
 /** Every mutation, for the CLI. */
 export const DST_MUTATIONS: readonly DstMutation[] = [
@@ -44,6 +46,7 @@ export const DST_MUTATIONS: readonly DstMutation[] = [
   'adopt-nothing',
   'flat-drops-root-transitions',
   'lose-submits',
+  'keep-prefix-on-failure',
 ];
 
 /** The control plane's mutation options for a DST mutation. */
@@ -55,6 +58,7 @@ const MUTATIONS: Record<DstMutation, ControlPlaneMutations> = {
   'adopt-nothing': { adoptNothing: true },
   'flat-drops-root-transitions': { flatDropsRootTransitions: true },
   'lose-submits': { loseSubmits: true },
+  'keep-prefix-on-failure': { keepPrefixOnFailure: true },
 };
 
 /** How often work conservation (P10) is sampled (virtual ms). */
@@ -96,6 +100,22 @@ export interface DstOptions {
 const LAYOUTS = ['small-exclusive', 'large-exclusive', 'mixed-switch'] as const;
 type Layout = (typeof LAYOUTS)[number];
 
+/** Every other seed of the small-exclusive layout serves multi-turn conversations with shared system prompts to
+ * replicas that keep a prefix cache (routing on it), under the same faults. */
+function prefixSeed(layout: Layout, seed: number): boolean {
+  return layout === 'small-exclusive' && Math.floor(seed / LAYOUTS.length) % 2 === 1;
+}
+
+/** The conversations of a prefix seed: system prompts shared by half of them, a few turns each. */
+const DST_CONVERSATIONS: ConversationSpec = {
+  systemPrompts: 3,
+  systemTokens: 600,
+  shared: 0.5,
+  turns: { mean: 4, max: 10 },
+  userTokens: { mean: 100, cv: 0.8, max: 800 },
+  thinkMs: 4_000,
+};
+
 function scenarioFor(layout: Layout, seed: number): Scenario {
   const small = {
     name: 'llama-3-8b',
@@ -103,6 +123,8 @@ function scenarioFor(layout: Layout, seed: number): Scenario {
     tp: 1,
     replicas: 3,
     resume: { maxResumes: 2, budgetMs: 60_000 },
+    // A prefix cache small enough that conversations compete for it: eviction under pressure is exercised.
+    ...(prefixSeed(layout, seed) ? { batching: { prefixCache: true, kvBlocks: 2048 } } : {}),
   };
   const large = {
     name: 'llama-3-70b',
@@ -274,7 +296,15 @@ function attachClients(sys: DstSystem): DstClients {
 }
 
 /** Poisson arrivals per model at a moderate share of its capacity, lengths from the conversation trace. */
-function scheduleTraffic(sys: DstSystem, clients: DstClients, rng: Rng, layout: Layout, origin: number, endMs: number) {
+function scheduleTraffic(
+  sys: DstSystem,
+  clients: DstClients,
+  rng: Rng,
+  layout: Layout,
+  origin: number,
+  endMs: number,
+  prefix: boolean,
+) {
   const rows: TraceRow[] = loadTrace('splitwise_conv').filter((r) => r.prompt + r.output <= 4096);
   const rates: Record<string, number> =
     layout === 'small-exclusive'
@@ -283,6 +313,28 @@ function scheduleTraffic(sys: DstSystem, clients: DstClients, rng: Rng, layout: 
         ? { 'llama-3-70b': 3 }
         : { 'llama-3-8b': 6, 'llama-3-70b': 0.5 };
   const counter = { submitted: 0 };
+  if (prefix) {
+    // Conversations start at the small model's rate; every turn after the first comes back a think time later.
+    const model = 'llama-3-8b';
+    const r = rng.fork('conversations');
+    const turns = createConversationStream({
+      spec: DST_CONVERSATIONS,
+      requests: 100_000,
+      start: origin,
+      startGapMs: () => r.exponential(1000 / 4),
+      outputTokens: () => rows[r.int(rows.length)]!.output,
+      rng: r.fork('turns'),
+    });
+    for (let turn = turns.next(); turn !== null && turn.t < endMs; turn = turns.next()) {
+      const { promptTokens, outputTokens, segments } = turn;
+      if (promptTokens + outputTokens > 4096) continue;
+      sys.clock.at(turn.t, () => {
+        if (clients.submit({ model, promptTokens, maxTokens: outputTokens, outputTokens, segments }))
+          counter.submitted++;
+      });
+    }
+    return counter;
+  }
   for (const [model, rate] of Object.entries(rates)) {
     const r = rng.fork(model);
     let t = origin;
@@ -414,8 +466,20 @@ function staleViews(cp: ControlPlane, now: number, windows: readonly [number, nu
   return out;
 }
 
+/** P16: the prefix index holds blocks only for replicas that serve (ready, or draining what they run): a replica that
+ * failed, stopped or is loading again lost its cache, and routing must not count on it. */
+function stalePrefixes(cp: ControlPlane): string[] {
+  const out: string[] = [];
+  for (const id of cp.prefix.replicas()) {
+    const r = cp.placement.replicas.get(id);
+    if (!r || !r.hasTag('serving'))
+      out.push(`${id}: the prefix index holds ${cp.prefix.size(id)} blocks of a replica ${r ? r.state() : 'gone'}`);
+  }
+  return out;
+}
+
 /** Checks while it runs: P6 ownership and gangs, P5 bounded queues after every step; P7 readiness each second;
- * P10 work conservation and P15 view staleness every CONSERVATION_SAMPLE_MS. */
+ * P10 work conservation, P15 view staleness and P16 prefix index every CONSERVATION_SAMPLE_MS. */
 function startMonitors(
   sys: DstSystem,
   clients: DstClients,
@@ -427,6 +491,7 @@ function startMonitors(
   attachMonitors(sys, clients, sys.cp!);
   // A replica's stale view is reported once.
   const staleSeen = new Set<string>();
+  const prefixSeen = new Set<string>();
   const checkReadiness = (): void => {
     const cp = sys.cp;
     if (!cp) return;
@@ -446,6 +511,12 @@ function startMonitors(
         if (staleSeen.has(replica)) continue;
         staleSeen.add(replica);
         clients.violate('P15', v);
+      }
+      for (const v of stalePrefixes(cp)) {
+        const replica = v.slice(0, v.indexOf(':'));
+        if (prefixSeen.has(replica)) continue;
+        prefixSeen.add(replica);
+        clients.violate('P16', v);
       }
     });
 }
@@ -566,7 +637,16 @@ export function runDstSeed(seed: number, opts: DstOptions): DstResult {
   if (sys.cp!.placement.replicas.size === 0) clients.violate('boot', 'the initial placement did not load');
 
   const endMs = origin + opts.simSeconds * 1000;
-  const traffic = scheduleTraffic(sys, clients, rng.fork('traffic'), layout, origin, origin + opts.simSeconds * 750);
+  const trafficEnd = origin + opts.simSeconds * 750;
+  const traffic = scheduleTraffic(
+    sys,
+    clients,
+    rng.fork('traffic'),
+    layout,
+    origin,
+    trafficEnd,
+    prefixSeed(layout, seed),
+  );
   const restart = watchRestart(sys, faults, origin, clients.violate);
   const { lastFaultEnd, windows } = scheduleFaults(sys, clients, faults, origin, restart);
   startMonitors(sys, clients, origin, opts.simSeconds, windows);

@@ -9,7 +9,7 @@ import { createArrivalStream, type ArrivalStream } from './traffic.ts';
 import { connectSimLink } from '../../transport/sim-link.ts';
 import type { Scenario } from '../config.ts';
 import type { Summary } from '../metrics/histogram.ts';
-import type { EstimateError } from '../metrics/collector.ts';
+import type { EstimateError, PrefixReport } from '../metrics/collector.ts';
 import type { DecisionTrace } from '../router/router.ts';
 import type { PlacementEvent } from '../placement/placement.ts';
 import { failureReport, type FaultReport } from '../placement/report.ts';
@@ -46,6 +46,8 @@ export interface SimReport {
     originMs?: number;
   };
   explain?: Record<string, DecisionTrace[]>;
+  /** Prefix reuse, when a model keeps a prefix cache: prompt tokens found cached (prefill saved) and the hit rate. */
+  prefix?: PrefixReport;
   /** Per injected fault: detection, interrupted requests' outcomes, recovery times (scenarios with faults). */
   failures?: FaultReport[];
 }
@@ -216,6 +218,7 @@ function buildReport(
   const outcomes = c.outcomes();
   const total = c.records.length;
   const lat = c.latency();
+  const prefix = c.prefix();
   const simS = simMs / 1000;
   let steps = 0;
   let sizeSum = 0;
@@ -259,6 +262,7 @@ function buildReport(
     placement: cp.placement.events,
     invariants: { violations: [...cp.violations], overBudget: c.overBudget(), withoutOneOutcome: cp.live() },
     estimates: c.estimates(),
+    ...(prefix ? { prefix: { ...prefix, hitRate: round(prefix.hitRate) } } : {}),
     sim: { requests: total, simulatedSeconds: round(simS), events, messages },
   };
 }

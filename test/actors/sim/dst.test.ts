@@ -54,4 +54,14 @@ describe('deterministic simulation testing', () => {
     expect(r.violations.some((v) => v.startsWith('P15'))).toBe(true);
     expect(runDstSeed(1, { simSeconds: 60, faults: [] }).violations).toEqual([]);
   });
+
+  it('catches a prefix index that keeps what a failed replica cached (P16), on conversation traffic', () => {
+    // Seed 3 serves multi-turn conversations to replicas with a prefix cache; GPU 0 fails at 10 s and is repaired.
+    const faults = [{ kind: 'gpu-fault' as const, at: 10, gpu: 0, repairAt: 20 }];
+    const r = runDstSeed(3, { simSeconds: 60, mutation: 'keep-prefix-on-failure', faults });
+    expect(r.violations.some((v) => v.startsWith('P16'))).toBe(true);
+    const clean = runDstSeed(3, { simSeconds: 60, faults });
+    expect(clean.violations).toEqual([]);
+    expect(clean.outcomes['done']).toBeGreaterThan(400);
+  });
 });
