@@ -4,8 +4,12 @@
 // can be told apart: step-time model (calibration) or live overheads between steps.
 //
 // Usage: tsx bench/fidelity.ts [--quick] [--requests N] [--time-scale X] [--clock cpu|wall] [--config file.yaml]
-//                             [--calibrate]
-// The profile is the stored bench/profiles/bench.json (`switchyard calibrate --config bench/engine.yaml` writes it).
+//                             [--profile file.json] [--calibrate] [--dump steps.json]
+// The profile is the config's (bench/profiles/bench.json, which `switchyard calibrate --config bench/engine.yaml`
+// writes), or the one `--profile` names (a profile from another machine, build or thread count). The live steps
+// judge it as serve judges a stored profile (actors/profile-fit.ts): when it does not fit, the bench prints serve's
+// line saying so, and its verdict and predicted ÷ measured step time go into the final JSON line. `--dump` writes
+// every live step (shape, CPU and wall ms) and the run's calibration samples, for looking at the step model by shape.
 // With --calibrate the bench calibrates on the live run's own engine (same threads, cache and batch), half the
 // repetitions just before the live run and half just after, and simulates with that profile instead, so both sides
 // see the same machine on average over the run; the stored profile's prediction of the live steps is printed too.
@@ -18,11 +22,29 @@
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
+import { applyCalibrations } from '../actors/calibration.ts';
 import { loadScenario } from '../actors/config.ts';
-import { DEFAULT_GRID, fitProfile, measureGrid, type CalibrationSample } from '../actors/engine/calibrate.ts';
+import {
+  DEFAULT_GRID,
+  engineOrigin,
+  fitProfile,
+  gridFor,
+  measureGrid,
+  timingFor,
+  type CalibrationSample,
+} from '../actors/engine/calibrate.ts';
 import { loadLlamaEngine } from '../actors/engine/llama-engine.ts';
-import { engineProfileAt, profileStepS, type EngineProfile } from '../actors/gpu/profile-cost-model.ts';
+import {
+  describeOrigin,
+  engineProfileAt,
+  originDifferences,
+  profileOrigin,
+  profileStepS,
+  type EngineProfile,
+} from '../actors/gpu/profile-cost-model.ts';
+import { createProfileFits, type ProfileFit } from '../actors/profile-fit.ts';
+import type { EngineSpec } from '../actors/worker/engines.ts';
 import { simulate } from '../actors/sim/simulate.ts';
 import { printFigures, quick, writeChartData } from './lib/data.ts';
 import {
@@ -43,13 +65,19 @@ const clockKind = (opt('clock') ?? 'cpu') as 'cpu' | 'wall';
 const useStored = !argv.includes('--calibrate');
 const load = (): string => execFileSync('uptime', { encoding: 'utf8' }).trim();
 
-const scenario = loadScenario(configFile);
+const profileFile = opt('profile');
+const scenario = loadScenario(configFile, { calibrations: profileFile === undefined });
+if (profileFile !== undefined) {
+  scenario.models[0]!.calibration = resolve(profileFile);
+  applyCalibrations(scenario, dirname(configFile));
+}
 scenario.traffic[0]!.requests = Number(opt('requests') ?? (quick ? 40 : 300));
 // Time scale 2: the busiest load at which the simulated router admits every request of the 300 (at 3 it sheds 7,
 // at 16 it sheds 134 with `overloaded` for want of KV headroom), so both sides serve the same requests.
 scenario.traffic[0]!.arrival.timeScale = Number(opt('time-scale') ?? 2);
 const model = scenario.models[0]!;
-const stored = engineProfileAt(model.calibration!);
+const storedFile = model.calibration!;
+const stored = engineProfileAt(storedFile);
 const reqs = scenarioRequests(scenario);
 const b = model.batching;
 const threads = model.engine!.threads ?? stored.threads;
@@ -58,8 +86,11 @@ process.stderr.write(
     `${threads} thread(s), ${clockKind} clock\nload before: ${load()}\n`,
 );
 
+const { gpu, gpuLayers } = model.engine! as EngineSpec;
 const loadStarted = performance.now();
 const engine = await loadLlamaEngine(model.engine!.file, {
+  ...(gpu ? { gpu } : {}),
+  ...(gpuLayers !== undefined ? { gpuLayers } : {}),
   sequences: model.engine!.sequences,
   contextTokens: model.engine!.contextTokens,
   threads,
@@ -68,17 +99,36 @@ const engine = await loadLlamaEngine(model.engine!.file, {
 const loadS = (performance.now() - loadStarted) / 1e3;
 const cap = engine.capacity();
 const limits = limitsForEngine(b, cap);
+const origin = await engineOrigin(engine);
+const storedOrigin = { origin: profileOrigin(stored), threads: stored.threads };
+const differences = originDifferences(storedOrigin, { origin, threads });
+process.stderr.write(
+  `profile ${stored.name} fitted on ${describeOrigin(storedOrigin.origin, stored.threads)}; ` +
+    `this run: ${describeOrigin(origin, threads)}` +
+    `${differences.length > 0 ? ` (differs: ${differences.join(', ')})` : ''}\n`,
+);
 // Half the repetitions before the live run, half after (each half warms up first); quick runs take fewer.
 const reps = quick ? 2 : Math.ceil(DEFAULT_GRID.repetitions / 2);
-const timing = clockKind === 'cpu' ? 'cpu' : 'wall';
+const timing = timingFor(engine, clockKind === 'cpu' ? 'cpu' : 'wall');
 const calibrated: CalibrationSample[] = [];
+// The grid `switchyard calibrate` times for this model (its running sequences, token budget and context).
+const grid = { ...gridFor({ ...b, cellsPerSequence: cap.cellsPerSequence }), repetitions: reps };
 const calibrating = async (): Promise<void> => {
-  if (!useStored) calibrated.push(...(await measureGrid(engine, { ...DEFAULT_GRID, repetitions: reps }, timing)));
+  if (!useStored) calibrated.push(...(await measureGrid(engine, grid, timing)));
 };
 await calibrating();
-const steps: { shape: Parameters<typeof profileStepS>[1]; prefill: boolean; ms: number }[] = [];
+/** One live step: its shape, and its time by the run's clock, by CPU and by wall. */
+interface LiveStep {
+  shape: Parameters<typeof profileStepS>[1];
+  prefill: boolean;
+  ms: number;
+  cpuMs: number;
+  wallMs: number;
+}
+const steps: LiveStep[] = [];
 const live = await serveWithSwitchyard(engine, reqs, limits, createBenchClock(clockKind), (plan, cpuMs, wallMs) => {
-  steps.push({ shape: plan.shape, prefill: plan.prefillTokens > 0, ms: clockKind === 'cpu' ? cpuMs : wallMs });
+  const ms = clockKind === 'cpu' ? cpuMs : wallMs;
+  steps.push({ shape: plan.shape, prefill: plan.prefillTokens > 0, ms, cpuMs, wallMs });
 });
 await calibrating();
 await engine.unload();
@@ -91,6 +141,7 @@ function runProfile(): EngineProfile {
     ...stored,
     name: `${stored.name}-in-run`,
     threads,
+    fittedOn: origin,
     timing,
     loadS,
     capacity: {
@@ -129,8 +180,22 @@ function stepModel(p: EngineProfile) {
     absErr: sum.absErr / sum.all[1]!,
   };
 }
+/**
+ * Judges profile `file` on the live steps as serve judges a stored profile on an engine's first steps (the same
+ * comparison, tolerance and line: actors/profile-fit.ts), printing serve's line when it does not fit.
+ */
+function judge(file: string): ProfileFit {
+  const fits = createProfileFits(new Map([[model.name, file]]), (line) => process.stdout.write(`${line}\n`));
+  const p = engineProfileAt(file);
+  for (const s of steps)
+    fits.observe(model.name, { steps: 1, predictedMs: profileStepS(p, s.shape) * 1e3, busyMs: s.ms });
+  return fits.of(model.name)!;
+}
 const loadAfter = load();
 
+if (opt('dump')) writeFileSync(opt('dump')!, JSON.stringify({ steps, calibrated }));
+const fit = judge(model.calibration!);
+const storedFit = useStored ? undefined : judge(storedFile);
 const sim = simulate(scenario);
 rmSync(dir, { recursive: true, force: true });
 const model_ = stepModel(profile);
@@ -179,7 +244,14 @@ writeChartData({ simulated: sim.throughput, measured: { tokensPerS: m.tokensPerS
 printFigures({
   ...ratios,
   stepModelRatio: model_.all,
+  decodeOnlyStepModelRatio: model_.decodeOnly,
+  withPrefillStepModelRatio: model_.withPrefill,
   ...(drift ? { storedProfileStepModelRatio: drift.all } : {}),
+  profileVerdict: fit.verdict,
+  profileFitRatio: fit.ratio,
+  ...(storedFit ? { storedProfileVerdict: storedFit.verdict, storedProfileFitRatio: storedFit.ratio } : {}),
+  fittedOn: fit.fittedOn,
+  ...(useStored ? {} : { storedFittedOn: storedFit!.fittedOn }),
   profile: useStored ? 'stored' : 'in-run',
   simulatedDone: sim.requests['done'] ?? 0,
   requests: reqs.length,

@@ -3,9 +3,10 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { ConfigError, loadScenario, type ModelConfig } from '../actors/config.ts';
 import { profilePath } from '../actors/calibration.ts';
-import { DEFAULT_GRID, type EngineProfile } from '../actors/engine/calibrate.ts';
+import { gridFor, type EngineProfile } from '../actors/engine/calibrate.ts';
 import { calibrateFile, formatProfile, QUICK_GRID } from '../actors/engine/calibrate-command.ts';
 import type { ProfileCapacity } from '../actors/gpu/profile-cost-model.ts';
+import type { EngineSpec } from '../actors/worker/engines.ts';
 import { calibrateUpstreamModel } from '../actors/worker/upstream/calibrate.ts';
 import { flag, parseOrUsage } from './args.ts';
 
@@ -70,7 +71,6 @@ export async function runCalibrateCommand(argv: string[]): Promise<number> {
     return 2;
   }
   const threads = args.values.threads;
-  const grid = args.values.quick ? QUICK_GRID : DEFAULT_GRID;
   const timing = args.values.timing === 'auto' ? (threads === 1 ? 'cpu' : 'wall') : args.values.timing;
   for (const m of models) {
     const name = profileName(m);
@@ -81,7 +81,12 @@ export async function runCalibrateCommand(argv: string[]): Promise<number> {
       continue;
     }
     process.stderr.write(`calibrating ${m.name} (${m.engine!.file}), ${threads} thread(s), ${timing} time: ${out}\n`);
-    const measured = await calibrateFile(m.engine!.file, threads, grid, timing);
+    const { gpu, gpuLayers } = m.engine! as EngineSpec;
+    const device = { ...(gpu ? { gpu } : {}), ...(gpuLayers !== undefined ? { gpuLayers } : {}) };
+    // The grid reaches the model's running sequences, token budget and context.
+    const limits = { ...m.batching, cellsPerSequence: m.engine!.contextTokens - 1 };
+    const grid = args.values.quick ? QUICK_GRID : gridFor(limits);
+    const measured = await calibrateFile(m.engine!.file, threads, grid, timing, device);
     const profile: EngineProfile = { ...measured, name, capacity: servingCapacity(m) };
     mkdirSync(dirname(out), { recursive: true });
     writeFileSync(out, `${JSON.stringify(profile, null, 2)}\n`);

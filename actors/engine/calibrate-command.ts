@@ -3,12 +3,15 @@ import { writeFile } from 'node:fs/promises';
 import { basename } from 'node:path';
 import {
   calibrate,
+  decodesPerRound,
   DEFAULT_GRID,
   predictS,
   type CalibrationGrid,
   type EngineProfile,
   type StepTiming,
 } from './calibrate.ts';
+import { describeOrigin, passesOf, profileOrigin } from '../gpu/profile-cost-model.ts';
+import type { EngineLoadOptions } from './engine.ts';
 import { loadLlamaEngine } from './llama-engine.ts';
 
 /** A small grid for a quick look (and CI): 22 shapes, 3 repetitions. */
@@ -20,22 +23,27 @@ export const QUICK_GRID: CalibrationGrid = Object.freeze({
   repetitions: 3,
 });
 
-/** Loads the model, calibrates it on `grid` with `threads` threads, and returns the profile. */
+/**
+ * Loads the model, calibrates it on `grid` with `threads` threads (on the GPU build and layers of `device`, the CPU
+ * when absent), and returns the profile. Steps are timed by `timing`, but by wall time whenever an accelerator runs
+ * them (calibrate.ts' timingFor).
+ */
 export async function calibrateFile(
   file: string,
   threads: number,
   grid: CalibrationGrid,
   timing: StepTiming = 'wall',
+  device: Pick<EngineLoadOptions, 'gpu' | 'gpuLayers'> = {},
 ): Promise<EngineProfile> {
   const maxDecode = Math.max(...grid.decodeSeqs);
   const maxChunks = Math.max(1, ...(grid.prefillChunks ?? [1]));
   const maxContext = Math.max(...grid.contextTokens);
   const maxCached = Math.max(0, ...(grid.cachedTokens ?? [0]));
-  const cachedKinds = (grid.cachedTokens ?? [0]).length;
-  // Timed decodes per round: one per shape (the decoding sequences are set up again each round).
-  const drift = grid.prefillTokens.length * cachedKinds * maxChunks * grid.decodeSeqs.length;
+  // The decoding sequences are set up again each round: their context drifts by at most one round's decodes.
+  const drift = decodesPerRound(grid);
   const started = performance.now();
   const engine = await loadLlamaEngine(file, {
+    ...device,
     threads,
     sequences: Math.max(maxDecode + maxChunks, ...(grid.decodeOnlySeqs ?? [])),
     contextTokens: Math.max(maxContext + drift + 2, maxCached + Math.max(...grid.prefillTokens) + 1),
@@ -51,7 +59,7 @@ export async function calibrateFile(
 
 /** One line per sample: measured and fitted milliseconds. */
 export function formatProfile(p: EngineProfile): string {
-  const lines = ['prefill decode context   measured ms   fitted ms   error'];
+  const lines = ['prefill decode context passes   measured ms   fitted ms   error'];
   for (const s of p.samples) {
     const fitted = predictS(p.coefficients, s) * 1e3;
     const ms = s.seconds * 1e3;
@@ -60,6 +68,7 @@ export function formatProfile(p: EngineProfile): string {
       String(s.prefillTokens).padStart(7),
       String(s.decodeSeqs).padStart(6),
       String(s.contextTokens).padStart(7),
+      String(passesOf(s)).padStart(6),
       `  ${ms.toFixed(3).padStart(11)}`,
       `  ${fitted.toFixed(3).padStart(9)}`,
       `  ${err.toFixed(1).padStart(5)} %`,
@@ -74,7 +83,10 @@ export function formatProfile(p: EngineProfile): string {
       `${(c.perPrefillPairS * 1e9).toFixed(3)} ns/prefill pair + ` +
       `${(c.perDecodeSeqS * 1e6).toFixed(3)} us/decode seq + ` +
       `${(c.perContextTokenS * 1e9).toFixed(3)} ns/context token + ` +
-      `${((c.perPrefillSeqS ?? 0) * 1e6).toFixed(3)} us/prefill chunk`,
+      `${((c.perPrefillSeqS ?? 0) * 1e6).toFixed(3)} us/prefill chunk + ` +
+      `${((c.perPassS ?? 0) * 1e6).toFixed(3)} us/pass + ` +
+      `${((c.perSinglePassS ?? 0) * 1e6).toFixed(3)} us/single-decode pass`,
+    `fitted on ${describeOrigin(profileOrigin(p), p.threads)}, steps timed by ${p.timing ?? 'wall'} time`,
   );
   return lines.join('\n');
 }

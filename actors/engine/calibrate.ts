@@ -1,34 +1,40 @@
 // Calibration: times the real engine over a grid of step shapes and fits step-time coefficients (least squares).
 //
-// The fitted model is linear in seven features of a step:
+// The fitted model is linear in eight features of a step:
 //
 //   t = base + perPass · N  +  perPrefillToken · Σ T  +  perPrefillPair · Σ T·(K + T/2)  +  perDecodeSeq · B
-//            + perContextToken · C  +  perPrefillSeq · P
+//            + perContextToken · C  +  perPrefillSeq · P  +  perSinglePass · S
 //
 // for a step run in N passes (llama.cpp micro-batches over consecutive slots, actors/batcher/slots.ts) holding P
-// prefill chunks of T new tokens after K cached ones and B decoding sequences holding C context tokens in total. The
-// grid times decode-only steps (1 to 8 decodes) as well as mixed ones, each with its sequences in consecutive slots
-// (packed, as the batcher places them) and, where that changes the passes, spread over every other slot (as after a
-// hole): the same work in more passes, which separates a pass's cost from a token's.
+// prefill chunks of T new tokens after K cached ones and B decoding sequences holding C context tokens in total, S of
+// the passes of a decode-only step holding a single decode (singlePassesOf: llama.cpp's matrix-vector kernel, not
+// its tiled one). The grid times decode-only steps (1 to 8 decodes) as well as mixed ones, each with its sequences
+// in consecutive slots (packed, as the batcher places them) and, where that changes the passes, spread over every
+// other slot (as after a hole): the same work in more passes, which separates a pass's cost from a token's. A decode-only step is timed
+// after warming runs of the same step (CalibrationGrid.warmSteps), as served decode steps run; CPU time keeps each
+// shape's mean run, which the simulation's sums of step times need.
 // Building a CostModel from a profile: stepS(shape) = profileStepS(profile, shape) (actors/gpu/profile-cost-model.ts);
 // prefillS(T, K) is the same with one chunk and B = C = 0; decodeS(B, C) with no chunks; a step with no tokens costs
 // 0, as in the roofline; kvBlocks(blockTokens) = floor(capacity.totalCells / blockTokens), but a sequence may never
 // hold more than capacity.cellsPerSequence cells (the stock llama.cpp build gives each sequence a fixed block);
 // loadS() is profile.loadS. tp is 1 (one engine host per replica), so there is no all-reduce term.
-import { availableParallelism } from 'node:os';
+import { availableParallelism, cpus } from 'node:os';
+import { getModuleVersion } from 'node-llama-cpp';
 import {
   passesOf,
   predictS,
   prefillSeqsOf,
+  singlePassesOf,
   type CalibrationSample,
   type EngineProfile,
+  type ProfileOrigin,
   type StepCoefficients,
 } from '../gpu/profile-cost-model.ts';
-import type { Engine, StepItem } from './engine.ts';
+import type { Engine, EngineOffload, StepItem } from './engine.ts';
 
 // The profile types and the step-time formula live with the cost model built from them (actors/gpu).
 export { predictS, profileStepS } from '../gpu/profile-cost-model.ts';
-export type { CalibrationSample, EngineProfile, StepCoefficients } from '../gpu/profile-cost-model.ts';
+export type { CalibrationSample, EngineProfile, ProfileOrigin, StepCoefficients } from '../gpu/profile-cost-model.ts';
 
 /** How a shape's sequences sit in the engine's slots: consecutive (as the batcher places them: the fewest passes), or
  * spread over every other slot (decodes in passes of their own, as after holes: more passes for the same work). */
@@ -51,6 +57,14 @@ export interface CalibrationGrid {
   /** Slot layouts; `spread` is timed only where it changes the passes (2 or more decodes, fewer than the resident
    * decoding sequences, at most one fresh chunk); default both. */
   layouts?: readonly SlotLayout[];
+  /**
+   * Untimed runs of a decode-only step just before it is timed; default 3. Served decode-only steps come in runs of
+   * the same shape (the same sequences decoding token after token), and llama.cpp runs a step like the one before
+   * it faster than one after a different shape (it reuses the previous step's graph, and the weights and cache are
+   * still warm): on the bench model a single decode costs ~1.3 ms in such a run and ~1.9 ms after a prefill step.
+   * Steps with prefill rarely follow one of the same shape, so they are timed after whatever came before.
+   */
+  warmSteps?: number;
   repetitions: number;
 }
 
@@ -71,6 +85,44 @@ export const DEFAULT_GRID: CalibrationGrid = Object.freeze<CalibrationGrid>({
   repetitions: 7,
 });
 
+/** What a served model asks of its engine, which its calibration grid must reach. */
+export interface ServedLimits {
+  /** Most sequences running at once (batching.maxRunning, at most the engine's slots). */
+  maxRunning: number;
+  /** Most tokens in one step (batching.tokenBudget). */
+  tokenBudget: number;
+  /** Cells of one sequence (contextTokens - 1). */
+  cellsPerSequence: number;
+}
+
+/**
+ * `base` (the default grid) stretched or cut to a served model: prefill chunks up to its token budget (doubling
+ * from the base's largest), decodes beside a chunk only while a slot is left for it, decodes alone up to its
+ * maxRunning, cached tokens that leave room for a full chunk, and contexts up to what a sequence's cells hold above
+ * the calibration's own decodes (decodesPerRound): the largest context is added when the base's stop short of it by
+ * more than a fifth. For the bench model (8 running, budget 64, 511 cells) it is the default grid.
+ */
+export function gridFor(limits: ServedLimits, base: CalibrationGrid = DEFAULT_GRID): CalibrationGrid {
+  const budget = limits.tokenBudget;
+  const prefillTokens = base.prefillTokens.filter((t) => t <= budget);
+  for (let t = Math.max(...prefillTokens) * 2; t > 0 && prefillTokens.at(-1)! < budget; t *= 2) {
+    prefillTokens.push(Math.min(t, budget));
+  }
+  const decodeSeqs = base.decodeSeqs.filter((d) => d < limits.maxRunning);
+  const decodeOnlySeqs = [...(base.decodeOnlySeqs ?? []), limits.maxRunning].filter(
+    (d, i, all) => d <= limits.maxRunning && d > Math.max(...decodeSeqs) && all.indexOf(d) === i,
+  );
+  const cachedTokens = (base.cachedTokens ?? [0]).filter((k) => k === 0 || k + budget <= limits.cellsPerSequence);
+  const shaped = { ...base, prefillTokens, decodeSeqs, decodeOnlySeqs, cachedTokens };
+  const top = limits.cellsPerSequence - decodesPerRound(shaped) - 2;
+  const contextTokens = base.contextTokens.filter((c) => c <= top);
+  if (contextTokens.length === 0 || top > Math.max(...contextTokens) * 1.2) contextTokens.push(top);
+  return { ...shaped, contextTokens };
+}
+
+/** Untimed runs of a decode-only step before it is timed (CalibrationGrid.warmSteps). */
+const DEFAULT_WARM_STEPS = 3;
+
 /** Features of a sample, in the order of the coefficients. */
 const features = (s: Omit<CalibrationSample, 'seconds'>): number[] => [
   1,
@@ -80,6 +132,7 @@ const features = (s: Omit<CalibrationSample, 'seconds'>): number[] => [
   s.contextTokens,
   prefillSeqsOf(s),
   passesOf(s),
+  singlePassesOf(s),
 ];
 
 /** Solves the least-squares problem min ‖Xb − y‖ through the normal equations, with column scaling and pivoting. */
@@ -117,6 +170,7 @@ const toCoefficients = (b: readonly number[]): StepCoefficients => ({
   perContextTokenS: b[4]!,
   perPrefillSeqS: b[5]!,
   perPassS: b[6]!,
+  perSinglePassS: b[7]!,
 });
 
 /** Fits the coefficients to the samples (minimising relative error); reports the fit's mean and max relative error. */
@@ -184,6 +238,15 @@ const gridShapes = (grid: CalibrationGrid, context: number, resident: number): G
   );
 };
 
+/** The most decodes a resident decoding sequence runs in one round of the grid (timed and warming steps): how far
+ * its context drifts above the grid's before it is set up again. */
+export function decodesPerRound(grid: CalibrationGrid): number {
+  const warm = grid.warmSteps ?? DEFAULT_WARM_STEPS;
+  return gridShapes(grid, grid.contextTokens[0]!, Math.max(...grid.decodeSeqs))
+    .filter((s) => s.decode > 0)
+    .reduce((n, s) => n + (s.chunks === 0 ? 1 + warm : 1), 0);
+}
+
 /**
  * The slots of a shape's decoding sequences and chunks, with `resident` decoding sequences open in slots 0 … resident-1
  * and `slots` in all. Packed: the decodes are the top ones of the resident run (and those above it), the chunks follow
@@ -246,6 +309,7 @@ interface ShapeRun {
   context: number;
   round: number;
   timing: StepTiming;
+  warmSteps: number;
 }
 
 const decoder = (slot: number): string => `cal.d${slot}`;
@@ -262,6 +326,7 @@ async function timeShape(engine: Engine, shape: GridShape, o: ShapeRun): Promise
     const tokens = filler(n, o.round + 7 + i);
     items.push({ seq: PREFILLING[i]!, kind: 'prefill', tokens, sample: true, slot: chunks[i]! });
   });
+  if (shape.chunks === 0) for (let i = 0; i < o.warmSteps; i++) await engine.step({ items });
   const used = engine.capacity().used;
   const held = decode.reduce((sum, slot) => sum + (used[decoder(slot)] ?? 0) + 1, 0);
   const { seconds, passes } = await timeStep(engine, items, o.timing);
@@ -270,12 +335,16 @@ async function timeShape(engine: Engine, shape: GridShape, o: ShapeRun): Promise
   return [seconds, held, passes];
 }
 
-/** A shape's sample from its runs: wall time, the fastest run (other tenants only add time); CPU time, the median
- * run (a loaded machine also inflates CPU time, through shared caches and memory bandwidth, and the serving steps
- * pay that too). */
+/**
+ * A shape's sample from its runs: wall time, the fastest run (other tenants only add time); CPU time, the mean run (a
+ * loaded machine also inflates CPU time, through shared caches and memory bandwidth, and the serving steps pay that
+ * too: the simulation sums step times, so it needs their mean, and served steps' CPU time has a tail — on the bench
+ * model a single decode's mean is ~15 % above its median, a 64-token chunk's ~3 %).
+ */
 function sampleOf(s: GridShape, runs: Run[], timing: StepTiming): CalibrationSample {
   const sorted = runs.sort((x, y) => x[0] - y[0]);
-  const [seconds, held, passes] = sorted[timing === 'wall' ? 0 : Math.floor((sorted.length - 1) / 2)]!;
+  const [fastest, held, passes] = sorted[timing === 'wall' ? 0 : Math.floor((sorted.length - 1) / 2)]!;
+  const seconds = timing === 'wall' ? fastest : runs.reduce((sum, r) => sum + r[0], 0) / runs.length;
   const sizes = chunkSizes(s);
   return {
     prefillTokens: s.prefill,
@@ -292,7 +361,7 @@ function sampleOf(s: GridShape, runs: Run[], timing: StepTiming): CalibrationSam
  * Times every shape of the grid on a loaded engine (sequences >= max decodeSeqs + prefill chunks, cells >= the
  * largest context plus the decodes of the calibration, and >= the largest cached + prefill). Repetitions go round the
  * whole grid, so a burst of load from other processes spreads over many shapes instead of skewing one; each shape
- * keeps its fastest time by wall time, its median by CPU time (see sampleOf). With `timing: 'cpu'` a step is timed by
+ * keeps its fastest time by wall time, its mean by CPU time (see sampleOf). With `timing: 'cpu'` a step is timed by
  * the CPU time the process spent in it, which a loaded machine inflates far less than wall time (valid for one engine
  * thread on the CPU). The resident decoding sequences (slots 0 … max decodeSeqs - 1) grow by one token per timed
  * decode, so contexts drift upwards during a run: each sample records the context it really had, and the passes the
@@ -306,6 +375,7 @@ export async function measureGrid(
   const samples: CalibrationSample[] = [];
   const { sequences: slots, batchTokens } = engine.capacity();
   const resident = Math.min(Math.max(...grid.decodeSeqs), slots);
+  const warmSteps = grid.warmSteps ?? DEFAULT_WARM_STEPS;
   for (const context of grid.contextTokens) {
     // A shape the engine cannot run as one batch is never planned on it either.
     const shapes = gridShapes(grid, context, resident)
@@ -319,7 +389,7 @@ export async function measureGrid(
         await prefillChunked(engine, decoder(slot), filler(context, slot), true, slot);
       }
       for (const s of shapes) {
-        const run = await timeShape(engine, s.shape, { resident, slots, context, round, timing });
+        const run = await timeShape(engine, s.shape, { resident, slots, context, round, timing, warmSteps });
         if (round >= 0) s.runs.push(run); // the first round warms caches and threads up
       }
     }
@@ -329,12 +399,30 @@ export async function measureGrid(
   return samples;
 }
 
+/** Whether an accelerator runs (some of) the engine's layers: its steps then take wall time the process's CPU time
+ * does not see (the CPU waits for the device). */
+export const offloaded = (o: EngineOffload | undefined): boolean =>
+  o !== undefined && o.backend !== 'cpu' && o.gpuLayers > 0;
+
+/** The engine build and device of a loaded engine: node-llama-cpp's version, its build, and the GPUs that hold its
+ * layers (beside the CPU's model when some layers stay on it), or the CPU's model alone. */
+export async function engineOrigin(engine: Engine): Promise<ProfileOrigin> {
+  const o = engine.capacity().offload;
+  const cpu = cpus()[0]?.model.trim() || 'unknown CPU';
+  const devices = !offloaded(o) ? [cpu] : o!.gpuLayers < o!.totalLayers ? [...o!.devices, cpu] : o!.devices;
+  return { nodeLlamaCpp: await getModuleVersion(), build: o?.backend ?? 'cpu', devices };
+}
+
+/** The timing a calibration uses: the one asked for, but wall time whenever an accelerator runs the steps. */
+export const timingFor = (engine: Engine, asked: StepTiming): StepTiming =>
+  offloaded(engine.capacity().offload) ? 'wall' : asked;
+
 /** Runs a calibration on a loaded engine and returns the fitted profile. */
 export async function calibrate(
   engine: Engine,
   opts: { name: string; threads: number; loadS: number; grid?: CalibrationGrid; timing?: StepTiming },
 ): Promise<EngineProfile> {
-  const timing = opts.timing ?? 'wall';
+  const timing = timingFor(engine, opts.timing ?? 'wall');
   const samples = await measureGrid(engine, opts.grid ?? DEFAULT_GRID, timing);
   const { coefficients, fit } = fitProfile(samples);
   const { sequences, cellsPerSequence, totalCells, batchTokens } = engine.capacity();
@@ -345,6 +433,7 @@ export async function calibrate(
     engine: 'llama.cpp',
     model: engine.file,
     threads: opts.threads,
+    fittedOn: await engineOrigin(engine),
     timing,
     machine: { cpus: availableParallelism(), platform: process.platform, arch: process.arch },
     loadS: opts.loadS,

@@ -1,13 +1,14 @@
 // A cost model fitted to a real engine on this machine (an engine profile written by `switchyard calibrate`).
 //
-// The profile's step time is linear in seven features of a step (see actors/engine/calibrate.ts):
+// The profile's step time is linear in eight features of a step (see actors/engine/calibrate.ts):
 //
 //   t = base + perPass · N  +  perPrefillToken · Σ T  +  perPrefillPair · Σ T·(K + T/2)  +  perDecodeSeq · B
-//            + perContextToken · C  +  perPrefillSeq · P
+//            + perContextToken · C  +  perPrefillSeq · P  +  perSinglePass · S
 //
 // for a step run in N passes (llama.cpp micro-batches: see actors/batcher/slots.ts) holding P prefill chunks of T new
-// tokens after K cached ones and B decoding sequences holding C context tokens in total. A pass reads every weight
-// once; a token costs its matrix work on top. The batcher gives each step its passes from the slots of its
+// tokens after K cached ones and B decoding sequences holding C context tokens in total, S of the passes of a
+// decode-only step holding a single decode (singlePassesOf). A pass reads every weight once; a token costs its matrix
+// work on top. The batcher gives each step its passes from the slots of its
 // sequences (StepShape.passes); a shape without them (an estimate) is priced at the fewest its items can take.
 // Profiles written before passes were counted have no perPass: their per-sequence terms carry a pass each (the engine
 // then queued every sequence as a pass of its own), and they are priced as before.
@@ -31,6 +32,13 @@ export interface StepCoefficients {
   perPrefillSeqS?: number;
   /** Cost of each pass over the weights (a llama.cpp micro-batch); absent in older profiles (0). */
   perPassS?: number;
+  /**
+   * What a pass of a decode-only step holding one decode costs beside one holding several (negative: cheaper).
+   * llama.cpp's CPU build multiplies the weights by one token with its matrix-vector kernel and by several with its
+   * tiled matrix kernel, whose cost moves in steps of the tile: on the bench model one decode costs ~1.1 ms, two or
+   * three in one pass ~2.3-2.5 ms, four ~3.4 ms. Absent in older profiles (0).
+   */
+  perSinglePassS?: number;
 }
 
 /** One measured step shape: its features and its (fastest) wall time. */
@@ -54,6 +62,16 @@ export interface ProfileCapacity {
   batchTokens: number;
 }
 
+/** What a profile was fitted on besides its threads: the engine build and the device that ran the steps. */
+export interface ProfileOrigin {
+  /** node-llama-cpp's version (`3.22.1`). */
+  nodeLlamaCpp: string;
+  /** The llama.cpp build that ran the steps: `cpu`, `cuda`, `vulkan` or `metal`. */
+  build: string;
+  /** The GPU devices as node-llama-cpp names them, or the CPU model when the CPU ran the steps. */
+  devices: string[];
+}
+
 /** A fitted engine profile, serialisable as JSON, from which a cost model is built by name. */
 export interface EngineProfile {
   kind: 'switchyard.engine-profile';
@@ -62,6 +80,8 @@ export interface EngineProfile {
   engine: 'llama.cpp';
   model: string;
   threads: number;
+  /** The engine build and device it was fitted on; absent in older profiles (read as unknown, see profileOrigin). */
+  fittedOn?: ProfileOrigin;
   /** How steps were timed: wall time, or process CPU time (one engine thread on a shared CPU). Default wall. */
   timing?: 'wall' | 'cpu';
   machine: { cpus: number; platform: string; arch: string };
@@ -72,12 +92,54 @@ export interface EngineProfile {
   samples: CalibrationSample[];
 }
 
+/** What a profile was fitted on: its own record, or `unknown` for each part an older profile did not record. */
+export function profileOrigin(p: Pick<EngineProfile, 'fittedOn'>): ProfileOrigin {
+  const o = p.fittedOn;
+  return {
+    nodeLlamaCpp: o?.nodeLlamaCpp || 'unknown',
+    build: o?.build || 'unknown',
+    devices: o?.devices.length ? o.devices : ['unknown'],
+  };
+}
+
+/** One line naming what a profile was fitted on: `node-llama-cpp 3.22.1 cpu build on AMD EPYC, 1 thread`. */
+export function describeOrigin(o: ProfileOrigin, threads: number | undefined): string {
+  const t = threads === undefined ? 'unknown threads' : `${threads} thread${threads === 1 ? '' : 's'}`;
+  return `node-llama-cpp ${o.nodeLlamaCpp} ${o.build} build on ${o.devices.join(' + ')}, ${t}`;
+}
+
+/** The parts of `here` that differ from where a profile was fitted (`there`), each as `what: there → here`; parts
+ * either side does not know are left out. */
+export function originDifferences(
+  there: { origin: ProfileOrigin; threads: number },
+  here: { origin: ProfileOrigin; threads: number },
+): string[] {
+  const out: string[] = [];
+  const known = (x: string): boolean => x !== 'unknown';
+  const part = (what: string, a: string, b: string): void => {
+    if (known(a) && known(b) && a !== b) out.push(`${what}: ${a} → ${b}`);
+  };
+  part('node-llama-cpp', there.origin.nodeLlamaCpp, here.origin.nodeLlamaCpp);
+  part('build', there.origin.build, here.origin.build);
+  part('device', there.origin.devices.join(' + '), here.origin.devices.join(' + '));
+  if (there.threads !== here.threads) out.push(`threads: ${there.threads} → ${here.threads}`);
+  return out;
+}
+
 /** Prefill chunks of a sample (older profiles did not record them: one chunk when there was a prefill). */
 export const prefillSeqsOf = (s: Omit<CalibrationSample, 'seconds'>): number =>
   s.prefillSeqs ?? (s.prefillTokens > 0 ? 1 : 0);
 
 /** Passes of a sample (older profiles did not record them: every sequence ran as a pass of its own). */
 export const passesOf = (s: Omit<CalibrationSample, 'seconds'>): number => s.passes ?? s.decodeSeqs + prefillSeqsOf(s);
+
+/**
+ * Passes of a decode-only step holding a single decode. A step's shape gives its decodes B and passes N, not how the
+ * decodes split over the passes: at least 2N − B passes hold one, exactly so for N = 1, N = B and N = B − 1. Steps
+ * with prefill count none: their decodes share a pass with a chunk's first token.
+ */
+export const singlePassesOf = (s: Omit<CalibrationSample, 'seconds'>): number =>
+  s.prefillTokens > 0 ? 0 : Math.max(0, 2 * passesOf(s) - s.decodeSeqs);
 
 /** Predicted seconds of a step's features under the coefficients. */
 export function predictS(c: StepCoefficients, s: Omit<CalibrationSample, 'seconds'>): number {
@@ -88,7 +150,8 @@ export function predictS(c: StepCoefficients, s: Omit<CalibrationSample, 'second
     c.perDecodeSeqS * s.decodeSeqs +
     c.perContextTokenS * s.contextTokens +
     (c.perPrefillSeqS ?? 0) * prefillSeqsOf(s) +
-    (c.perPassS ?? 0) * passesOf(s)
+    (c.perPassS ?? 0) * passesOf(s) +
+    (c.perSinglePassS ?? 0) * singlePassesOf(s)
   );
 }
 
@@ -206,6 +269,15 @@ export function readEngineProfile(file: string): EngineProfile {
     throw new EngineProfileError(file, 'has no valid capacity');
   }
   if (!finite(p.loadS) || typeof p.name !== 'string') throw new EngineProfileError(file, 'has no name or loadS');
+  const o = p.fittedOn as unknown as Record<string, unknown> | undefined;
+  const origin = (x: Record<string, unknown>): boolean =>
+    typeof x['nodeLlamaCpp'] === 'string' &&
+    typeof x['build'] === 'string' &&
+    Array.isArray(x['devices']) &&
+    x['devices'].every((d) => typeof d === 'string');
+  if (o !== undefined && (o === null || typeof o !== 'object' || !origin(o))) {
+    throw new EngineProfileError(file, 'has an invalid fittedOn (nodeLlamaCpp, build, devices)');
+  }
   return p as EngineProfile;
 }
 

@@ -1,7 +1,12 @@
 // Tests of calibration: the least-squares solver, the profile's step time, and a small real calibration run.
+import { cpus } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import {
+  decodesPerRound,
+  DEFAULT_GRID,
   fitProfile,
+  gridFor,
+  timingFor,
   leastSquares,
   predictS,
   profileStepS,
@@ -9,6 +14,7 @@ import {
   type StepCoefficients,
 } from '../../../actors/engine/calibrate.ts';
 import { calibrateFile, QUICK_GRID } from '../../../actors/engine/calibrate-command.ts';
+import type { Engine, EngineOffload } from '../../../actors/engine/engine.ts';
 import { tinyModelFixture } from './fixtures.ts';
 
 const TRUE: StepCoefficients = {
@@ -113,10 +119,64 @@ describe('calibration', () => {
         expect(Number.isFinite(profile.fit.meanRelError)).toBe(true);
         expect(profile.capacity.sequences).toBe(6);
         expect(profile.loadS).toBeGreaterThan(0);
+        // Fitted on this machine's CPU by node-llama-cpp's CPU build, with the threads asked for.
+        expect(profile.fittedOn).toEqual({
+          nodeLlamaCpp: expect.stringMatching(/^\d+\.\d+\.\d+/),
+          build: 'cpu',
+          devices: [cpus()[0]!.model.trim()],
+        });
+        expect(profile.threads).toBe(1);
         expect(JSON.parse(JSON.stringify(profile))).toEqual(profile);
       } finally {
         await fixture.cleanup();
       }
+    });
+  });
+
+  describe('the grid of a served model', () => {
+    it('is the default grid for the bench model (8 running, a 64-token budget, 511 cells)', () => {
+      const grid = gridFor({ maxRunning: 8, tokenBudget: 64, cellsPerSequence: 511 });
+      expect(grid).toEqual({ ...DEFAULT_GRID, decodeOnlySeqs: [8] });
+      // Its largest context and a round's decodes fit a sequence's cells.
+      expect(Math.max(...grid.contextTokens) + decodesPerRound(grid) + 2).toBeLessThanOrEqual(511);
+    });
+
+    it("reaches a larger model's token budget, running sequences and context", () => {
+      const cells = 1023;
+      const grid = gridFor({ maxRunning: 12, tokenBudget: 256, cellsPerSequence: cells });
+      expect(grid.prefillTokens).toEqual([0, 8, 24, 48, 64, 128, 256]);
+      expect(grid.decodeOnlySeqs).toEqual([8, 12]);
+      const top = Math.max(...grid.contextTokens);
+      expect(top).toBe(cells - decodesPerRound(grid) - 2);
+      expect(top).toBeGreaterThan(cells * 0.7);
+    });
+
+    it("stays within a small model's budget, slots and cells", () => {
+      const grid = gridFor({ maxRunning: 4, tokenBudget: 32, cellsPerSequence: 255 });
+      expect(grid.prefillTokens).toEqual([0, 8, 24, 32]);
+      expect(grid.decodeSeqs).toEqual([0, 1, 2]);
+      expect(grid.decodeOnlySeqs).toEqual([4]);
+      expect(grid.cachedTokens).toEqual([0, 192]);
+      expect(Math.max(...grid.contextTokens) + decodesPerRound(grid) + 2).toBeLessThanOrEqual(255);
+    });
+
+    it('counts the warming runs of decode-only steps in the context a round adds', () => {
+      const cold = decodesPerRound({ ...DEFAULT_GRID, warmSteps: 0 });
+      // Seven decode-only shapes (1, 2, 4, 6 packed; 2, 4 spread; 8 alone), each warmed three times.
+      expect(decodesPerRound(DEFAULT_GRID)).toBe(cold + 7 * 3);
+    });
+  });
+
+  describe('timing', () => {
+    const engineOn = (offload: EngineOffload | undefined): Engine =>
+      ({ capacity: () => ({ ...(offload ? { offload } : {}) }) }) as unknown as Engine;
+
+    it('times by wall clock whenever an accelerator runs some layers, as asked otherwise', () => {
+      const gpu = { backend: 'vulkan', devices: ['llvmpipe'], gpuLayers: 7, totalLayers: 7 };
+      expect(timingFor(engineOn(gpu), 'cpu')).toBe('wall');
+      expect(timingFor(engineOn({ ...gpu, gpuLayers: 0 }), 'cpu')).toBe('cpu');
+      expect(timingFor(engineOn({ backend: 'cpu', devices: [], gpuLayers: 0, totalLayers: 7 }), 'cpu')).toBe('cpu');
+      expect(timingFor(engineOn(undefined), 'wall')).toBe('wall');
     });
   });
 });

@@ -8,8 +8,11 @@ import {
   costModelFor,
   costModelKey,
   createProfileCostModel,
+  describeOrigin,
   EngineProfileError,
+  originDifferences,
   predictS,
+  profileOrigin,
   readEngineProfile,
   type EngineProfile,
 } from '../../../actors/gpu/profile-cost-model.ts';
@@ -121,6 +124,43 @@ describe('engine profile files', () => {
     const p = sampleProfile();
     writeFileSync(broken, JSON.stringify({ ...p, coefficients: { ...p.coefficients, baseS: 'x' } }));
     expect(() => readEngineProfile(broken)).toThrow(/coefficients/);
+  });
+});
+
+describe('where a profile was fitted', () => {
+  const here = { nodeLlamaCpp: '3.22.1', build: 'cpu', devices: ['AMD EPYC'] };
+
+  it('reads an older profile without the engine build and device as fitted on an unknown one', () => {
+    const file = join(dir, 'old.json');
+    writeFileSync(file, JSON.stringify(sampleProfile()));
+    const p = readEngineProfile(file);
+    expect(p.fittedOn).toBeUndefined();
+    expect(profileOrigin(p)).toEqual({ nodeLlamaCpp: 'unknown', build: 'unknown', devices: ['unknown'] });
+    expect(describeOrigin(profileOrigin(p), p.threads)).toBe(
+      'node-llama-cpp unknown unknown build on unknown, 1 thread',
+    );
+  });
+
+  it('keeps the build, device and threads a profile records, and refuses a malformed record', () => {
+    const file = join(dir, 'origin.json');
+    writeFileSync(file, JSON.stringify(sampleProfile({ fittedOn: here, threads: 2 })));
+    const p = readEngineProfile(file);
+    expect(profileOrigin(p)).toEqual(here);
+    expect(describeOrigin(profileOrigin(p), p.threads)).toBe('node-llama-cpp 3.22.1 cpu build on AMD EPYC, 2 threads');
+    const bad = join(dir, 'bad-origin.json');
+    writeFileSync(bad, JSON.stringify({ ...sampleProfile(), fittedOn: { build: 'cpu', devices: 'x' } }));
+    expect(() => readEngineProfile(bad)).toThrow(/fittedOn/);
+  });
+
+  it('names what differs between where a profile was fitted and here, leaving out what either does not know', () => {
+    const gpu = { nodeLlamaCpp: '3.22.1', build: 'vulkan', devices: ['NVIDIA L4'] };
+    expect(originDifferences({ origin: gpu, threads: 4 }, { origin: here, threads: 1 })).toEqual([
+      'build: vulkan → cpu',
+      'device: NVIDIA L4 → AMD EPYC',
+      'threads: 4 → 1',
+    ]);
+    const unknown = profileOrigin({});
+    expect(originDifferences({ origin: unknown, threads: 1 }, { origin: here, threads: 1 })).toEqual([]);
   });
 });
 
