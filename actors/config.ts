@@ -125,10 +125,11 @@ const modelSchema = refine(modelFields, (m, refuse) => {
     };
   });
   const real = engineOf(m, m.batching, refuse);
-  // The block prefix cache is the cost model's and the core's; a real engine reuses its cache slot by slot, which
-  // is not built yet: asking for it there is refused rather than ignored.
-  if (m.engine !== 'cost-model' && m.batching.prefixCache)
-    refuse('batching.prefixCache', `is not supported for engine ${m.engine} yet (the cost model only)`);
+  // The cost model's replicas keep a block prefix cache; a llama.cpp engine's keep what each slot's cells hold, for
+  // the next sequence in that slot (actors/batcher/slot-prefix.ts). An openai server caches (or not) by itself:
+  // asking for it there is refused rather than ignored.
+  if (m.engine === 'openai' && m.batching.prefixCache)
+    refuse('batching.prefixCache', 'is not supported for engine openai (the server manages its own cache)');
   // A llama.cpp engine's real cache bounds the ledger: slots, cells per sequence, one batch.
   const b = real ? { ...m.batching, ...real.limits } : m.batching;
   const maxContext = b.maxContext ?? profile.maxContext;
