@@ -6,11 +6,12 @@
 // Each round prints its throughput (completion tokens per second) and p99 TTFT both ways; the verdict is the median
 // over rounds of the throughput ratio (front / direct) and of the p99 TTFT added. Ends with one JSON line.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ensureTinyModel } from '../actors/engine/tiny-model.ts';
 import { freePort } from '../actors/worker/upstream/server.ts';
+import { cpuProfileArgs } from '../runtime/cpu-profile.ts';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 const BIN = join(ROOT, 'bin/switchyard.ts');
@@ -22,12 +23,46 @@ const ROUNDS = arg('rounds', 5);
 const REQUESTS = arg('requests', 48);
 const INFLIGHT = arg('inflight', 4);
 const MAX_TOKENS = arg('max-tokens', 32);
+/** `llama` (default): the upstream is a switchyard serve of the tiny model; `fixture`: the test fixture server, whose
+ * steps are timers (it takes next to no CPU), so what remains is the cost of the path itself. */
+const UPSTREAM = process.argv.includes('--upstream') ? process.argv[process.argv.indexOf('--upstream') + 1]! : 'llama';
+const FIXTURE = join(new URL('..', import.meta.url).pathname, 'test/fixtures/openai-server.ts');
+
+/** CPU ms (user + system) of a process alone, from /proc (0 once it has exited). */
+function cpuMs(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return ((Number(f[11]) + Number(f[12])) * 1000) / 100;
+  } catch {
+    return 0;
+  }
+}
+
+/** The children of a process. */
+function childrenOf(pid: number): number[] {
+  try {
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8')
+      .split(' ')
+      .filter((t) => t.trim() !== '')
+      .map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/** CPU ms of a process and all its descendants. */
+function treeCpuMs(pid: number): number {
+  return cpuMs(pid) + childrenOf(pid).reduce((a, c) => a + treeCpuMs(c), 0);
+}
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** Starts `switchyard serve` on `port` with `config`; resolves once /readyz answers 200. */
 async function serveOn(config: string, port: number, env: Record<string, string> = {}): Promise<ChildProcess> {
-  const p = spawn(process.execPath, ['--import', 'tsx', BIN, 'serve', '--config', config, '--port', String(port)], {
+  // SWITCHYARD_CPU_PROF_DIR: the front's and the upstream's processes write CPU profiles there when they exit.
+  const argv = [...cpuProfileArgs(), '--import', 'tsx', BIN, 'serve', '--config', config, '--port', String(port)];
+  const p = spawn(process.execPath, argv, {
     cwd: ROOT,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'ignore', 'inherit'],
@@ -44,11 +79,36 @@ async function serveOn(config: string, port: number, env: Record<string, string>
   }
 }
 
+/** Starts the fixture server on `port` (model `tiny`); resolves once /health answers 200. */
+async function fixtureOn(port: number): Promise<ChildProcess> {
+  const p = spawn(process.execPath, ['--import', 'tsx', FIXTURE, '--port', String(port), '--model', 'tiny'], {
+    cwd: ROOT,
+    stdio: ['ignore', 'ignore', 'inherit'],
+    detached: true,
+  });
+  const end = performance.now() + 60_000;
+  for (;;) {
+    const ok = await fetch(`http://127.0.0.1:${port}/health`)
+      .then((r) => r.status === 200)
+      .catch(() => false);
+    if (ok) return p;
+    if (p.exitCode !== null || performance.now() > end) throw new Error(`the fixture on ${port} did not start`);
+    await sleep(100);
+  }
+}
+
 interface Run {
   tokens: number;
   seconds: number;
   ttftMs: number[];
+  /** CPU ms of the upstream's processes and of the front's during the run (the front's control plane alone too). */
+  upCpuMs: number;
+  frontCpuMs: number;
+  frontCpCpuMs: number;
 }
+
+/** The processes whose CPU each run counts (set once they are started). */
+const trees = { up: 0, front: 0 };
 
 /** One streamed request: its TTFT (first chunk with text) and completion tokens. */
 async function one(base: string, prompt: string): Promise<{ ttftMs: number; tokens: number }> {
@@ -91,6 +151,9 @@ async function stream(base: string, round: number): Promise<Run> {
   const ttftMs: number[] = [];
   let tokens = 0;
   let next = 0;
+  const up0 = treeCpuMs(trees.up);
+  const front0 = treeCpuMs(trees.front);
+  const cp0 = cpuMs(trees.front);
   const t0 = performance.now();
   await Promise.all(
     Array.from({ length: INFLIGHT }, async () => {
@@ -101,7 +164,14 @@ async function stream(base: string, round: number): Promise<Run> {
       }
     }),
   );
-  return { tokens, seconds: (performance.now() - t0) / 1000, ttftMs };
+  return {
+    tokens,
+    seconds: (performance.now() - t0) / 1000,
+    ttftMs,
+    upCpuMs: treeCpuMs(trees.up) - up0,
+    frontCpuMs: treeCpuMs(trees.front) - front0,
+    frontCpCpuMs: cpuMs(trees.front) - cp0,
+  };
 }
 
 const quantile = (xs: readonly number[], q: number): number => {
@@ -143,7 +213,11 @@ models:
     sequences: ${INFLIGHT}
     batching: { tokenBudget: 256 }
     classes: { interactive: { maxQueueMs: 120000 } }
-    upstream: { model: tiny, url: 'http://127.0.0.1:${upPort}', health: /readyz, server: switchyard, prompt: text }
+    upstream: ${
+      UPSTREAM === 'fixture'
+        ? `{ model: tiny, url: 'http://127.0.0.1:${upPort}', server: vllm, prompt: ids, tokenIds: true }`
+        : `{ model: tiny, url: 'http://127.0.0.1:${upPort}', health: /readyz, server: switchyard, prompt: text }`
+    }
 `,
   );
   const procs: ChildProcess[] = [];
@@ -158,19 +232,25 @@ models:
   };
   process.on('exit', stop);
   try {
-    procs.push(await serveOn(upConfig, upPort));
+    procs.push(UPSTREAM === 'fixture' ? await fixtureOn(upPort) : await serveOn(upConfig, upPort));
+    trees.up = procs[0]!.pid!;
     const frontPort = await freePort();
     procs.push(await serveOn(frontConfig, frontPort));
+    trees.front = procs[1]!.pid!;
     const direct = `http://127.0.0.1:${upPort}`;
     const front = `http://127.0.0.1:${frontPort}`;
     // Warm both paths (JIT, connections, the engine's first batches).
     await stream(direct, -1);
     await stream(front, -1);
     console.log(
-      `${REQUESTS} requests per round, ${INFLIGHT} in flight, ${MAX_TOKENS} tokens each; tiny llama on llama.cpp`,
+      `${REQUESTS} requests per round, ${INFLIGHT} in flight, ${MAX_TOKENS} tokens each; upstream: ${UPSTREAM === 'fixture' ? 'the fixture server (timer steps)' : 'tiny llama on llama.cpp'}`,
     );
     const ratios: number[] = [];
     const added: number[] = [];
+    const addedP50: number[] = [];
+    const frontCpu: number[] = [];
+    const upCpuDirect: number[] = [];
+    const upCpuThrough: number[] = [];
     for (let r = 0; r < ROUNDS; r++) {
       // Interleaved, alternating which goes first: drift on the shared machine falls on both.
       const order = r % 2 === 0 ? [direct, front] : [front, direct];
@@ -184,8 +264,15 @@ models:
       const fP99 = quantile(f.ttftMs, 0.99);
       ratios.push(fTput / dTput);
       added.push(fP99 - dP99);
+      addedP50.push(median(f.ttftMs) - median(d.ttftMs));
+      frontCpu.push(f.frontCpuMs / f.tokens);
+      upCpuDirect.push(d.upCpuMs / d.tokens);
+      upCpuThrough.push(f.upCpuMs / f.tokens);
       console.log(
         `round ${r + 1}: direct ${dTput.toFixed(0)} tok/s p99 TTFT ${dP99.toFixed(1)} ms | through switchyard ${fTput.toFixed(0)} tok/s p99 TTFT ${fP99.toFixed(1)} ms | ratio ${(fTput / dTput).toFixed(3)}, added ${(fP99 - dP99).toFixed(1)} ms (p50 TTFT ${median(d.ttftMs).toFixed(1)} / ${median(f.ttftMs).toFixed(1)} ms)`,
+      );
+      console.log(
+        `  CPU per output token: upstream ${(d.upCpuMs / d.tokens).toFixed(3)} ms direct, ${(f.upCpuMs / f.tokens).toFixed(3)} ms through; front ${(f.frontCpuMs / f.tokens).toFixed(3)} ms (control plane ${(f.frontCpCpuMs / f.tokens).toFixed(3)}, worker ${((f.frontCpuMs - f.frontCpCpuMs) / f.tokens).toFixed(3)}; ${((f.frontCpuMs / 1000 / f.seconds) * 100).toFixed(0)} % of a core)`,
       );
     }
     const throughputRatio = median(ratios);
@@ -199,6 +286,13 @@ models:
         maxTokens: MAX_TOKENS,
         throughputRatio: Number(throughputRatio.toFixed(4)),
         p99AddedTtftMs: Number(p99AddedTtftMs.toFixed(2)),
+        p50AddedTtftMs: Number(median(addedP50).toFixed(2)),
+        frontCpuMsPerToken: Number(median(frontCpu).toFixed(4)),
+        upstreamCpuMsPerToken: {
+          direct: Number(median(upCpuDirect).toFixed(4)),
+          through: Number(median(upCpuThrough).toFixed(4)),
+        },
+        upstream: UPSTREAM,
         pass: throughputRatio >= 0.95 && p99AddedTtftMs <= 5,
       }),
     );
