@@ -40,6 +40,7 @@ const BENCHES: Bench[] = [
     seeds: '1 (CPU-time clock)',
   },
   { name: 'fleet', script: 'bench/fleet.ts', title: 'A fleet of nodes behind the cluster router', seeds: '7' },
+  { name: 'prefix', script: 'bench/prefix.ts', title: 'Prefix reuse and prefix-aware routing', seeds: '1' },
 ];
 
 const quickMode = process.argv.includes('--quick');

@@ -1,6 +1,6 @@
 // Submitting a request: admission by the router, the request's actor and record, then a replica (a sequence, or a
 // stateless batch member) or the hold until one is ready. Answers the resolved model version, or the refusal.
-import { segmentBlockHashes } from '../batcher/block-hash.ts';
+import { segmentBlockHashes, tokenBlockHashes } from '../batcher/block-hash.ts';
 import { failure } from '../../machines/outcomes.ts';
 import type { ModelConfig } from '../config.ts';
 import type { ReplicaHandle } from '../replica.ts';
@@ -64,8 +64,14 @@ function submitOne(deps: SubmitDeps, id: string, spec: SubmitSpec, clientListene
   const stateless = m?.kind === 'stateless';
   const estOutputTokens = m?.estimate === 'oracle' ? full.outputTokens : spec.maxTokens;
   // A model with a prefix cache keys its blocks by what its prompt is made of.
-  const hashes =
-    m?.batching.prefixCache && spec.segments ? segmentBlockHashes(spec.segments, m.batching.blockTokens) : undefined;
+  // A real engine's request carries its token ids: they are what it is made of.
+  const hashes = !m?.batching.prefixCache
+    ? undefined
+    : spec.engine
+      ? tokenBlockHashes(spec.engine.prompt, m.batching.blockTokens)
+      : spec.segments
+        ? segmentBlockHashes(spec.segments, m.batching.blockTokens)
+        : undefined;
   const adm = router.route({
     id,
     model: spec.model,
