@@ -23,6 +23,7 @@ const FLAGS: Readonly<Record<string, string>> = {
   'models[].batching.blockTokens': 'vLLM `--block-size`; SGLang `--page-size`',
   'models[].batching.maxContext': 'vLLM `--max-model-len`; SGLang `--context-length`',
   'models[].batching.kvBlocks': 'vLLM `--num-gpu-blocks-override`; SGLang `--max-total-tokens` (in tokens)',
+  'models[].batching.prefixCache': 'vLLM `--enable-prefix-caching`; SGLang radix cache (`--disable-radix-cache` off)',
   'models[].aliases': 'vLLM `--served-model-name` (several names for one model)',
   'models[].sequences': 'llama.cpp server `--parallel`',
   'models[].contextTokens': 'llama.cpp server `--ctx-size` (per sequence here)',
