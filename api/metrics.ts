@@ -5,6 +5,7 @@ import { SeriesHistogram, type HistogramSeries } from './series-histogram.ts';
 import type { ControlPlane, TerminalOutcome } from '../actors/control-plane.ts';
 import type { NodeLink } from '../actors/node-link.ts';
 import { OUTCOME_CODES } from '../machines/outcomes.ts';
+import type { PrefixReport } from '../actors/metrics/collector.ts';
 
 /** The metrics of one server. */
 export interface ServerMetrics {
@@ -162,6 +163,7 @@ export function createServerMetrics(cp: ControlPlane, node: NodeLink): ServerMet
       for (const [model, f] of cp.profileFits.all()) if (f.ratio !== null) this.set({ model }, f.ratio);
     },
   });
+  prefixMetrics(cp, registers, models);
   new Gauge({
     name: 'switchyard_replica_state',
     help: 'Replicas by machine state (1 for the current state)',
@@ -239,6 +241,42 @@ export function createServerMetrics(cp: ControlPlane, node: NodeLink): ServerMet
     },
   });
   return { registry, ...outcomeMetrics(registers, models), text: () => registry.metrics() };
+}
+
+/** Prefix reuse of models with a prefix cache: prompt tokens of requests that were scheduled, and the tokens their
+ * replica held cached when each was first scheduled (so cached ÷ prompt is the hit rate), counted as each ends. */
+function prefixMetrics(cp: ControlPlane, registers: Registry[], models: readonly string[]): void {
+  const cached = new Set(cp.scenario.models.filter((m) => m.batching.prefixCache).map((m) => m.name));
+  const counter = (name: string, help: string, of: (p: PrefixReport) => number): void => {
+    // Counters read the collector's running totals on each scrape and add what came since the last one.
+    const seen = new Map<string, number>();
+    const c: Counter<'model'> = new Counter({
+      name,
+      help,
+      labelNames: ['model'],
+      registers,
+      collect() {
+        for (const model of models) {
+          if (!cached.has(model)) continue;
+          const p = cp.collector.prefix(model);
+          const total = p ? of(p) : 0;
+          const d = total - (seen.get(model) ?? 0);
+          seen.set(model, total);
+          c.inc({ model }, Math.max(0, d));
+        }
+      },
+    });
+  };
+  counter(
+    'switchyard_prefix_prompt_tokens_total',
+    'Prompt tokens of scheduled requests of models with a prefix cache (counted when each request ends)',
+    (p) => p.promptTokens,
+  );
+  counter(
+    'switchyard_prefix_cached_tokens_total',
+    "Of those, the tokens the request's replica held cached when it was first scheduled (prefill saved)",
+    (p) => p.cachedTokens,
+  );
 }
 
 /** The counters and histograms fed by outcomes, steps and refusals; every label value is bounded. */
