@@ -9,10 +9,11 @@
 // cached prefix would have found, in the same run. hitRate ÷ oracleHitRate is the share of available reuse the cost
 // router took while it also balanced load.
 //
-// Simulated: the cost model on Llama-3-8B at H100 speed.
+// Simulated: the cost model on Llama-3-8B at H100 speed. Live (skipped with --sim-only): the same comparison served
+// by `switchyard serve` on two llama.cpp replicas of the bench model (bench/lib/prefix-live.ts), its keys `live…`.
 // Ends with one JSON line: {"ttftP50Ratio", "ttftP99Ratio", "hitRate", "oracleHitRate", "noSharedP99Ratio",
-// "prefillTokensSaved", …}.
-// Run with: npm run bench:prefix [-- --quick] [--seed N]
+// "prefillTokensSaved", …, "liveTtftP50Ratio", "liveHitRate", …}.
+// Run with: npm run bench:prefix [-- --quick] [--seed N] [--sim-only]
 import { normalizeScenario, type Scenario } from '../actors/config.ts';
 import { simulate, type SimReport } from '../actors/sim/simulate.ts';
 import type { ControlPlane } from '../actors/control-plane.ts';
@@ -20,6 +21,7 @@ import type { RoutingPolicy } from '../actors/router/router.ts';
 import { createConversationStream, type ConversationSpec } from '../actors/sim/conversations.ts';
 import { createRng } from '../runtime/rng.ts';
 import { printFigures, quick } from './lib/data.ts';
+import { prefixLive } from './lib/prefix-live.ts';
 
 const seedArg = process.argv.indexOf('--seed');
 const SEED = seedArg >= 0 ? Number(process.argv[seedArg + 1]) : 1;
@@ -186,6 +188,7 @@ function simulated(): Record<string, number> {
   };
 }
 
-const round = (x: number): number => Math.round(x * 1000) / 1000;
+const round = (x: number | boolean): number | boolean => (typeof x === 'number' ? Math.round(x * 1000) / 1000 : x);
 const sim = simulated();
-printFigures(Object.fromEntries(Object.entries(sim).map(([k, v]) => [k, round(v)])));
+const live = process.argv.includes('--sim-only') ? {} : await prefixLive({ seed: SEED, quick });
+printFigures(Object.fromEntries(Object.entries({ ...sim, ...live }).map(([k, v]) => [k, round(v)])));
