@@ -162,15 +162,16 @@ export function leastSquares(rows: readonly (readonly number[])[], y: readonly n
   return a.map((row, j) => (Math.abs(row[j]!) < 1e-12 ? 0 : row[n]! / row[j]! / scale[j]!));
 }
 
-const toCoefficients = (b: readonly number[]): StepCoefficients => ({
+/** The coefficients from a fitted vector in the order of the features (terms past its end are 0). */
+export const toCoefficients = (b: readonly number[]): StepCoefficients => ({
   baseS: b[0]!,
   perPrefillTokenS: b[1]!,
   perPrefillPairS: b[2]!,
   perDecodeSeqS: b[3]!,
   perContextTokenS: b[4]!,
   perPrefillSeqS: b[5]!,
-  perPassS: b[6]!,
-  perSinglePassS: b[7]!,
+  perPassS: b[6] ?? 0,
+  perSinglePassS: b[7] ?? 0,
 });
 
 /** Fits the coefficients to the samples (minimising relative error); reports the fit's mean and max relative error. */
@@ -185,9 +186,13 @@ export function fitProfile(samples: readonly CalibrationSample[]): {
       samples.map(() => 1),
     ),
   );
-  const errors = samples.map((s) => Math.abs(predictS(coefficients, s) - s.seconds) / s.seconds);
+  return { coefficients, fit: fitOf(samples.map((s) => Math.abs(predictS(coefficients, s) - s.seconds) / s.seconds)) };
+}
+
+/** A fit's summary from each sample's relative error. */
+export function fitOf(errors: readonly number[]): EngineProfile['fit'] {
   const meanRelError = errors.reduce((a, b) => a + b, 0) / Math.max(1, errors.length);
-  return { coefficients, fit: { points: samples.length, meanRelError, maxRelError: Math.max(0, ...errors) } };
+  return { points: errors.length, meanRelError, maxRelError: Math.max(0, ...errors) };
 }
 
 /** Filler prompt tokens: printable bytes, valid in any byte-level vocabulary. */

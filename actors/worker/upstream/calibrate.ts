@@ -18,7 +18,7 @@ import { createWallClock } from '../../../runtime/clock.ts';
 import type { SubmitSeq } from '../../../machines/core-messages.ts';
 import type { WireEngineSpec, WireUpstreamSpec } from '../../../machines/messages.ts';
 import type { CalibrationSample, EngineProfile, ProfileCapacity } from '../../gpu/profile-cost-model.ts';
-import { leastSquares } from '../../engine/calibrate.ts';
+import { fitOf, leastSquares, toCoefficients } from '../../engine/calibrate.ts';
 import { loadCodec, type ModelCodec } from './codec.ts';
 import { completionBody, streamCompletion } from './completion.ts';
 import { createUpstreamHttp, type UpstreamHttp } from './http.ts';
@@ -95,27 +95,11 @@ export function fitRequestLevel(samples: readonly CalibrationSample[]): Pick<Eng
     active.splice(active.indexOf(worst), 1);
     b[worst] = 0;
   }
-  const coefficients = {
-    baseS: b[0]!,
-    perPrefillTokenS: b[1]!,
-    perPrefillPairS: b[2]!,
-    perDecodeSeqS: b[3]!,
-    perContextTokenS: b[4]!,
-    perPrefillSeqS: b[5]!,
-    perPassS: 0,
-  };
   const errors = samples.map((s, i) => {
     const p = rows[i]!.reduce((a, x, j) => a + x * b[j]!, 0);
     return Math.abs(p - s.seconds) / Math.max(1e-9, s.seconds);
   });
-  return {
-    coefficients,
-    fit: {
-      points: samples.length,
-      meanRelError: errors.reduce((a, e) => a + e, 0) / Math.max(1, errors.length),
-      maxRelError: Math.max(0, ...errors),
-    },
-  };
+  return { coefficients: toCoefficients(b), fit: fitOf(errors) };
 }
 
 /** The samples of one batch: its TTFT as a prefill step of B prompts, its TPOT as a decode step of B sequences. */
