@@ -28,6 +28,13 @@ export interface CacheChanges {
 /** Most changes kept between two looks. */
 const MAX_CHANGES = 4096;
 
+/** The changes of a ledger without a cache: always none (frozen: a reader never changes what it takes). */
+const NO_CHANGES: CacheChanges = Object.freeze({
+  added: Object.freeze([]) as unknown as number[],
+  evicted: Object.freeze([]) as unknown as number[],
+  overflow: false,
+});
+
 /** The block ledger. */
 export interface KvLedger {
   readonly blockTokens: number;
@@ -152,6 +159,8 @@ export function createKvLedger(blockTokens: number, blocksTotal: number, prefixC
       s.blocks = 0;
     },
     takeChanges: () => {
+      // Without a cache (most replicas) nothing ever changes: no new lists on every report.
+      if (cache === null) return NO_CHANGES;
       const out = changes;
       changes = { added: [], evicted: [], overflow: false };
       const kept = slotPrefix?.takeChanges(out.overflow) ?? null;
