@@ -91,30 +91,38 @@ export function passes(slots: ArrayLike<number>, tokens: ArrayLike<number>, n: n
   return splitEqual(v, n);
 }
 
+/** The slot of packed item `i` (module-level, not a closure per call: steps call this on every pass). */
+function slotOf(v: Float64Array, i: number): number {
+  return Math.floor(v[i]! / TOKEN_BITS);
+}
+
+/** The tokens left of packed item `i`. */
+function leftOf(v: Float64Array, i: number): number {
+  return v[i]! - slotOf(v, i) * TOKEN_BITS;
+}
+
 /** split_equal over `n` packed (slot, tokens) pairs in ascending slot order, counting micro-batches; consumes them. */
 function splitEqual(v: Float64Array, n: number): number {
-  const slot = (i: number): number => Math.floor(v[i]! / TOKEN_BITS);
-  const left = (i: number): number => v[i]! - slot(i) * TOKEN_BITS;
   let count = 0;
   let first = 0;
   for (;;) {
-    while (first < n && left(first) === 0) first++;
+    while (first < n && leftOf(v, first) === 0) first++;
     if (first >= n) return count;
     // The micro-batch: the first item with tokens left, then each next one whose slot is one above the last taken.
-    let take = left(first);
-    let last = slot(first);
+    let take = leftOf(v, first);
+    let last = slotOf(v, first);
     for (let i = first + 1; i < n; i++) {
-      if (left(i) === 0) continue;
-      if (slot(i) !== last + 1) break;
-      last = slot(i);
-      take = Math.min(take, left(i));
+      if (leftOf(v, i) === 0) continue;
+      if (slotOf(v, i) !== last + 1) break;
+      last = slotOf(v, i);
+      take = Math.min(take, leftOf(v, i));
     }
-    last = slot(first);
+    last = slotOf(v, first);
     v[first] = v[first]! - take;
     for (let i = first + 1; i < n; i++) {
-      if (left(i) === 0) continue;
-      if (slot(i) !== last + 1) break;
-      last = slot(i);
+      if (leftOf(v, i) === 0) continue;
+      if (slotOf(v, i) !== last + 1) break;
+      last = slotOf(v, i);
       v[i] = v[i]! - take;
     }
     count++;

@@ -63,6 +63,16 @@ export interface Detector {
   bounds(stepMs: number): Record<DetectionPath, number>;
 }
 
+/** Adds a detection of `g` unless one is already found (module-level: heartbeats call it every period). */
+function addFound(found: Detected[], g: number, code: string, path: DetectionPath, stepMs?: number): void {
+  if (!found.some((f) => f.gpu === g)) found.push({ gpu: g, code, path, ...(stepMs !== undefined ? { stepMs } : {}) });
+}
+
+/** How long past its prediction a step may run before it counts as stalled. */
+function toleranceOf(c: { progressFactor: number; progressSlackMs: number }, stepMs: number): number {
+  return c.progressFactor * stepMs + c.progressSlackMs;
+}
+
 /** Creates a detector. */
 export function createDetector(d: DetectorDeps): Detector {
   const lastSeen = new Map<number, number>();
@@ -94,33 +104,28 @@ export function createDetector(d: DetectorDeps): Detector {
       for (const g of gpus ?? d.live()) lastSeen.set(g, now);
       const found: Detected[] = [];
       const suspects = new Set<number>();
-      const add = (g: number, code: string, path: DetectionPath, stepMs?: number): void => {
-        if (!found.some((f) => f.gpu === g))
-          found.push({ gpu: g, code, path, ...(stepMs !== undefined ? { stepMs } : {}) });
-      };
       for (const g of d.live()) {
         const seen = lastSeen.get(g) ?? now;
-        if (now - seen > silentMs) add(g, 'heartbeat_missed', 'heartbeat');
+        if (now - seen > silentMs) addFound(found, g, 'heartbeat_missed', 'heartbeat');
         else if (seen < now) suspects.add(g);
       }
-      const tolerance = (stepMs: number): number => d.config.progressFactor * stepMs + d.config.progressSlackMs;
       for (const s of d.inflight()) {
         // The ranks that never reported are the hung ones; if none did, the whole step is stuck on all of them.
         const stuck = s.devices.filter((x) => !s.reported.includes(x));
         const ranks = stuck.length > 0 ? stuck : s.devices;
         const age = now - Math.max(s.since, resumedAt);
-        if (age <= tolerance(s.predictedMs)) {
+        if (age <= toleranceOf(d.config, s.predictedMs)) {
           if (age > s.predictedMs + period()) for (const x of ranks) suspects.add(d.physical(x));
           continue;
         }
-        for (const x of ranks) add(d.physical(x), 'step_stalled', 'progress', s.predictedMs);
+        for (const x of ranks) addFound(found, d.physical(x), 'step_stalled', 'progress', s.predictedMs);
       }
       // A loading device makes no progress while it is missing from heartbeats: judged like a step of no length.
       for (const r of d.loading?.() ?? []) {
         for (const x of r.devices) {
           const g = d.physical(x);
           const seen = Math.max(lastSeen.get(g) ?? now, resumedAt);
-          if (now - seen > tolerance(0)) add(g, 'load_stalled', 'progress', 0);
+          if (now - seen > toleranceOf(d.config, 0)) addFound(found, g, 'load_stalled', 'progress', 0);
         }
       }
       if (nodeTimer !== null) d.clock.clearTimeout(nodeTimer);
