@@ -1,6 +1,6 @@
 // Prefix reuse by slot (actors/batcher/slot-prefix.ts): a sequence with token ids takes the free slot whose kept cells
-// share the longest prefix with its tokens and prefills only the rest; with no match it takes a slot that adds no
-// pass, an empty one or else the least recently used; a kept prefix never holds up an admission; the hashes the
+// share the longest prefix with its tokens and prefills only the rest; with no match it takes an empty slot or else
+// the least recently used prefix, passes aside; a kept prefix never holds up an admission; the hashes the
 // slots keep are reported once however many slots keep them; and every sequence gets exactly its tokens.
 import { describe, expect, it } from 'vitest';
 import { tokenBlockHashes } from '../../../actors/batcher/block-hash.ts';
@@ -128,7 +128,7 @@ describe('prefix reuse by slot', () => {
       expect(['x', 'y', 'z'].map((id) => log.slot.get(id))).toEqual([0, 1, 2]);
     });
 
-    it('with no match, overwrites the least recently used prefix among the slots that add no pass', () => {
+    it('with no match, overwrites an empty slot, else the least recently used prefix, whatever passes it adds', () => {
       const log = newLog();
       const b = createContinuousBatcher(limits());
       // Four sequences in slots 0-3, finishing in the order 3, 1, 0, 2.
@@ -136,20 +136,45 @@ describe('prefix reuse by slot', () => {
       ['a', 'b', 'c', 'd'].forEach((id, i) => b.enqueue(seqOf(id, ids(1000 * (i + 1), 8), outputs[i]!, log)));
       drain(b);
       expect(['a', 'b', 'c', 'd'].map((id) => log.slot.get(id))).toEqual([0, 1, 2, 3]);
-      // Nothing runs: every slot adds a pass, and slot 3 keeps the oldest prefix.
+      // Slot 3 keeps the oldest prefix.
       b.enqueue(seqOf('e', ids(50_000, 8), 30, log));
       step(b, 100);
       expect(log.slot.get('e')).toBe(3);
-      // e runs in slot 3: slot 2 alone adds no pass, though its prefix is the newest of the free slots'.
+      // Slot 2 beside e would add no pass, but its prefix is the newest of the free slots': slot 1's is older.
       b.enqueue(seqOf('f', ids(60_000, 8), 30, log));
       step(b, 101);
-      expect(log.slot.get('f')).toBe(2);
-      // A match of at least a block wins over the passes: a's prefix, in slot 0, away from the run 2-3.
+      expect(log.slot.get('f')).toBe(1);
+      // A match of at least a block wins over the passes: a's prefix, in slot 0, and c's, still in slot 2.
       b.enqueue(seqOf('a2', [...ids(1000, 8), 1], 2, log));
+      b.enqueue(seqOf('c2', [...ids(3000, 8), 1], 2, log));
       step(b, 102);
-      expect(log.slot.get('a2')).toBe(0);
-      expect(log.computedAtStart.get('a2')).toBe(8);
+      expect([log.slot.get('a2'), log.slot.get('c2')]).toEqual([0, 2]);
+      expect([log.computedAtStart.get('a2'), log.computedAtStart.get('c2')]).toEqual([8, 8]);
       drain(b, 103);
+    });
+
+    it("keeps a finished turn's prefix in a hole between running sequences for the next turn", () => {
+      const log = newLog();
+      const b = createContinuousBatcher(limits());
+      // x and z run long in slots 0 and 2; the conversation's turn c, in slot 1 between them, finishes first.
+      b.enqueue(seqOf('x', ids(100, 8), 40, log));
+      const c = seqOf('c', ids(200, 12), 2, log);
+      b.enqueue(c);
+      b.enqueue(seqOf('z', ids(300, 8), 40, log));
+      for (let t = 0; t < 4; t++) step(b, t);
+      expect(log.done.has('c')).toBe(true);
+      expect(log.slot.get('c')).toBe(1);
+      // A new prompt that matches nothing takes the empty slot 3, not the hole that keeps c's cells.
+      b.enqueue(seqOf('n', ids(400, 8), 40, log));
+      step(b, 10);
+      expect(log.slot.get('n')).toBe(3);
+      // The conversation's next turn: c's prompt and answer, then a new message, reuses all c computed.
+      const turn = [...c.tokens!.prompt, ...c.tokens!.out, ...ids(500, 6)];
+      b.enqueue(seqOf('c2', turn, 2, log));
+      step(b, 11);
+      expect(log.slot.get('c2')).toBe(1);
+      expect(log.computedAtStart.get('c2')).toBe(c.tokens!.prompt.length + 1);
+      drain(b, 12);
     });
 
     it('reuses what a preempted sequence left in its slot when it runs again', () => {
