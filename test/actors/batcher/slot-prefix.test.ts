@@ -177,6 +177,23 @@ describe('prefix reuse by slot', () => {
       drain(b, 12);
     });
 
+    it('among slots sharing as much (a system prompt), overwrites the least recently used', () => {
+      const log = newLog();
+      const b = createContinuousBatcher(limits());
+      const sys = ids(100, 8);
+      // Two conversations on one system prompt, in slots 0 and 1; the one in slot 1 finishes first.
+      b.enqueue(seqOf('a', [...sys, ...ids(200, 4)], 6, log));
+      b.enqueue(seqOf('b', [...sys, ...ids(300, 4)], 2, log));
+      drain(b);
+      expect([log.slot.get('a'), log.slot.get('b')]).toEqual([0, 1]);
+      // A new conversation on that prompt reuses it where the older turn was, keeping a's for a's next turn.
+      b.enqueue(seqOf('c', [...sys, ...ids(400, 4)], 2, log));
+      step(b, 100);
+      expect(log.slot.get('c')).toBe(1);
+      expect(log.computedAtStart.get('c')).toBe(8);
+      drain(b, 101);
+    });
+
     it('reuses what a preempted sequence left in its slot when it runs again', () => {
       const log = newLog();
       // Room for one long sequence: the second admitted is preempted when the first grows.
