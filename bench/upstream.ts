@@ -5,8 +5,14 @@
 // interleaved rounds (direct, front, front, direct, ...), over HTTP streaming (/v1/completions, SSE) from this process.
 // Each round prints its throughput (completion tokens per second) and p99 TTFT both ways; the verdict is the median
 // over rounds of the throughput ratio (front / direct) and of the p99 TTFT added. Ends with one JSON line.
+//
+// Where the time goes: each round also prints, per request, the CPU each process used and the time it spent runnable
+// but waiting for a core (/proc schedstat: the upstream's processes, the front's control plane and its worker, this
+// client). `--relay` adds a third path through a bare node:http pass-through proxy, the floor any relay in Node
+// reaches on the machine. `--upstream fixture` replaces the llama.cpp upstream with the fixture server (timer steps).
+// `--quick`: 3 rounds of 24 requests; `--rounds`, `--requests`, `--inflight`, `--max-tokens` set them one by one.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ensureTinyModel } from '../actors/engine/tiny-model.ts';
@@ -19,24 +25,45 @@ const arg = (name: string, dflt: number): number => {
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 ? Number(process.argv[i + 1]) : dflt;
 };
-const ROUNDS = arg('rounds', 5);
-const REQUESTS = arg('requests', 48);
+/** `--quick`: 3 rounds of 24 requests (the default is 5 of 48). */
+const QUICK = process.argv.includes('--quick');
+const ROUNDS = arg('rounds', QUICK ? 3 : 5);
+const REQUESTS = arg('requests', QUICK ? 24 : 48);
 const INFLIGHT = arg('inflight', 4);
 const MAX_TOKENS = arg('max-tokens', 32);
 /** `llama` (default): the upstream is a switchyard serve of the tiny model; `fixture`: the test fixture server, whose
  * steps are timers (it takes next to no CPU), so what remains is the cost of the path itself. */
 const UPSTREAM = process.argv.includes('--upstream') ? process.argv[process.argv.indexOf('--upstream') + 1]! : 'llama';
+/** `--relay`: a third path through a bare pass-through proxy (see RELAY), interleaved with the other two. */
+const WITH_RELAY = process.argv.includes('--relay');
 const FIXTURE = join(new URL('..', import.meta.url).pathname, 'test/fixtures/openai-server.ts');
 
-/** CPU ms (user + system) of a process alone, from /proc (0 once it has exited). */
-function cpuMs(pid: number): number {
+/** CPU time and time spent runnable but waiting for a core (ms), of one process or a tree of them. */
+interface Sched {
+  cpuMs: number;
+  waitMs: number;
+}
+
+/** A process's CPU and run-queue wait, summed over its threads (from /proc/<pid>/task/<tid>/schedstat: ns on a
+ * core, ns waiting on a run queue); zeros once it has exited. */
+function schedOf(pid: number): Sched {
+  const out = { cpuMs: 0, waitMs: 0 };
+  let tids: string[];
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return ((Number(f[11]) + Number(f[12])) * 1000) / 100;
+    tids = readdirSync(`/proc/${pid}/task`);
   } catch {
-    return 0;
+    return out;
   }
+  for (const tid of tids) {
+    try {
+      const [run, wait] = readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ').map(Number);
+      out.cpuMs += run! / 1e6;
+      out.waitMs += wait! / 1e6;
+    } catch {
+      // the thread ended
+    }
+  }
+  return out;
 }
 
 /** The children of a process. */
@@ -51,10 +78,18 @@ function childrenOf(pid: number): number[] {
   }
 }
 
-/** CPU ms of a process and all its descendants. */
-function treeCpuMs(pid: number): number {
-  return cpuMs(pid) + childrenOf(pid).reduce((a, c) => a + treeCpuMs(c), 0);
+/** The CPU and run-queue wait of a process and all its descendants. */
+function treeSched(pid: number): Sched {
+  const own = schedOf(pid);
+  for (const c of childrenOf(pid)) {
+    const t = treeSched(c);
+    own.cpuMs += t.cpuMs;
+    own.waitMs += t.waitMs;
+  }
+  return own;
 }
+
+const minus = (a: Sched, b: Sched): Sched => ({ cpuMs: a.cpuMs - b.cpuMs, waitMs: a.waitMs - b.waitMs });
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
@@ -97,18 +132,68 @@ async function fixtureOn(port: number): Promise<ChildProcess> {
   }
 }
 
+/** A bare pass-through proxy (node:http server → node:http client with keep-alive, the response piped back): no
+ * parsing, no routing, no second process. What any relay in Node costs on this machine, the floor for the front. */
+const RELAY = `
+import { createServer, request, Agent } from 'node:http';
+const [up, port] = [process.env.RELAY_UP, Number(process.env.RELAY_PORT)];
+const agent = new Agent({ keepAlive: true, maxSockets: 64 });
+createServer((req, res) => {
+  const out = request(up + req.url, { method: req.method, headers: req.headers, agent }, (r) => {
+    res.writeHead(r.statusCode, r.headers);
+    r.pipe(res);
+  });
+  out.on('error', () => res.destroy());
+  req.pipe(out);
+}).listen(port, '127.0.0.1');
+`;
+
+/** Starts the bare relay on `port` in front of `up`; resolves once it forwards /health or /readyz. */
+async function relayOn(port: number, up: string, health: string): Promise<ChildProcess> {
+  const p = spawn(process.execPath, ['--input-type=module', '-e', RELAY], {
+    cwd: ROOT,
+    env: { ...process.env, RELAY_UP: up, RELAY_PORT: String(port) },
+    stdio: ['ignore', 'ignore', 'inherit'],
+    detached: true,
+  });
+  const end = performance.now() + 30_000;
+  for (;;) {
+    const ok = await fetch(`http://127.0.0.1:${port}${health}`)
+      .then((r) => r.status === 200)
+      .catch(() => false);
+    if (ok) return p;
+    if (p.exitCode !== null || performance.now() > end) throw new Error(`the relay on ${port} did not start`);
+    await sleep(100);
+  }
+}
+
 interface Run {
   tokens: number;
   seconds: number;
   ttftMs: number[];
-  /** CPU ms of the upstream's processes and of the front's during the run (the front's control plane alone too). */
-  upCpuMs: number;
-  frontCpuMs: number;
-  frontCpCpuMs: number;
+  /** CPU and run-queue wait during the run: the upstream's processes, the front's control plane and its worker (its
+   * children), and this process (the client). */
+  up: Sched;
+  frontCp: Sched;
+  frontWorker: Sched;
+  relay: Sched;
+  client: Sched;
 }
 
 /** The processes whose CPU each run counts (set once they are started). */
-const trees = { up: 0, front: 0 };
+const trees = { up: 0, front: 0, relay: 0 };
+
+/** Where each run's CPU and waits are read: every process of both paths, at once. */
+function schedNow(): { up: Sched; frontCp: Sched; frontWorker: Sched; relay: Sched; client: Sched } {
+  const frontCp = schedOf(trees.front);
+  return {
+    up: treeSched(trees.up),
+    frontCp,
+    frontWorker: minus(treeSched(trees.front), frontCp),
+    relay: schedOf(trees.relay),
+    client: schedOf(process.pid),
+  };
+}
 
 /** One streamed request: its TTFT (first chunk with text) and completion tokens. */
 async function one(base: string, prompt: string): Promise<{ ttftMs: number; tokens: number }> {
@@ -151,9 +236,7 @@ async function stream(base: string, round: number): Promise<Run> {
   const ttftMs: number[] = [];
   let tokens = 0;
   let next = 0;
-  const up0 = treeCpuMs(trees.up);
-  const front0 = treeCpuMs(trees.front);
-  const cp0 = cpuMs(trees.front);
+  const s0 = schedNow();
   const t0 = performance.now();
   await Promise.all(
     Array.from({ length: INFLIGHT }, async () => {
@@ -168,9 +251,16 @@ async function stream(base: string, round: number): Promise<Run> {
     tokens,
     seconds: (performance.now() - t0) / 1000,
     ttftMs,
-    upCpuMs: treeCpuMs(trees.up) - up0,
-    frontCpuMs: treeCpuMs(trees.front) - front0,
-    frontCpCpuMs: cpuMs(trees.front) - cp0,
+    ...(() => {
+      const s1 = schedNow();
+      return {
+        up: minus(s1.up, s0.up),
+        frontCp: minus(s1.frontCp, s0.frontCp),
+        frontWorker: minus(s1.frontWorker, s0.frontWorker),
+        relay: minus(s1.relay, s0.relay),
+        client: minus(s1.client, s0.client),
+      };
+    })(),
   };
 }
 
@@ -239,21 +329,36 @@ models:
     trees.front = procs[1]!.pid!;
     const direct = `http://127.0.0.1:${upPort}`;
     const front = `http://127.0.0.1:${frontPort}`;
-    // Warm both paths (JIT, connections, the engine's first batches).
-    await stream(direct, -1);
-    await stream(front, -1);
+    let relay = '';
+    if (WITH_RELAY) {
+      const relayPort = await freePort();
+      procs.push(await relayOn(relayPort, direct, UPSTREAM === 'fixture' ? '/health' : '/readyz'));
+      trees.relay = procs[2]!.pid!;
+      relay = `http://127.0.0.1:${relayPort}`;
+    }
+    const paths = relay ? [direct, front, relay] : [direct, front];
+    // Warm every path (JIT, connections, the engine's first batches).
+    for (const base of paths) await stream(base, -1);
     console.log(
       `${REQUESTS} requests per round, ${INFLIGHT} in flight, ${MAX_TOKENS} tokens each; upstream: ${UPSTREAM === 'fixture' ? 'the fixture server (timer steps)' : 'tiny llama on llama.cpp'}`,
     );
     const ratios: number[] = [];
     const added: number[] = [];
     const addedP50: number[] = [];
-    const frontCpu: number[] = [];
-    const upCpuDirect: number[] = [];
-    const upCpuThrough: number[] = [];
+    const relayRatios: number[] = [];
+    const relayAdded: number[] = [];
+    // Per round: each process's CPU and run-queue wait per request (ms), by path.
+    const perReq = new Map<string, { cpu: number[]; wait: number[] }>();
+    const note = (name: string, x: Sched, requests: number): void => {
+      let e = perReq.get(name);
+      if (!e) perReq.set(name, (e = { cpu: [], wait: [] }));
+      e.cpu.push(x.cpuMs / requests);
+      e.wait.push(x.waitMs / requests);
+    };
+    const shown = (x: Sched, n: number): string => `${(x.cpuMs / n).toFixed(2)}/${(x.waitMs / n).toFixed(2)}`;
     for (let r = 0; r < ROUNDS; r++) {
       // Interleaved, alternating which goes first: drift on the shared machine falls on both.
-      const order = r % 2 === 0 ? [direct, front] : [front, direct];
+      const order = r % 2 === 0 ? paths : [...paths].reverse();
       const runs = new Map<string, Run>();
       for (const base of order) runs.set(base, await stream(base, r));
       const d = runs.get(direct)!;
@@ -265,14 +370,31 @@ models:
       ratios.push(fTput / dTput);
       added.push(fP99 - dP99);
       addedP50.push(median(f.ttftMs) - median(d.ttftMs));
-      frontCpu.push(f.frontCpuMs / f.tokens);
-      upCpuDirect.push(d.upCpuMs / d.tokens);
-      upCpuThrough.push(f.upCpuMs / f.tokens);
+      note('upstream direct', d.up, REQUESTS);
+      note('upstream through', f.up, REQUESTS);
+      note('front control plane', f.frontCp, REQUESTS);
+      note('front worker', f.frontWorker, REQUESTS);
+      note('client direct', d.client, REQUESTS);
+      note('client through', f.client, REQUESTS);
       console.log(
-        `round ${r + 1}: direct ${dTput.toFixed(0)} tok/s p99 TTFT ${dP99.toFixed(1)} ms | through switchyard ${fTput.toFixed(0)} tok/s p99 TTFT ${fP99.toFixed(1)} ms | ratio ${(fTput / dTput).toFixed(3)}, added ${(fP99 - dP99).toFixed(1)} ms (p50 TTFT ${median(d.ttftMs).toFixed(1)} / ${median(f.ttftMs).toFixed(1)} ms)`,
+        `round ${r + 1}: direct ${dTput.toFixed(0)} tok/s p99 TTFT ${dP99.toFixed(1)} ms | through switchyard ${fTput.toFixed(0)} tok/s p99 TTFT ${fP99.toFixed(1)} ms | ratio ${(fTput / dTput).toFixed(3)}, added ${(fP99 - dP99).toFixed(1)} ms (p50 TTFT ${median(d.ttftMs).toFixed(1)} / ${median(f.ttftMs).toFixed(1)} ms; ${(d.tokens / REQUESTS).toFixed(1)} / ${(f.tokens / REQUESTS).toFixed(1)} tokens per request)`,
       );
+      const n = REQUESTS;
+      const b = relay ? runs.get(relay)! : null;
+      if (b) {
+        const bTput = b.tokens / b.seconds;
+        const bP99 = quantile(b.ttftMs, 0.99);
+        relayRatios.push(bTput / dTput);
+        relayAdded.push(bP99 - dP99);
+        note('relay', b.relay, REQUESTS);
+        note('upstream relayed', b.up, REQUESTS);
+        note('client relayed', b.client, REQUESTS);
+        console.log(
+          `  bare relay: ${bTput.toFixed(0)} tok/s p99 TTFT ${bP99.toFixed(1)} ms | ratio ${(bTput / dTput).toFixed(3)}, added ${(bP99 - dP99).toFixed(1)} ms (p50 TTFT ${median(b.ttftMs).toFixed(1)} ms); per request CPU/waiting: relay ${shown(b.relay, n)}, upstream ${shown(b.up, n)}, client ${shown(b.client, n)}`,
+        );
+      }
       console.log(
-        `  CPU per output token: upstream ${(d.upCpuMs / d.tokens).toFixed(3)} ms direct, ${(f.upCpuMs / f.tokens).toFixed(3)} ms through; front ${(f.frontCpuMs / f.tokens).toFixed(3)} ms (control plane ${(f.frontCpCpuMs / f.tokens).toFixed(3)}, worker ${((f.frontCpuMs - f.frontCpCpuMs) / f.tokens).toFixed(3)}; ${((f.frontCpuMs / 1000 / f.seconds) * 100).toFixed(0)} % of a core)`,
+        `  per request, CPU/waiting for a core (ms): upstream ${shown(d.up, n)} direct, ${shown(f.up, n)} through; front control plane ${shown(f.frontCp, n)}, worker ${shown(f.frontWorker, n)}; client ${shown(d.client, n)} direct, ${shown(f.client, n)} through; front ${(((f.frontCp.cpuMs + f.frontWorker.cpuMs) / 1000 / f.seconds) * 100).toFixed(0)} % of a core`,
       );
     }
     const throughputRatio = median(ratios);
@@ -287,11 +409,20 @@ models:
         throughputRatio: Number(throughputRatio.toFixed(4)),
         p99AddedTtftMs: Number(p99AddedTtftMs.toFixed(2)),
         p50AddedTtftMs: Number(median(addedP50).toFixed(2)),
-        frontCpuMsPerToken: Number(median(frontCpu).toFixed(4)),
-        upstreamCpuMsPerToken: {
-          direct: Number(median(upCpuDirect).toFixed(4)),
-          through: Number(median(upCpuThrough).toFixed(4)),
-        },
+        perRequestMs: Object.fromEntries(
+          [...perReq].map(([k, v]) => [
+            k,
+            { cpu: Number(median(v.cpu).toFixed(3)), wait: Number(median(v.wait).toFixed(3)) },
+          ]),
+        ),
+        ...(relay
+          ? {
+              relay: {
+                throughputRatio: Number(median(relayRatios).toFixed(4)),
+                p99AddedTtftMs: Number(median(relayAdded).toFixed(2)),
+              },
+            }
+          : {}),
         upstream: UPSTREAM,
         pass: throughputRatio >= 0.95 && p99AddedTtftMs <= 5,
       }),
