@@ -1,11 +1,15 @@
 // `npm run bench`: runs every benchmark, then writes docs/BENCHMARKS.md with tables and SVG charts beside it.
-// `--quick` runs each benchmark in its quick mode (for CI: checks that the report builds).
+// `--quick` runs each benchmark in its quick mode (for CI: checks that the report builds). `--only=a,b` runs some.
+// The page opens with one row per claim (bench/claims.ts) holding this run's figure. Every run's results (output and
+// JSON line) are kept in results.json in the run's directory, printed at the end; `--render <results.json>` writes the
+// page again from them without running anything.
 import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { cpus, totalmem, tmpdir, release } from 'node:os';
 import { join } from 'node:path';
 import { renderSvg, type ChartSpec } from './charts.ts';
 import { chartsFor } from './report-charts.ts';
+import { claimsTable, type Figures } from './claims.ts';
 
 /** One benchmark the report runs. */
 interface Bench {
@@ -13,6 +17,8 @@ interface Bench {
   script: string;
   title: string;
   seeds: string;
+  /** Arguments of the full run (not of --quick). */
+  args?: string[];
 }
 
 const BENCHES: Bench[] = [
@@ -36,11 +42,18 @@ const BENCHES: Bench[] = [
   {
     name: 'fidelity',
     script: 'bench/fidelity.ts',
-    title: 'Simulation fidelity against the real engine',
+    title: 'Simulation fidelity against the real engine (profile calibrated in the run)',
     seeds: '1 (CPU-time clock)',
+    args: ['--calibrate'],
   },
   { name: 'fleet', script: 'bench/fleet.ts', title: 'A fleet of nodes behind the cluster router', seeds: '7' },
   { name: 'prefix', script: 'bench/prefix.ts', title: 'Prefix reuse and prefix-aware routing', seeds: '1' },
+  {
+    name: 'upstream',
+    script: 'bench/upstream.ts',
+    title: '`engine: openai`: switchyard in front of a model server',
+    seeds: 'n/a (wall clock)',
+  },
 ];
 
 const quickMode = process.argv.includes('--quick');
@@ -54,14 +67,14 @@ interface Result {
   code: number | null;
   seconds: number;
   stdout: string;
-  figures: Record<string, unknown> | null;
+  figures: Figures | null;
   data: unknown;
 }
 
 function runOne(b: Bench, dataFile: string): Promise<Result> {
   return new Promise((resolve) => {
     const t0 = performance.now();
-    const args = ['--import', 'tsx', b.script, ...(quickMode ? ['--quick'] : [])];
+    const args = ['--import', 'tsx', b.script, ...(quickMode ? ['--quick'] : (b.args ?? []))];
     const child = spawn(process.execPath, args, {
       env: { ...process.env, BENCH_DATA: dataFile, ...(quickMode ? { BENCH_QUICK: '1' } : {}) },
     });
@@ -74,7 +87,7 @@ function runOne(b: Bench, dataFile: string): Promise<Result> {
       const lines = stdout.trimEnd().split('\n');
       let figures: Record<string, unknown> | null = null;
       try {
-        figures = JSON.parse(lines[lines.length - 1] ?? '') as Record<string, unknown>;
+        figures = JSON.parse(lines[lines.length - 1] ?? '') as Figures;
       } catch {
         figures = null;
       }
@@ -84,39 +97,65 @@ function runOne(b: Bench, dataFile: string): Promise<Result> {
   });
 }
 
-async function main(): Promise<number> {
+/** What a run of the report keeps: enough to write the page again (`--render`). */
+interface Saved {
+  started: string;
+  quick: boolean;
+  machine: string;
+  results: (Omit<Result, 'bench'> & { bench: Bench })[];
+}
+
+async function runAll(): Promise<Saved> {
   const started = new Date();
   const dir = mkdtempSync(join(tmpdir(), 'switchyard-bench-'));
   const benches = BENCHES.filter((b) => (!only || only.includes(b.name)) && existsSync(b.script));
   const results: Result[] = [];
   for (const [i, b] of benches.entries()) {
-    process.stderr.write(
-      `[${i + 1}/${benches.length}] bench:${b.name} (${b.script}${quickMode ? ' --quick' : ''}) ...\n`,
-    );
+    const shown = [b.script, ...(quickMode ? ['--quick'] : (b.args ?? []))].join(' ');
+    process.stderr.write(`[${i + 1}/${benches.length}] bench:${b.name} (${shown}) ...\n`);
     const r = await runOne(b, join(dir, `${b.name}.json`));
     process.stderr.write(
       `[${i + 1}/${benches.length}] bench:${b.name} ${r.code === 0 ? 'done' : `FAILED (exit ${r.code})`} in ${r.seconds.toFixed(1)} s\n`,
     );
     results.push(r);
   }
-  mkdirSync('docs/img', { recursive: true });
   const cpu = cpus();
+  const saved: Saved = {
+    started: started.toISOString(),
+    quick: quickMode,
+    machine: `${cpu.length} × ${cpu[0]?.model ?? 'unknown CPU'}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Linux ${release()}, Node ${process.version}`,
+    results,
+  };
+  const file = join(dir, 'results.json');
+  writeFileSync(file, JSON.stringify(saved));
+  process.stderr.write(`results kept in ${file} (\`npm run bench -- --render ${file}\` writes the page again)\n`);
+  return saved;
+}
+
+async function render(saved: Saved): Promise<string[]> {
+  const { results, quick } = saved;
+  mkdirSync('docs/img', { recursive: true });
   const lines: string[] = [];
   lines.push('# switchyard benchmarks');
   lines.push('');
+  lines.push(`Generated by \`npm run bench${quick ? ' -- --quick' : ''}\` on ${saved.started.slice(0, 10)}.`);
   lines.push(
-    `Generated by \`npm run bench${quickMode ? ' -- --quick' : ''}\` on ${started.toISOString().slice(0, 10)}.`,
+    `Machine: ${saved.machine}. Shared and noisy: compare ratios measured in one run, not absolute times across runs.`,
   );
-  lines.push(
-    `Machine: ${cpu.length} × ${cpu[0]?.model ?? 'unknown CPU'}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Linux ${release()}, Node ${process.version}. Shared and noisy: compare ratios measured in one run, not absolute times across runs.`,
-  );
-  if (quickMode) lines.push('\n**Quick mode**: reduced sizes for CI; the figures are not the headline numbers.');
+  if (quick) lines.push('\n**Quick mode**: reduced sizes for CI; the figures are not the headline numbers.');
+  lines.push('');
+  lines.push('## Claims');
+  lines.push('');
+  lines.push("Each claim's figure from this run (the closing JSON line of its benchmark, whose full output follows).");
+  lines.push('');
+  lines.push(...claimsTable(Object.fromEntries(results.map((r) => [r.bench.name, r.figures]))));
   lines.push('');
   for (const r of results) {
+    const args = quick ? ['--quick'] : (r.bench.args ?? []);
     lines.push(`## ${r.bench.title}`);
     lines.push('');
     lines.push(
-      `Command: \`npm run bench:${r.bench.name}${quickMode ? ' -- --quick' : ''}\` — seeds: ${r.bench.seeds} — ${r.seconds.toFixed(1)} s${r.code === 0 ? '' : ` — **exited with ${r.code}**`}`,
+      `Command: \`npm run bench:${r.bench.name}${args.length ? ` -- ${args.join(' ')}` : ''}\` — seeds: ${r.bench.seeds} — ${r.seconds.toFixed(1)} s${r.code === 0 ? '' : ` — **exited with ${r.code}**`}`,
     );
     lines.push('');
     lines.push('```');
@@ -131,6 +170,14 @@ async function main(): Promise<number> {
       lines.push('');
     }
   }
+  return lines;
+}
+
+async function main(): Promise<number> {
+  const from = process.argv.indexOf('--render');
+  const saved = from >= 0 ? (JSON.parse(readFileSync(process.argv[from + 1] ?? '', 'utf8')) as Saved) : await runAll();
+  const { results } = saved;
+  const lines = await render(saved);
   writeFileSync('docs/BENCHMARKS.md', `${lines.join('\n')}\n`);
   const failed = results.filter((r) => r.code !== 0 || !r.figures).map((r) => r.bench.name);
   process.stderr.write(`wrote docs/BENCHMARKS.md (${results.length} benchmarks, ${failed.length} failed)\n`);
