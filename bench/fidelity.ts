@@ -71,10 +71,14 @@ if (profileFile !== undefined) {
   scenario.models[0]!.calibration = resolve(profileFile);
   applyCalibrations(scenario, dirname(configFile));
 }
-scenario.traffic[0]!.requests = Number(opt('requests') ?? (quick ? 40 : 300));
-// Time scale 2: the busiest load at which the simulated router admits every request of the 300 (at 3 it sheds 7,
-// at 16 it sheds 134 with `overloaded` for want of KV headroom), so both sides serve the same requests.
-scenario.traffic[0]!.arrival.timeScale = Number(opt('time-scale') ?? 2);
+// A config named with --config brings its own stream (its requests and time scale: bench/engine-100m.yaml's 200 at
+// 0.4); the bench model's default is 300 at time scale 2: the busiest load at which the simulated router admits
+// every request of the 300 (at 3 it sheds 7, at 16 it sheds 134 with `overloaded` for want of KV headroom), so both
+// sides serve the same requests.
+const ownStream = opt('config') !== undefined;
+const traffic = scenario.traffic[0]!;
+traffic.requests = Number(opt('requests') ?? (quick ? 40 : ownStream ? traffic.requests : 300));
+traffic.arrival.timeScale = Number(opt('time-scale') ?? (ownStream ? (traffic.arrival.timeScale ?? 1) : 2));
 const model = scenario.models[0]!;
 const storedFile = model.calibration!;
 const stored = engineProfileAt(storedFile);
