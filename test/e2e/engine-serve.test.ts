@@ -212,6 +212,52 @@ models:
     ).rejects.toMatchObject({ status: 400 });
   });
 
+  it('handles tools as documented on the real engine: a request asking for them is refused with a 400 naming the field before any work; one asking for none is served', async () => {
+    const openai = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'unused-on-loopback', maxRetries: 0 });
+    const messages = [{ role: 'user' as const, content: 'Which track?' }];
+    const tools = [
+      { type: 'function' as const, function: { name: 'track', parameters: { type: 'object', properties: {} } } },
+    ];
+    // What the engine did for model tiny: requests ended and tokens streamed, summed over their series.
+    const served = async (): Promise<number[]> => {
+      const text = (await s.get('/metrics')).body as string;
+      const sum = (name: string): number =>
+        text
+          .split('\n')
+          .filter((l) => l.startsWith(`${name}{`) && l.includes('model="tiny"'))
+          .reduce((a, l) => a + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+      return [sum('switchyard_requests_total'), sum('switchyard_output_tokens_total')];
+    };
+    const before = await served();
+    for (const extra of [{ tools }, { tools, stream: true as const }, { tool_choice: 'required' as const, tools }]) {
+      const err = await openai.chat.completions.create({ model: 'tiny', messages, max_tokens: 4, ...extra }).then(
+        () => null,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(OpenAI.APIError);
+      const e = err as InstanceType<typeof OpenAI.APIError>;
+      expect(e.status).toBe(400);
+      expect(e.code).toBe('invalid_request');
+      expect(e.message).toMatch(/^400 (tools|tool_choice): tool and function calling are not supported/);
+    }
+    expect(await served()).toEqual(before);
+    // Asking for no tool is served by the engine, with the same greedy text as without the fields.
+    const plain = await openai.chat.completions.create({ model: 'tiny', messages, max_tokens: 6 });
+    const none = await openai.chat.completions.create({
+      model: 'tiny',
+      messages,
+      max_tokens: 6,
+      tools: [],
+      tool_choice: 'none',
+    });
+    expect(none.choices[0]?.message.content).toBe(plain.choices[0]?.message.content);
+    expect(none.choices[0]?.message.tool_calls ?? []).toEqual([]);
+    // The counters do move for served requests: the equality above is not vacuous.
+    const [ended, streamed] = await served();
+    expect(ended).toBe(before[0]! + 2);
+    expect(streamed).toBeGreaterThan(before[1]!);
+  });
+
   it('names the real backend and its file in /v1/models and the WebSocket hello', async () => {
     const models = (await s.get('/v1/models')).body as {
       data: { id: string; backend: string; switchyard: { backend: string } }[];
