@@ -78,6 +78,27 @@ function all(
   };
 }
 
+/** A prefix hit rate against the oracle's (`hit` ÷ `oracle` ≥ 0.8), shown with both rates. */
+function hitRateClaim(claim: string, hit: string, oracle: string): Claim {
+  const rates = (f: Figures): [number, number] | undefined => {
+    const [h, o] = [num(f, hit), num(f, oracle)];
+    return h === undefined || !o ? undefined : [h, o];
+  };
+  return {
+    claim,
+    target: '≥ 0.8×',
+    bench: 'prefix',
+    shown: (f) => {
+      const r = rates(f);
+      return r && `${(r[0] / r[1]).toFixed(2)}× (${(r[0] * 100).toFixed(1)} % vs ${(r[1] * 100).toFixed(1)} %)`;
+    },
+    met: (f) => {
+      const r = rates(f);
+      return r && r[0] / r[1] >= 0.8;
+    },
+  };
+}
+
 const zero = { show: int, ok: (x: number) => x === 0 };
 const within = (lo: number, hi: number) => (x: number) => x >= lo && x <= hi;
 const ratio = fixed(3);
@@ -241,21 +262,7 @@ export const CLAIMS: Claim[] = [
     fixed(3, '×'),
     (x) => x <= 0.5,
   ),
-  {
-    claim: 'prefix routing, simulated: hit rate ÷ the oracle’s',
-    target: '≥ 0.8×',
-    bench: 'prefix',
-    shown: (f) => {
-      const [h, o] = [num(f, 'hitRate'), num(f, 'oracleHitRate')];
-      return h === undefined || !o
-        ? undefined
-        : `${(h / o).toFixed(2)}× (${(h * 100).toFixed(1)} % vs ${(o * 100).toFixed(1)} %)`;
-    },
-    met: (f) => {
-      const [h, o] = [num(f, 'hitRate'), num(f, 'oracleHitRate')];
-      return h === undefined || !o ? undefined : h / o >= 0.8;
-    },
-  },
+  hitRateClaim('prefix routing, simulated: hit rate ÷ the oracle’s', 'hitRate', 'oracleHitRate'),
   one(
     'prefix routing, simulated: p99 TTFT with no shared prefixes, with ÷ without',
     '≤ 1.1×',
@@ -272,21 +279,7 @@ export const CLAIMS: Claim[] = [
     fixed(3, '×'),
     (x) => x <= 0.5,
   ),
-  {
-    claim: 'prefix routing, live on llama.cpp: hit rate ÷ the oracle’s',
-    target: '≥ 0.8×',
-    bench: 'prefix',
-    shown: (f) => {
-      const [h, o] = [num(f, 'liveHitRate'), num(f, 'liveOracleHitRate')];
-      return h === undefined || !o
-        ? undefined
-        : `${(h / o).toFixed(2)}× (${(h * 100).toFixed(1)} % vs ${(o * 100).toFixed(1)} %)`;
-    },
-    met: (f) => {
-      const [h, o] = [num(f, 'liveHitRate'), num(f, 'liveOracleHitRate')];
-      return h === undefined || !o ? undefined : h / o >= 0.8;
-    },
-  },
+  hitRateClaim('prefix routing, live on llama.cpp: hit rate ÷ the oracle’s', 'liveHitRate', 'liveOracleHitRate'),
   one(
     'prefix routing, live on llama.cpp: p99 TTFT with no shared prefixes, with ÷ without',
     '≤ 1.1×',

@@ -71,10 +71,13 @@ interface Result {
   data: unknown;
 }
 
+/** The arguments a benchmark runs with: --quick in quick mode, else its own. */
+const argsOf = (b: Bench, quick: boolean): string[] => (quick ? ['--quick'] : (b.args ?? []));
+
 function runOne(b: Bench, dataFile: string): Promise<Result> {
   return new Promise((resolve) => {
     const t0 = performance.now();
-    const args = ['--import', 'tsx', b.script, ...(quickMode ? ['--quick'] : (b.args ?? []))];
+    const args = ['--import', 'tsx', b.script, ...argsOf(b, quickMode)];
     const child = spawn(process.execPath, args, {
       env: { ...process.env, BENCH_DATA: dataFile, ...(quickMode ? { BENCH_QUICK: '1' } : {}) },
     });
@@ -85,7 +88,7 @@ function runOne(b: Bench, dataFile: string): Promise<Result> {
     );
     child.on('close', (code) => {
       const lines = stdout.trimEnd().split('\n');
-      let figures: Record<string, unknown> | null = null;
+      let figures: Figures | null = null;
       try {
         figures = JSON.parse(lines[lines.length - 1] ?? '') as Figures;
       } catch {
@@ -102,7 +105,7 @@ interface Saved {
   started: string;
   quick: boolean;
   machine: string;
-  results: (Omit<Result, 'bench'> & { bench: Bench })[];
+  results: Result[];
 }
 
 async function runAll(): Promise<Saved> {
@@ -111,7 +114,7 @@ async function runAll(): Promise<Saved> {
   const benches = BENCHES.filter((b) => (!only || only.includes(b.name)) && existsSync(b.script));
   const results: Result[] = [];
   for (const [i, b] of benches.entries()) {
-    const shown = [b.script, ...(quickMode ? ['--quick'] : (b.args ?? []))].join(' ');
+    const shown = [b.script, ...argsOf(b, quickMode)].join(' ');
     process.stderr.write(`[${i + 1}/${benches.length}] bench:${b.name} (${shown}) ...\n`);
     const r = await runOne(b, join(dir, `${b.name}.json`));
     process.stderr.write(
@@ -132,7 +135,7 @@ async function runAll(): Promise<Saved> {
   return saved;
 }
 
-async function render(saved: Saved): Promise<string[]> {
+async function render(saved: Saved, figures: Record<string, Figures | null>): Promise<string[]> {
   const { results, quick } = saved;
   mkdirSync('docs/img', { recursive: true });
   const lines: string[] = [];
@@ -148,10 +151,10 @@ async function render(saved: Saved): Promise<string[]> {
   lines.push('');
   lines.push("Each claim's figure from this run (the closing JSON line of its benchmark, whose full output follows).");
   lines.push('');
-  lines.push(...claimsTable(Object.fromEntries(results.map((r) => [r.bench.name, r.figures]))));
+  lines.push(...claimsTable(figures));
   lines.push('');
   for (const r of results) {
-    const args = quick ? ['--quick'] : (r.bench.args ?? []);
+    const args = argsOf(r.bench, quick);
     lines.push(`## ${r.bench.title}`);
     lines.push('');
     lines.push(
@@ -177,11 +180,11 @@ async function main(): Promise<number> {
   const from = process.argv.indexOf('--render');
   const saved = from >= 0 ? (JSON.parse(readFileSync(process.argv[from + 1] ?? '', 'utf8')) as Saved) : await runAll();
   const { results } = saved;
-  const lines = await render(saved);
+  const figures = Object.fromEntries(results.map((r) => [r.bench.name, r.figures]));
+  const lines = await render(saved, figures);
   writeFileSync('docs/BENCHMARKS.md', `${lines.join('\n')}\n`);
   const failed = results.filter((r) => r.code !== 0 || !r.figures).map((r) => r.bench.name);
   process.stderr.write(`wrote docs/BENCHMARKS.md (${results.length} benchmarks, ${failed.length} failed)\n`);
-  const figures = Object.fromEntries(results.map((r) => [r.bench.name, r.figures]));
   process.stdout.write(
     `${JSON.stringify({ benchmarks: results.length, failed, seconds: Math.round(results.reduce((a, r) => a + r.seconds, 0)), figures })}\n`,
   );
