@@ -81,6 +81,7 @@ export function formatProfile(p: EngineProfile): string {
       `max ${(p.fit.maxRelError * 100).toFixed(1)} %`,
     `t = ${(c.baseS * 1e3).toFixed(4)} ms + ${(c.perPrefillTokenS * 1e6).toFixed(3)} us/prefill token + ` +
       `${(c.perPrefillPairS * 1e9).toFixed(3)} ns/prefill pair + ` +
+      `${((c.perPrefillCachedS ?? 0) * 1e9).toFixed(3)} ns/cached token a chunk reads + ` +
       `${(c.perDecodeSeqS * 1e6).toFixed(3)} us/decode seq + ` +
       `${(c.perContextTokenS * 1e9).toFixed(3)} ns/context token + ` +
       `${((c.perPrefillSeqS ?? 0) * 1e6).toFixed(3)} us/prefill chunk + ` +

@@ -2,7 +2,7 @@
 //
 // The fitted model is linear in eight features of a step:
 //
-//   t = base + perPass · N  +  perPrefillToken · Σ T  +  perPrefillPair · Σ T·(K + T/2)  +  perDecodeSeq · B
+//   t = base + perPass · N  +  perPrefillToken · Σ T  +  perPrefillCached · Σ K  +  perDecodeSeq · B
 //            + perContextToken · C  +  perPrefillSeq · P  +  perSinglePass · S
 //
 // for a step run in N passes (llama.cpp micro-batches over consecutive slots, actors/batcher/slots.ts) holding P
@@ -13,6 +13,12 @@
 // other slot (as after a hole): the same work in more passes, which separates a pass's cost from a token's. A decode-only step is timed
 // after warming runs of the same step (CalibrationGrid.warmSteps), as served decode steps run; CPU time keeps each
 // shape's mean run, which the simulation's sums of step times need.
+// A chunk after a cache is priced by the cached tokens it reads (Σ K), not by token pairs Σ T·(K + T/2): on the
+// ~100M model the pair term, pinned only by the grid's chunks after 192 cached tokens, priced the served 256-token
+// chunks after 256-512 cached ones 10-25 % slow (steps with prefill 1.11× their live time, TTFT p50 1.25×), while the
+// cached-token term predicts the same live steps within 1-2 % (docs/performance-notes.md). The profile format keeps
+// perPrefillPair (0 from this fit; the roofline and the upstream calibration use it): on a GPU at long contexts the
+// T·K products are real work, which a grid reaching such contexts would have to pin (not run here).
 // Building a CostModel from a profile: stepS(shape) = profileStepS(profile, shape) (actors/gpu/profile-cost-model.ts);
 // prefillS(T, K) is the same with one chunk and B = C = 0; decodeS(B, C) with no chunks; a step with no tokens costs
 // 0, as in the roofline; kvBlocks(blockTokens) = floor(capacity.totalCells / blockTokens), but a sequence may never
@@ -127,7 +133,7 @@ const DEFAULT_WARM_STEPS = 3;
 const features = (s: Omit<CalibrationSample, 'seconds'>): number[] => [
   1,
   s.prefillTokens,
-  s.prefillPairs,
+  s.prefillCached ?? 0,
   s.decodeSeqs,
   s.contextTokens,
   prefillSeqsOf(s),
@@ -166,7 +172,8 @@ export function leastSquares(rows: readonly (readonly number[])[], y: readonly n
 export const toCoefficients = (b: readonly number[]): StepCoefficients => ({
   baseS: b[0]!,
   perPrefillTokenS: b[1]!,
-  perPrefillPairS: b[2]!,
+  perPrefillPairS: 0,
+  perPrefillCachedS: b[2]!,
   perDecodeSeqS: b[3]!,
   perContextTokenS: b[4]!,
   perPrefillSeqS: b[5]!,
@@ -289,6 +296,17 @@ async function prefillChunked(
   }
 }
 
+/**
+ * Opens the first prefilling sequence in `slot` holding `cached` tokens, untimed: the round's filler, kept in the slot
+ * from the shape before when it holds them (the engine's prefix reuse), so shapes after the same cache do not
+ * prefill it again; its last token is evaluated in this step, the shape's chunk follows it.
+ */
+async function openCached(engine: Engine, cached: number, round: number, slot: number): Promise<void> {
+  const tokens = filler(cached, round);
+  const item = { seq: PREFILLING[0], kind: 'prefill' as const, sample: false, slot };
+  await engine.step({ items: [{ ...item, prefix: tokens.slice(0, -1), tokens: tokens.slice(-1) }] });
+}
+
 /** How a step is timed: wall time, or the process's CPU time (the engine's own cost on a shared CPU, one thread). */
 export type StepTiming = 'wall' | 'cpu';
 
@@ -325,7 +343,7 @@ async function timeShape(engine: Engine, shape: GridShape, o: ShapeRun): Promise
   const { decode, chunks } = shapeSlots(shape, o.resident, o.slots);
   const extra = decode.filter((slot) => slot >= o.resident);
   for (const slot of extra) await prefillChunked(engine, decoder(slot), filler(o.context, slot), true, slot);
-  if (shape.cached > 0) await prefillChunked(engine, PREFILLING[0], filler(shape.cached, o.round), false, chunks[0]);
+  if (shape.cached > 0) await openCached(engine, shape.cached, o.round, chunks[0]!);
   const items: StepItem[] = decode.map((slot) => ({ seq: decoder(slot), kind: 'decode' as const, slot }));
   chunkSizes(shape).forEach((n, i) => {
     const tokens = filler(n, o.round + 7 + i);
@@ -354,6 +372,7 @@ function sampleOf(s: GridShape, runs: Run[], timing: StepTiming): CalibrationSam
   return {
     prefillTokens: s.prefill,
     prefillPairs: sizes.reduce((sum, n, i) => sum + n * ((i === 0 ? s.cached : 0) + n / 2), 0),
+    prefillCached: s.prefill > 0 ? s.cached : 0,
     prefillSeqs: sizes.length,
     decodeSeqs: s.decode,
     contextTokens: held,

@@ -1,9 +1,9 @@
 // A cost model fitted to a real engine on this machine (an engine profile written by `switchyard calibrate`).
 //
-// The profile's step time is linear in eight features of a step (see actors/engine/calibrate.ts):
+// The profile's step time is linear in nine features of a step (see actors/engine/calibrate.ts):
 //
-//   t = base + perPass · N  +  perPrefillToken · Σ T  +  perPrefillPair · Σ T·(K + T/2)  +  perDecodeSeq · B
-//            + perContextToken · C  +  perPrefillSeq · P  +  perSinglePass · S
+//   t = base + perPass · N  +  perPrefillToken · Σ T  +  perPrefillPair · Σ T·(K + T/2)  +  perPrefillCached · Σ K
+//            + perDecodeSeq · B  +  perContextToken · C  +  perPrefillSeq · P  +  perSinglePass · S
 //
 // for a step run in N passes (llama.cpp micro-batches: see actors/batcher/slots.ts) holding P prefill chunks of T new
 // tokens after K cached ones and B decoding sequences holding C context tokens in total, S of the passes of a
@@ -39,12 +39,22 @@ export interface StepCoefficients {
    * three in one pass ~2.3-2.5 ms, four ~3.4 ms. Absent in older profiles (0).
    */
   perSinglePassS?: number;
+  /**
+   * Cost of each cached token a prefill chunk attends over (its sequence's cells before it, K): the chunk reads them
+   * once whatever its length, beside the pair term's T·K products. On llama.cpp's CPU build a short chunk after a
+   * long cache pays mostly this read (on the ~100M model a 48-token chunk after 192 cached tokens costs 17 ms more
+   * than a fresh one, a 256-token chunk 15-45 ms more); a fit with the pair term alone priced long chunks after a
+   * cache up to 25 % slow. Absent in older profiles (0).
+   */
+  perPrefillCachedS?: number;
 }
 
 /** One measured step shape: its features and its (fastest) wall time. */
 export interface CalibrationSample {
   prefillTokens: number;
   prefillPairs: number;
+  /** Cached tokens the step's prefill chunks attend over, Σ K; absent in older profiles (0). */
+  prefillCached?: number;
   decodeSeqs: number;
   contextTokens: number;
   /** Prefill chunks in the step; absent in older profiles (then 1 when prefillTokens > 0). */
@@ -147,6 +157,7 @@ export function predictS(c: StepCoefficients, s: Omit<CalibrationSample, 'second
     c.baseS +
     c.perPrefillTokenS * s.prefillTokens +
     c.perPrefillPairS * s.prefillPairs +
+    (c.perPrefillCachedS ?? 0) * (s.prefillCached ?? 0) +
     c.perDecodeSeqS * s.decodeSeqs +
     c.perContextTokenS * s.contextTokens +
     (c.perPrefillSeqS ?? 0) * prefillSeqsOf(s) +
@@ -159,18 +170,21 @@ export function predictS(c: StepCoefficients, s: Omit<CalibrationSample, 'second
 export function profileStepS(profile: Pick<EngineProfile, 'coefficients'>, shape: StepShape): number {
   let prefillTokens = 0;
   let prefillPairs = 0;
+  let prefillCached = 0;
   let prefillSeqs = 0;
   for (const chunk of shape.prefill) {
     if (chunk.tokens <= 0) continue;
     prefillSeqs++;
     prefillTokens += chunk.tokens;
     prefillPairs += chunk.tokens * (chunk.cached + chunk.tokens / 2);
+    prefillCached += chunk.cached;
   }
   if (prefillTokens + shape.decodeBatch <= 0) return 0;
   const c = profile.coefficients;
   const s = {
     prefillTokens,
     prefillPairs,
+    prefillCached,
     prefillSeqs,
     decodeSeqs: shape.decodeBatch,
     contextTokens: shape.decodeContext,
@@ -263,7 +277,10 @@ export function readEngineProfile(file: string): EngineProfile {
     'perDecodeSeqS',
     'perContextTokenS',
   ];
-  if (!c || !keys.every((k) => finite(c[k]))) throw new EngineProfileError(file, 'has no valid coefficients');
+  const optional: (keyof StepCoefficients)[] = ['perPrefillSeqS', 'perPassS', 'perSinglePassS', 'perPrefillCachedS'];
+  if (!c || !keys.every((k) => finite(c[k])) || !optional.every((k) => c[k] === undefined || finite(c[k]))) {
+    throw new EngineProfileError(file, 'has no valid coefficients');
+  }
   const cap = p.capacity as unknown as Record<string, unknown> | undefined;
   if (!cap || !['sequences', 'cellsPerSequence', 'totalCells', 'batchTokens'].every((k) => finite(cap[k]))) {
     throw new EngineProfileError(file, 'has no valid capacity');

@@ -20,19 +20,24 @@ import { tinyModelFixture } from './fixtures.ts';
 const TRUE: StepCoefficients = {
   baseS: 1e-3,
   perPrefillTokenS: 5e-5,
-  perPrefillPairS: 2e-8,
+  // The fit prices a chunk after a cache by its cached tokens, not by pairs (actors/engine/calibrate.ts).
+  perPrefillPairS: 0,
   perDecodeSeqS: 2e-4,
   perContextTokenS: 1e-6,
+  perPrefillCachedS: 3e-6,
 };
 
 const syntheticSamples = (): CalibrationSample[] => {
   const out: CalibrationSample[] = [];
   for (const p of [0, 16, 64, 256]) {
-    for (const d of [0, 1, 4, 8]) {
-      for (const c of [32, 512]) {
-        if (p + d === 0) continue;
-        const s = { prefillTokens: p, prefillPairs: (p * p) / 2, decodeSeqs: d, contextTokens: d * c };
-        out.push({ ...s, seconds: predictS(TRUE, s) });
+    for (const k of p > 0 ? [0, 192] : [0]) {
+      for (const d of [0, 1, 4, 8]) {
+        for (const c of [32, 512]) {
+          if (p + d === 0) continue;
+          const prefill = { prefillTokens: p, prefillPairs: p * (k + p / 2), prefillCached: k };
+          const s = { ...prefill, decodeSeqs: d, contextTokens: d * c };
+          out.push({ ...s, seconds: predictS(TRUE, s) });
+        }
       }
     }
   }
@@ -56,7 +61,8 @@ describe('calibration', () => {
     it('recovers the coefficients that generated noiseless step times, with zero fit error', () => {
       const { coefficients, fit } = fitProfile(syntheticSamples());
       for (const key of Object.keys(TRUE) as (keyof StepCoefficients)[]) {
-        expect(coefficients[key]! / TRUE[key]!).toBeCloseTo(1, 6);
+        if (TRUE[key] === 0) expect(coefficients[key]).toBe(0);
+        else expect(coefficients[key]! / TRUE[key]!).toBeCloseTo(1, 6);
       }
       expect(fit.maxRelError).toBeLessThan(1e-9);
     });
@@ -75,6 +81,7 @@ describe('calibration', () => {
       const expected = predictS(TRUE, {
         prefillTokens: 64,
         prefillPairs: 64 * (32 + 32),
+        prefillCached: 32,
         decodeSeqs: 4,
         contextTokens: 400,
       });
