@@ -440,7 +440,20 @@ function reuseLine(runs: readonly Served[]): string {
     expected += r.decision.candidates.find((x) => x.replica === r.decision!.chosen)?.cachedTokens ?? 0;
     if (f < c / 2) lost++;
   }
-  return `later turns on the replica of the turn before: ${same}/${later}; there, tokens reusable ${could}, expected ${expected}, found ${found}; turns that found less than half: ${lost}`;
+  return `later turns on the replica of the turn before: ${same}/${later}; there, tokens reusable ${could}, expected ${expected}, found ${found}; turns that found less than half: ${lost}; conversations alive when a turn was sent: ${fmt(alive(runs))} on average (the two replicas' caches hold at most 16)`;
+}
+
+/** Conversations alive (first turn sent, last turn not done) when each turn was sent, on average over the turns. */
+function alive(runs: readonly Served[]): number {
+  const spans = new Map<number, [number, number]>();
+  for (const r of runs) {
+    const s = spans.get(r.conversation);
+    spans.set(r.conversation, s ? [Math.min(s[0], r.sentAt), Math.max(s[1], r.doneAt)] : [r.sentAt, r.doneAt]);
+  }
+  const all = [...spans.values()];
+  let sum = 0;
+  for (const r of runs) sum += all.filter(([a, b]) => a <= r.sentAt && r.sentAt <= b).length;
+  return sum / Math.max(1, runs.length);
 }
 
 const fmt = (x: number, d = 1): string => x.toFixed(d);
