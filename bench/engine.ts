@@ -166,7 +166,7 @@ function pct(x: number): string {
 function inProcessLine(run: ServeRun, cpu: EngineThreadSplit): string {
   const sc = run.scheduler!;
   return (
-    `  in process: ${pct(shareOf(cpu))} (main thread ${cpu.mainMs.toFixed(0)} ms, helpers ` +
+    `  in process: ${pct(shareOf(cpu))} (main thread ${cpu.mainMs.toFixed(0)} ms, other threads ` +
     `${cpu.otherMs.toFixed(0)} ms vs llama.cpp ${cpu.engineMs.toFixed(0)} ms over ${sc.steps} steps); the batcher ` +
     `alone ${((sc.schedCpuMs / sc.steps) * 1e3).toFixed(1)} us a step = ${pct(sc.schedCpuMs / sc.engineCpuMs)} of ` +
     `engine.step's ${(sc.engineCpuMs / sc.steps).toFixed(2)} ms; the engine idle between steps ` +
@@ -243,7 +243,7 @@ printFigures({
           serve: perStepUs(served.cpu.serveMs),
           worker: perStepUs(served.cpu.workerMs),
           hostMain: perStepUs(served.cpu.hostMainMs),
-          hostHelpers: perStepUs(served.cpu.hostOtherMs),
+          hostOtherThreads: perStepUs(served.cpu.hostOtherMs),
           llama: perStepUs(served.cpu.engineMs),
         },
       }
