@@ -243,24 +243,42 @@ function ownPrompts(
   });
 }
 
-/** Turns per second the two replicas complete with 16 clients each sending its next single turn at once. */
-async function capacity(server: Served1, prompts: readonly { prompt: string; maxTokens: number }[], ms: number) {
+/** Turns per second the two replicas complete with 16 clients each sending its next single turn at once; also what
+ * the probe saw (turns by half of the window, tokens generated of tokens asked), so a probe that reads an unusual
+ * capacity can be told apart from a machine that was. */
+async function capacity(
+  server: Served1,
+  prompts: readonly { prompt: string; maxTokens: number }[],
+  ms: number,
+): Promise<{ rate: number; line: string }> {
   const t0 = performance.now();
   const now = (): number => performance.now() - t0;
   let next = 0;
   let done = 0;
   let last = 0;
+  let firstHalf = 0;
+  let asked = 0;
+  let generated = 0;
   await Promise.all(
     Array.from({ length: CAPACITY_CLIENTS }, async () => {
       while (now() < ms && next < prompts.length) {
         const p = prompts[next++]!;
         const r = await request(server, now, p.prompt, p.maxTokens);
-        if (r.ok) done++;
+        if (r.ok) {
+          done++;
+          asked += p.maxTokens;
+          generated += r.completionTokens;
+          if (now() < ms / 2) firstHalf++;
+        }
         last = now();
       }
     }),
   );
-  return (done / last) * 1000;
+  const half = (n: number, s: number): string => fmt(n / Math.max(1e-9, s / 1000));
+  return {
+    rate: (done / last) * 1000,
+    line: `capacity probe: ${done} turns in ${fmt(last / 1000)} s (first half ${half(firstHalf, ms / 2)}/s, rest ${half(done - firstHalf, last - ms / 2)}/s), ${generated} of ${asked} asked tokens generated; ${server.cp.placement.replicas.size} replicas`,
+  };
 }
 
 const quantile = (xs: readonly number[], q: number): number => {
@@ -503,7 +521,9 @@ async function serveAll(
   const probing = await startRouter(ROUTERS[1]!.routing, o.seed);
   let cap: number;
   try {
-    cap = await capacity(probing, probe, o.quick ? 8_000 : 20_000);
+    const probed = await capacity(probing, probe, o.quick ? 8_000 : 20_000);
+    cap = probed.rate;
+    process.stdout.write(`\n${probed.line}\n`);
   } finally {
     probing.client.close();
     await probing.stop();
