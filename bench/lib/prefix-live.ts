@@ -54,15 +54,22 @@ const CONTEXT = 511;
 const clock = createWallClock();
 const sleep = (ms: number): Promise<void> => new Promise((r) => clock.setTimeout(r, Math.max(0, ms)));
 
-/** The workload's shape: system prompts (some shared), turns, user messages and answers in tokens (= bytes). */
+/** The workload's shape: system prompts (some shared), turns, user messages and answers in tokens (= bytes). Every
+ * conversation has 2-5 turns (3.5 on average), each short enough that the longest conversation's last turn and answer
+ * fit a slot's 511 cells (190 + 5 × 40 + 5 × 22 + BOS = 501). TTFT splits in two groups, turns that find their
+ * conversation cached and turns that do not, so each router's median must sit inside one of them, not at the edge: with
+ * ~70 % later turns, the router with prefixes finds ~95 % of them cached (~2/3 of all turns) and a router without finds
+ * only those that land on the replica of the turn before (about half: ~1/3 of all turns). With 2.5 turns (~40 % first
+ * turns) the median with prefixes sat at the edge and the ratio read 0.36-0.76 between runs; with 5.5 the median
+ * without prefixes did (0.54 in one run). */
 const SHAPE = {
   systemPrompts: 4,
-  systemTokens: { min: 180, max: 220 },
+  systemTokens: { min: 150, max: 190 },
   shared: 0.25,
-  turns: { mean: 3, max: 4 },
-  userTokens: { min: 30, max: 40 },
-  answerTokens: { min: 20, max: 30 },
-  thinkMs: 2000,
+  turns: { min: 2, max: 5 },
+  userTokens: { min: 25, max: 40 },
+  answerTokens: { min: 14, max: 22 },
+  thinkMs: 3000,
 };
 
 /** One conversation, drawn before any run so each router serves the same one. */
@@ -97,9 +104,10 @@ function conversations(seed: number, count: number): Conversation[] {
       rng.next() < SHAPE.shared
         ? shared[rng.int(shared.length)]!
         : `${i} ${words(rng, between(rng, SHAPE.systemTokens))}`.slice(0, SHAPE.systemTokens.max);
-    let turns = 1;
-    while (turns < SHAPE.turns.max && rng.next() > 1 / SHAPE.turns.mean) turns++;
-    const users = Array.from({ length: turns }, () => `\n${words(rng, between(rng, SHAPE.userTokens) - 1)}`);
+    const users = Array.from(
+      { length: between(rng, SHAPE.turns) },
+      () => `\n${words(rng, between(rng, SHAPE.userTokens) - 1)}`,
+    );
     const answerTokens = users.map(() => between(rng, SHAPE.answerTokens));
     const thinkMs = users.map(() => rng.exponential(SHAPE.thinkMs));
     out.push({ startUnits: t, system, users, answerTokens, thinkMs });
@@ -604,7 +612,7 @@ const ROUTERS = [
 
 /** Runs the live half and returns its `live*` figures. */
 export async function prefixLive(o: { seed: number; quick: boolean }): Promise<Record<string, number | boolean>> {
-  const convs = conversations(o.seed, o.quick ? 36 : 120);
+  const convs = conversations(o.seed, o.quick ? 26 : 88);
   const turns = convs.reduce((s, c) => s + c.users.length, 0) / convs.length;
   const { rate, conv, none } = await serveAll(o, convs, turns);
   table(
